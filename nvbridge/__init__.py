@@ -1,0 +1,55 @@
+"""nvbridge: PyTorch-level answers from Nsight Systems and nvprof profiles.
+
+``convert`` turns a profiler database into a Parquet dataset; ``load`` opens one (or a
+report directly) as Arrow/pandas tables; ``emit_nvtx`` (needs ``nvbridge[torch]``)
+annotates a PyTorch run for the profiler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+from nvbridge.convert import ConversionResult, convert  # noqa: E402
+from nvbridge.dataset import Report, load  # noqa: E402
+from nvbridge.errors import (  # noqa: E402
+    CorrelationError,
+    DamagedDatabase,
+    ExportError,
+    InputError,
+    MissingTable,
+    NotAProfileDatabase,
+    NvbridgeError,
+    UnsupportedSchema,
+)
+
+__all__ = [
+    "ConversionResult",
+    "CorrelationError",
+    "DamagedDatabase",
+    "ExportError",
+    "InputError",
+    "MissingTable",
+    "NotAProfileDatabase",
+    "NvbridgeError",
+    "Report",
+    "UnsupportedSchema",
+    "__version__",
+    "convert",
+    "emit_nvtx",
+    "load",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # emit_nvtx imports torch; keep `import nvbridge` free of it (PEP 562).
+    if name == "emit_nvtx":
+        try:
+            from nvbridge.annotate import emit_nvtx
+        except ImportError as exc:
+            raise ImportError(
+                f"nvbridge.emit_nvtx needs torch ({exc}); install it with: pip install 'nvbridge[torch]'"
+            ) from exc
+        return emit_nvtx
+    raise AttributeError(f"module 'nvbridge' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from nvbridge.cli import main
+
+main()

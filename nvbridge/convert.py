@@ -1,0 +1,170 @@
+"""``convert``: profiler database(s) -> Parquet dataset, all or nothing.
+
+Output goes to a temporary directory beside the destination and is renamed into place
+only once complete, so a failure never leaves a partial dataset behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nvbridge import __version__
+from nvbridge.correlate import Model, check, correlate
+from nvbridge.errors import ExportError
+from nvbridge.export import parquet
+from nvbridge.profile import SourceInfo
+from nvbridge.readers import read_profile
+from nvbridge.readers._arrow import np_col
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversionResult:
+    """What one conversion read and wrote, with the figures the CLI summary prints."""
+
+    info: SourceInfo
+    output: Path
+    rows_read: int
+    ops: int
+    threads: int
+    processes: int
+    api_calls: int
+    api_calls_outside_ranges: int
+    kernels: int
+    memcpys: int
+    memsets: int
+    gpu_ops_without_api_call: int
+    gpu_ops_unattributed: int
+    gpu_ns_total: int
+    gpu_ns_unattributed: int
+    seconds: float
+
+    def describe(self) -> str:
+        """The one-paragraph summary ``nvbridge convert`` prints."""
+        share = 100.0 * self.gpu_ns_unattributed / self.gpu_ns_total if self.gpu_ns_total else 0.0
+        return (
+            f"Read {self.info.source}: {self.info.describe()}, {self.rows_read:,} rows in "
+            f"{self.seconds:.2f} s. {self.ops:,} ops (NVTX ranges) on {self.threads:,} threads in "
+            f"{self.processes:,} processes; {self.api_calls:,} CUDA API calls "
+            f"({self.api_calls_outside_ranges:,} outside any range); {self.kernels:,} kernels, "
+            f"{self.memcpys:,} memcpys, {self.memsets:,} memsets. {self.gpu_ops_unattributed:,} GPU ops "
+            f"({share:.1f}% of GPU time) are attributed to no op, {self.gpu_ops_without_api_call:,} of "
+            f"them because their launching API call is not in the capture. Wrote {self.output}."
+        )
+
+
+def _summarize(model: Model, output: Path, rows_read: int, seconds: float) -> ConversionResult:
+    g = model.gpu_ops
+    kind = np.asarray(g.column("kind").to_numpy(zero_copy_only=False))
+    dur = np_col(g, "end_ns") - np_col(g, "start_ns")
+    unattributed = np_col(g, "op_id", fill=-1) < 0
+    thread_pairs = {(p, t) for p, t in zip(np_col(model.ops, "process_id"), np_col(model.ops, "thread_id", fill=0))}
+    return ConversionResult(
+        info=model.info,
+        output=output,
+        rows_read=rows_read,
+        ops=model.ops.num_rows,
+        threads=len(thread_pairs),
+        processes=len({p for p, _ in thread_pairs}),
+        api_calls=model.api_calls.num_rows,
+        api_calls_outside_ranges=int(model.api_calls.column("op_id").null_count),
+        kernels=int((kind == "kernel").sum()),
+        memcpys=int((kind == "memcpy").sum()),
+        memsets=int((kind == "memset").sum()),
+        gpu_ops_without_api_call=int(g.column("api_call_id").null_count),
+        gpu_ops_unattributed=int(unattributed.sum()),
+        gpu_ns_total=int(dur.sum()),
+        gpu_ns_unattributed=int(dur[unattributed].sum()),
+        seconds=seconds,
+    )
+
+
+def _check_destination(output: Path, force: bool) -> None:
+    if output.exists() and not force:
+        raise ExportError(
+            f"{output} already exists; choose another output directory or pass --force to replace it."
+        )
+    if output.exists() and not output.is_dir():
+        raise ExportError(f"{output} is a file; pass a directory path for the dataset.")
+
+
+def _publish(tmp: Path, output: Path) -> None:
+    """Move a finished dataset into place, replacing an old one only after it is complete."""
+    if output.exists():
+        old = output.with_name(output.name + ".nvbridge-old")
+        shutil.rmtree(old, ignore_errors=True)
+        output.rename(old)
+        tmp.rename(output)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(output)
+
+
+def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], *, force: bool = False,
+                progress: Progress | None = None) -> ConversionResult:
+    """Convert one profiler database into a Parquet dataset directory.
+
+    Args:
+        source: an nvprof or Nsight Systems SQLite file, or an SQLAlchemy URL.
+        output: the dataset directory to create.
+        force: replace ``output`` if it exists.
+        progress: called with a short stage name as work advances.
+
+    Returns:
+        What was read and written.
+
+    Raises:
+        InputError: the source cannot be read as a profile.
+        ExportError: the output exists (without ``force``) or cannot be written.
+    """
+    out = Path(output)
+    _check_destination(out, force)
+    say = progress or (lambda _stage: None)
+    t0 = time.perf_counter()
+    say("reading")
+    profile = read_profile(source)
+    say("correlating")
+    model = correlate(profile)
+    check(model)
+    say("writing")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        parquet.write(model, tmp, __version__)
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return _summarize(model, out, profile.rows_read, time.perf_counter() - t0)
+
+
+def convert(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+            output: str | os.PathLike[str], *, force: bool = False,
+            progress: Progress | None = None) -> list[ConversionResult]:
+    """Convert one or more reports. One source writes ``output`` itself; several write
+    ``output/report=<file stem>/`` each, a layout DuckDB, Polars and Spark read as one
+    dataset partitioned by report.
+
+    Raises:
+        InputError, ExportError: as :func:`convert_one`; nothing of a failed report is left.
+    """
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    out = Path(output)
+    if len(sources) == 1:
+        return [convert_one(sources[0], out, force=force, progress=progress)]
+    stems = [Path(os.fspath(s)).stem for s in sources]
+    if len(set(stems)) != len(stems):
+        raise ExportError("two inputs share a file name; rename one so each report gets its own partition.")
+    out.mkdir(parents=True, exist_ok=True)
+    return [convert_one(s, out / f"report={stem}", force=force, progress=progress)
+            for s, stem in zip(sources, stems)]

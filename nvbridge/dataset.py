@@ -1,0 +1,62 @@
+"""``load``: a converted dataset (or a report, converted in memory) as Arrow/pandas tables."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from nvbridge import __version__
+from nvbridge.correlate import correlate
+from nvbridge.export import parquet
+from nvbridge.readers import read_profile
+
+
+class Report:
+    """The tables of one converted report.
+
+    Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads`` and
+    ``devices`` are Arrow tables (columns in docs/dataset.md); ``meta`` is the key/value
+    description of the source. ``df(name)`` gives a table as a pandas DataFrame.
+    """
+
+    def __init__(self, meta: dict[str, str | None], tables: dict[str, pa.Table]) -> None:
+        self.meta = meta
+        self._tables = tables
+        self.ops = tables["ops"]
+        self.gpu_ops = tables["gpu_ops"]
+        self.api_calls = tables["api_calls"]
+        self.marks = tables["marks"]
+        self.syncs = tables["syncs"]
+        self.threads = tables["threads"]
+        self.devices = tables["devices"]
+
+    def df(self, name: str) -> Any:
+        """Table ``name`` as a pandas DataFrame (needs pandas)."""
+        return self._tables[name].to_pandas()
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k}={v.num_rows}" for k, v in self._tables.items())
+        return f"<nvbridge.Report {self.meta.get('source')}: {counts}>"
+
+
+def load(path: str | os.PathLike[str]) -> Report:
+    """Open a dataset written by ``nvbridge convert``, or convert a report in memory.
+
+    Args:
+        path: a dataset directory, a profiler database file, or an SQLAlchemy URL.
+
+    Raises:
+        InputError: a report that cannot be read.
+        ExportError: a directory that is not an nvbridge dataset.
+    """
+    p = Path(os.fspath(path))
+    if p.is_dir():
+        meta, tables = parquet.read(p)
+        return Report(meta, tables)
+    model = correlate(read_profile(path))
+    meta_t = parquet.meta_table(model.info, model, __version__)
+    meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
+    return Report(meta, {name: getattr(model, name) for name in parquet.TABLES})

@@ -1,0 +1,48 @@
+"""Every error nvbridge raises on purpose.
+
+    NvbridgeError
+    ├── InputError              the user's file or URL cannot be read as a profile
+    │   ├── NotAProfileDatabase     missing, not SQLite, another program's SQLite, an .nsys-rep
+    │   ├── DamagedDatabase         truncated or malformed SQLite
+    │   ├── UnsupportedSchema       a profiler schema too far from the ones we know
+    │   └── MissingTable            a table or column the reader cannot do without
+    ├── CorrelationError        an invariant of the op tree does not hold (a bug, not bad input)
+    └── ExportError             the output cannot be written (exists, not a dataset, ...)
+
+Each message is one line that names the problem and the fix; the CLI prints it as
+``Error: <message>`` and exits with status 1.
+"""
+
+from __future__ import annotations
+
+
+class NvbridgeError(Exception):
+    """Root of every error nvbridge raises on purpose."""
+
+
+class InputError(NvbridgeError):
+    """The input cannot be read as a profiler database."""
+
+
+class NotAProfileDatabase(InputError):
+    """The input is not an nvprof or Nsight Systems SQLite database."""
+
+
+class DamagedDatabase(InputError):
+    """The input is an SQLite database, but truncated or malformed."""
+
+
+class UnsupportedSchema(InputError):
+    """The database comes from a profiler schema nvbridge cannot read."""
+
+
+class MissingTable(InputError):
+    """A table or column the reader cannot do without is absent."""
+
+
+class CorrelationError(NvbridgeError):
+    """The correlated model breaks one of its invariants."""
+
+
+class ExportError(NvbridgeError):
+    """The output cannot be written or read back."""

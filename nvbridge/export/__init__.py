@@ -1,0 +1,1 @@
+"""Writers of the correlated model: the Parquet dataset (and, later, Chrome traces)."""

@@ -1,0 +1,73 @@
+"""The normalized profile both readers produce and the correlation engine consumes.
+
+Every table is Arrow with integer nanosecond times; nvprof and Nsight Systems look alike
+from here on. Keys:
+
+- ``thread_key`` is unique across processes (nsys ``globalTid``; nvprof ``pid << 32 | tid``).
+- ``process_key`` scopes correlation ids (nsys ``globalPid``; nvprof the process id, or 0 on
+  GPU rows, which nvprof records without a process).
+
+Columns (see the readers for how each is read):
+
+- ranges: start_ns, end_ns (null = never closed), name, domain, domain_id, process_id, thread_id,
+  thread_key, end_thread_key (null unless the range ended on another thread), style
+- marks: ts_ns, name, domain, process_id, thread_id
+- api_calls: start_ns, end_ns, name, kind (runtime/driver), process_id, thread_id, thread_key,
+  process_key, correlation_id, return_value
+- gpu_ops: start_ns, end_ns, kind (kernel/memcpy/memset/graph), name, short_name, device_id,
+  context_id, stream_id, process_key, correlation_id, bytes, copy_kind, grid_x..z, block_x..z,
+  registers_per_thread, static_shared_bytes, dynamic_shared_bytes, graph_node_id
+- syncs: start_ns, end_ns, sync_type, device_id, stream_id, process_key, correlation_id
+- threads: process_id, thread_id, thread_key, thread_name, process_name
+- devices: device_id, name
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pyarrow as pa
+
+SourceKind = Literal["nsys", "nvprof"]
+TimeBase = Literal["session", "epoch"]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """What a reader detected about its input; recorded in the dataset's ``meta``."""
+
+    source: str
+    kind: SourceKind
+    producer: str
+    producer_version: str | None = None
+    schema_version: str | None = None
+    # nsys times count from the session start unless exported with --ts-normalize;
+    # nvprof times are Unix-epoch nanoseconds.
+    time_base: TimeBase = "session"
+    session_start_utc_ns: int | None = None
+    capture_end_ns: int | None = None
+
+    def describe(self) -> str:
+        """One human phrase, e.g. ``Nsight Systems 2026.2.1.210 (export schema 3.25.0)``."""
+        text = self.producer
+        if self.producer_version:
+            text += f" {self.producer_version}"
+        if self.schema_version:
+            text += f" (export schema {self.schema_version})"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class RawProfile:
+    """A profile database normalized into Arrow tables (see the module docstring)."""
+
+    info: SourceInfo
+    ranges: pa.Table
+    marks: pa.Table
+    api_calls: pa.Table
+    gpu_ops: pa.Table
+    syncs: pa.Table
+    threads: pa.Table
+    devices: pa.Table
+    rows_read: int = field(default=0)

@@ -1,0 +1,95 @@
+"""Small columnar helpers shared by the readers (Arrow <-> NumPy, enum labels, blobs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+# The normalized gpu_ops columns every reader produces (see nvbridge.profile).
+GPU_OPS_SCHEMA = pa.schema([
+    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("kind", pa.string()),
+    ("name", pa.string()), ("short_name", pa.string()), ("mangled_name", pa.string()),
+    ("device_id", pa.int64()), ("context_id", pa.int64()), ("stream_id", pa.int64()),
+    ("process_key", pa.int64()), ("correlation_id", pa.int64()),
+    ("bytes", pa.int64()), ("copy_kind", pa.string()),
+    ("grid_x", pa.int64()), ("grid_y", pa.int64()), ("grid_z", pa.int64()),
+    ("block_x", pa.int64()), ("block_y", pa.int64()), ("block_z", pa.int64()),
+    ("registers_per_thread", pa.int64()), ("static_shared_bytes", pa.int64()),
+    ("dynamic_shared_bytes", pa.int64()), ("graph_node_id", pa.int64()),
+])
+
+
+def np_col(table: pa.Table, name: str, fill: int | None = None) -> np.ndarray:
+    """An integer column as a NumPy array; nulls become ``fill`` (required if any)."""
+    col = table.column(name).combine_chunks()
+    if col.null_count:
+        if fill is None:
+            raise ValueError(f"column {name} has nulls and no fill value")
+        col = col.fill_null(fill)
+    return np.asarray(col.to_numpy(zero_copy_only=False))
+
+
+def set_column(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """Add or replace a column."""
+    if name in table.column_names:
+        return table.set_column(table.column_names.index(name), name, values)
+    return table.append_column(name, values)
+
+
+def lookup(codes: np.ndarray, labels: Mapping[int, str], default: str | None = None) -> pa.Array:
+    """Enum codes -> label strings, built once per distinct code (never once per row)."""
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    names = [labels.get(int(c), default if default is not None else f"{int(c)}") for c in uniq]
+    return pa.array(names, pa.string()).take(pa.array(inverse.ravel().astype(np.int64)))
+
+
+def blob_u32(blobs: pa.Array, offset: int) -> np.ndarray:
+    """Little-endian uint32 at ``offset`` of every blob, read straight from Arrow's buffers."""
+    arr = blobs.cast(pa.binary()) if blobs.type != pa.binary() else blobs
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + n + 1]
+    data = np.frombuffer(arr.buffers()[2], np.uint8)
+    if ((offsets[1:] - offsets[:-1]) < offset + 4).any():
+        raise ValueError("blob shorter than expected")
+    base = offsets[:-1].astype(np.int64) + offset
+    out = np.zeros(n, np.int64)
+    for k in range(4):
+        out |= data[base + k].astype(np.int64) << (8 * k)
+    return out
+
+
+def concat_gpu_ops(parts: Sequence[pa.Table]) -> pa.Table:
+    """Align kernel/memcpy/memset tables to GPU_OPS_SCHEMA (absent columns null) and stack them."""
+    aligned = []
+    for part in parts:
+        cols = []
+        for f in GPU_OPS_SCHEMA:
+            if f.name in part.column_names:
+                cols.append(part.column(f.name).cast(f.type))
+            else:
+                cols.append(pa.nulls(part.num_rows, f.type))
+        aligned.append(pa.table(cols, schema=GPU_OPS_SCHEMA))
+    if not aligned:
+        return GPU_OPS_SCHEMA.empty_table()
+    return pa.concat_tables(aligned)
+
+
+def resolve_strings(strings: pa.Table, ids: np.ndarray) -> pa.Array:
+    """String-table ids -> a dictionary-encoded string array (the strings are not copied).
+
+    ``strings`` has columns ``id`` and ``value`` (nsys StringIds, nvprof StringTable); an id
+    missing from it reads as null.
+    """
+    sid = np_col(strings, "id")
+    values = strings.column("value").combine_chunks()
+    if len(sid) == 0:
+        return pa.DictionaryArray.from_arrays(pa.nulls(len(ids), pa.int32()), values)
+    order = np.argsort(sid, kind="stable")
+    pos = np.clip(np.searchsorted(sid[order], ids), 0, len(sid) - 1)
+    found = sid[order][pos] == ids
+    indices = pa.array(order[pos].astype(np.int32), mask=~found)
+    return pa.DictionaryArray.from_arrays(indices, values)

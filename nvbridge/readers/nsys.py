@@ -1,0 +1,320 @@
+"""Nsight Systems SQLite exports (2021 through 2026.x schemas) into a RawProfile.
+
+Tables are created lazily by the exporter and columns come and go between versions, so
+every read goes through :class:`Column` declarations: an absent table is zero rows, an
+absent optional column its default. Names are resolved through ``StringIds`` in Arrow
+(dictionary arrays), not in SQL, so the bulk read stays a plain table scan.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nvbridge.profile import RawProfile, SourceInfo
+from nvbridge.readers._arrow import (
+    concat_gpu_ops,
+    lookup,
+    np_col,
+    resolve_strings,
+    set_column,
+)
+from nvbridge.readers._db import Column, Database
+
+# ENUM_NSYS_EVENT_TYPE: these ids are stable since NVTX_EVENTS exists; ENUM_* tables are
+# absent from <=2022 exports, so the values live here.
+NVTX_MARK, NVTX_THREAD_NAME = 34, 39
+NVTX_PUSH_POP, NVTX_START_END = 59, 60
+NVTXT_PUSH_POP, NVTXT_START_END = 70, 71
+NVTX_DOMAIN_CREATE = 75
+RANGE_TYPES = (NVTX_PUSH_POP, NVTX_START_END, NVTXT_PUSH_POP, NVTXT_START_END)
+
+# ENUM_CUDA_MEMCPY_OPER (same ids as CUPTI's copyKind).
+COPY_KINDS = {
+    0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
+    7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD",
+}
+# ENUM_CUPTI_SYNC_TYPE.
+SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait", 3: "Stream sync", 4: "Context sync"}
+# ENUM_NSYS_EVENT_CLASS for CUPTI_ACTIVITY_KIND_RUNTIME.eventClass.
+API_KINDS = {0: "runtime", 1: "driver"}
+
+_TID_BITS = 0xFFFFFF
+_PID_MASK = ~0xFFFFFF  # globalTid -> globalPid: clear the thread bits, keep vm/hw/pid
+
+# Sample row (nsys 2026.2): start=38305112519 end=38305113207 eventType=59 text='aten::mul,
+# seq = 45328, op_id = 990726' textId=NULL globalTid=281475602513557 endGlobalTid=NULL domainId=0
+NVTX = [
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end"),
+    Column("event_type", "eventType", required=True),
+    Column("text", "text", "str"),
+    Column("text_id", "textId"),
+    Column("global_tid", "globalTid"),
+    Column("end_global_tid", "endGlobalTid"),
+    Column("domain_id", "domainId", default=0),
+]
+# Sample row: start=38270391000 end=38270398283 eventClass=0 globalTid=281475602513557
+# correlationId=120417 nameId=1303 (cudaLaunchKernel_v7000) returnValue=0
+RUNTIME = [
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end", required=True),
+    Column("event_class", "eventClass", default=0),
+    Column("global_tid", "globalTid"),
+    Column("correlation_id", "correlationId"),
+    Column("name_id", "nameId", required=True),
+    Column("return_value", "returnValue"),
+]
+_GPU_COMMON = [
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end", required=True),
+    Column("device_id", "deviceId"),
+    Column("context_id", "contextId"),
+    Column("stream_id", "streamId"),
+    Column("correlation_id", "correlationId"),
+    Column("process_key", "globalPid"),
+    Column("graph_node_id", "graphNodeId"),
+]
+# Sample row: start=38280134399 end=38280137055 deviceId=0 streamId=7 correlationId=120417
+# globalPid=281475602513152 demangledName=1471 shortName=1470 gridX=1184 blockX=128 ...
+KERNEL = _GPU_COMMON + [
+    Column("name_id", "demangledName", required=True),
+    Column("short_name_id", "shortName"),
+    Column("mangled_name_id", "mangledName"),
+    Column("grid_x", "gridX"), Column("grid_y", "gridY"), Column("grid_z", "gridZ"),
+    Column("block_x", "blockX"), Column("block_y", "blockY"), Column("block_z", "blockZ"),
+    Column("registers_per_thread", "registersPerThread"),
+    Column("static_shared_bytes", "staticSharedMemory"),
+    Column("dynamic_shared_bytes", "dynamicSharedMemory"),
+]
+MEMCPY = _GPU_COMMON + [
+    Column("bytes", "bytes"),
+    Column("copy_kind_id", "copyKind"),
+]
+MEMSET = _GPU_COMMON + [Column("bytes", "bytes")]
+GRAPH_TRACE = _GPU_COMMON + [Column("graph_id", "graphId")]
+SYNC = [
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end", required=True),
+    Column("device_id", "deviceId"),
+    Column("stream_id", "streamId"),
+    Column("correlation_id", "correlationId"),
+    Column("process_key", "globalPid"),
+    Column("sync_type_id", "syncType"),
+]
+
+
+def _process_id(global_ids: np.ndarray) -> np.ndarray:
+    return (global_ids >> 24) & _TID_BITS
+
+
+def read(db: Database) -> RawProfile:
+    """Read an Nsight Systems export into normalized Arrow tables."""
+    info = _source_info(db)
+    strings = _strings(db)
+    ranges, marks, thread_names = _nvtx(db, strings, info)
+    api = _api_calls(db, strings)
+    gpu = _gpu_ops(db, strings)
+    syncs = db.read_table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", SYNC)
+    syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
+    syncs = syncs.drop_columns(["sync_type_id"])
+    threads = _threads(db, strings, ranges, api, thread_names)
+    rows = sum(t.num_rows for t in (ranges, marks, api, gpu, syncs))
+    return RawProfile(info, ranges, marks, api, gpu, syncs, threads, _devices(db), rows)
+
+
+def _meta(db: Database) -> dict[str, str]:
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if db.has(table):
+            return {str(k): str(v) for k, v in db.scalar_rows(f"SELECT name, value FROM {table}")}
+    return {}
+
+
+def _source_info(db: Database) -> SourceInfo:
+    meta = _meta(db)
+    start_utc = None
+    if db.has("TARGET_INFO_SESSION_START_TIME"):
+        rows = db.scalar_rows("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+        start_utc = int(rows[0][0]) if rows and rows[0][0] is not None else None
+    capture_end = None
+    if db.has("ANALYSIS_DETAILS") and "duration" in db.columns("ANALYSIS_DETAILS"):
+        rows = db.scalar_rows("SELECT duration FROM ANALYSIS_DETAILS LIMIT 1")
+        capture_end = int(rows[0][0]) if rows and rows[0][0] is not None else None
+    normalized = meta.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
+    if normalized and capture_end is not None and start_utc is not None:
+        capture_end += start_utc
+    return SourceInfo(
+        source=db.name,
+        kind="nsys",
+        producer=meta.get("EXPORT_PRODUCT_NAME", "Nsight Systems").replace("NVIDIA ", ""),
+        producer_version=meta.get("EXPORT_PRODUCT_VERSION"),
+        schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
+        time_base="epoch" if normalized else "session",
+        session_start_utc_ns=start_utc,
+        capture_end_ns=capture_end,
+    )
+
+
+def _strings(db: Database) -> pa.Table:
+    return db.read_table(
+        "StringIds", [Column("id", "id", required=True), Column("value", "value", "str")]
+    )
+
+
+def _nvtx(db: Database, strings: pa.Table, info: SourceInfo) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """NVTX_EVENTS -> (ranges, marks, thread names)."""
+    if db.has("NVTX_EVENTS"):
+        t = db.table("NVTX_EVENTS")
+        wanted = (*RANGE_TYPES, NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)
+        ev = db.read(db.select("NVTX_EVENTS", NVTX, t.c.eventType.in_(wanted)), NVTX)
+    else:
+        ev = db.read_table("NVTX_EVENTS", NVTX)
+    etype = np_col(ev, "event_type")
+    gtid = np_col(ev, "global_tid", fill=0)
+    text_ids = np_col(ev, "text_id", fill=-1)
+    registered = resolve_strings(strings, text_ids).cast(pa.string())
+    text = pc.coalesce(ev.column("text").combine_chunks(), registered)
+
+    # Domain names come from NvtxDomainCreate rows and are scoped per process (NVIDIA's
+    # reports join on domainId and the pid bits). Windowed exports may lack them: then the
+    # domain is reported by id.
+    domain_id = np_col(ev, "domain_id", fill=0)
+    pid = _process_id(gtid)
+    is_domain = etype == NVTX_DOMAIN_CREATE
+    names = {(int(p), int(d)): str(n) for p, d, n in zip(
+        pid[is_domain], domain_id[is_domain], text.filter(pa.array(is_domain)).to_pylist())}
+    domain = _domain_names(pid, domain_id, names)
+
+    is_range = np.isin(etype, RANGE_TYPES)
+    sel = pa.array(is_range)
+    end = ev.column("end_ns").combine_chunks().filter(sel)
+    end_gtid = np_col(ev, "end_global_tid", fill=0)[is_range]
+    r_gtid = gtid[is_range]
+    crossed = (end_gtid != 0) & (end_gtid != r_gtid)
+    style = np.where(np.isin(etype[is_range], (NVTX_PUSH_POP, NVTXT_PUSH_POP)), "push_pop", "start_end")
+    ranges = pa.table({
+        "start_ns": ev.column("start_ns").filter(sel),
+        "end_ns": end,
+        "name": text.filter(sel),
+        "domain": domain.filter(sel),
+        "domain_id": pa.array(domain_id[is_range]),
+        "process_id": pa.array(pid[is_range]),
+        "thread_id": pa.array(r_gtid & _TID_BITS),
+        "thread_key": pa.array(r_gtid),
+        "end_thread_key": pa.array(end_gtid, mask=~crossed),
+        "style": pa.array(style, pa.string()),
+    })
+    is_mark = etype == NVTX_MARK
+    msel = pa.array(is_mark)
+    marks = pa.table({
+        "ts_ns": ev.column("start_ns").filter(msel),
+        "name": text.filter(msel),
+        "domain": domain.filter(msel),
+        "process_id": pa.array(pid[is_mark]),
+        "thread_id": pa.array(gtid[is_mark] & _TID_BITS),
+    })
+    is_tname = etype == NVTX_THREAD_NAME
+    thread_names = pa.table({
+        "thread_key": pa.array(gtid[is_tname]),
+        "thread_name": text.filter(pa.array(is_tname)),
+    })
+    return ranges, marks, thread_names
+
+
+def _domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, int], str]) -> pa.Array:
+    """Per-row domain name: null for the default domain 0 and for domains whose creation the
+    export lacks (windowed captures); ``domain_id`` still tells those apart."""
+    out = pa.nulls(len(pid), pa.string())
+    if not names or not (domain_id != 0).any():
+        return out
+    keys = np.stack([pid, domain_id], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    labels = [names.get((int(p), int(d))) if d else None for p, d in uniq]
+    return pa.array(labels, pa.string()).take(pa.array(inverse.ravel()))
+
+
+def _api_calls(db: Database, strings: pa.Table) -> pa.Table:
+    api = db.read_table("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME)
+    gtid = np_col(api, "global_tid", fill=0)
+    cls = np_col(api, "event_class", fill=0)
+    return pa.table({
+        "start_ns": api.column("start_ns"),
+        "end_ns": api.column("end_ns"),
+        "name": resolve_strings(strings, np_col(api, "name_id", fill=-1)),
+        "kind": lookup(cls, API_KINDS, default="other"),
+        "process_id": pa.array(_process_id(gtid)),
+        "thread_id": pa.array(gtid & _TID_BITS),
+        "thread_key": pa.array(gtid),
+        "process_key": pa.array(gtid & _PID_MASK),
+        "correlation_id": api.column("correlation_id"),
+        "return_value": api.column("return_value"),
+    })
+
+
+def _gpu_ops(db: Database, strings: pa.Table) -> pa.Table:
+    parts: list[pa.Table] = []
+    k = db.read_table("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL)
+    k = set_column(k, "name", resolve_strings(strings, np_col(k, "name_id", fill=-1)).cast(pa.string()))
+    for field in ("short_name", "mangled_name"):
+        ids = np_col(k, field + "_id", fill=-1)
+        k = set_column(k, field, resolve_strings(strings, ids).cast(pa.string()))
+    parts.append(set_column(k, "kind", pa.array(["kernel"] * k.num_rows, pa.string())))
+    m = db.read_table("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY)
+    copy = lookup(np_col(m, "copy_kind_id", fill=0), COPY_KINDS)
+    m = set_column(m, "copy_kind", copy)
+    m = set_column(m, "name", pc.binary_join_element_wise("Memcpy", copy, " "))
+    parts.append(set_column(m, "kind", pa.array(["memcpy"] * m.num_rows, pa.string())))
+    s = db.read_table("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET)
+    s = set_column(s, "name", pa.array(["Memset"] * s.num_rows, pa.string()))
+    parts.append(set_column(s, "kind", pa.array(["memset"] * s.num_rows, pa.string())))
+    if db.has("CUPTI_ACTIVITY_KIND_GRAPH_TRACE"):
+        g = db.read_table("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", GRAPH_TRACE)
+        g = set_column(g, "name", pc.binary_join_element_wise(
+            "CUDA graph", g.column("graph_id").cast(pa.string()), " "))
+        parts.append(set_column(g, "kind", pa.array(["graph"] * g.num_rows, pa.string())))
+    return concat_gpu_ops(parts)
+
+
+def _threads(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Table,
+             nvtx_names: pa.Table) -> pa.Table:
+    keys = np.unique(np.concatenate([
+        np_col(ranges, "thread_key"), np_col(api, "thread_key"), np_col(nvtx_names, "thread_key"),
+    ])).astype(np.int64)
+    names: dict[int, str] = {}
+    if db.has("ThreadNames"):
+        tn = db.read_table("ThreadNames", [Column("name_id", "nameId"), Column("global_tid", "globalTid")])
+        for key, name in zip(np_col(tn, "global_tid", fill=0),
+                             resolve_strings(strings, np_col(tn, "name_id", fill=-1)).cast(pa.string()).to_pylist()):
+            if name:
+                names[int(key)] = name
+    # Names given through nvtxNameOsThread win over the OS name.
+    for key, name in zip(np_col(nvtx_names, "thread_key"), nvtx_names.column("thread_name").to_pylist()):
+        if name:
+            names[int(key)] = name
+    proc_names: dict[int, str] = {}
+    if db.has("PROCESSES"):
+        for gpid, _pid, name in db.scalar_rows("SELECT globalPid, pid, name FROM PROCESSES"):
+            if gpid is not None and name:
+                proc_names[int(gpid)] = str(name)
+    return pa.table({
+        "process_id": pa.array(_process_id(keys)),
+        "thread_id": pa.array(keys & _TID_BITS),
+        "thread_key": pa.array(keys),
+        "thread_name": pa.array([names.get(int(k)) for k in keys], pa.string()),
+        "process_name": pa.array([proc_names.get(int(k) & _PID_MASK) for k in keys], pa.string()),
+    })
+
+
+def _devices(db: Database) -> pa.Table:
+    for table, id_col in (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_GPU", "deviceId"),
+                          ("TARGET_INFO_CUDA_GPU", "deviceId")):
+        if id_col in db.columns(table) and "name" in db.columns(table):
+            rows = db.scalar_rows(f"SELECT DISTINCT {id_col}, name FROM {table} ORDER BY {id_col}")
+            return pa.table({
+                "device_id": pa.array([int(r[0]) for r in rows], pa.int64()),
+                "name": pa.array([r[1] for r in rows], pa.string()),
+            })
+    return pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
+
+

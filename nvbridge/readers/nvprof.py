@@ -1,0 +1,281 @@
+"""nvprof SQLite databases (Version 11 and 12; any file name: .nvvp, .prof, .sql, .sqlite).
+
+nvprof writes every CUPTI activity table even when empty, names through ``StringTable``,
+a range as two MARKER rows sharing an ``id`` (flags 2 = start, 4 = end, 1 = mark), the
+thread of a marker as a 12-byte ``objectId`` blob (uint32 pid, uint32 tid), and
+``RUNTIME.threadId`` as a signed 32-bit number. GPU rows carry no process: nvprof profiles
+one process per file, so correlation ids are matched within the file.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import cxxfilt
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nvbridge.profile import RawProfile, SourceInfo
+from nvbridge.readers._arrow import (
+    blob_u32,
+    concat_gpu_ops,
+    lookup,
+    np_col,
+    resolve_strings,
+    set_column,
+)
+from nvbridge.readers._db import Column, Database
+from nvbridge.readers.nsys import COPY_KINDS, SYNC_TYPES
+
+K = "CUPTI_ACTIVITY_KIND_"
+MARKER_INSTANT, MARKER_START, MARKER_END = 1, 2, 4
+OBJECT_KIND_PROCESS, OBJECT_KIND_THREAD = 1, 2
+
+# cupti_runtime_cbid.h / cupti_driver_cbid.h: the calls PyTorch-era captures contain.
+RUNTIME_CBIDS = {
+    10: "cudaGetLastError", 13: "cudaLaunch", 16: "cudaSetDevice", 17: "cudaGetDevice",
+    20: "cudaMalloc", 22: "cudaFree", 31: "cudaMemcpy", 41: "cudaMemcpyAsync",
+    49: "cudaMemset", 51: "cudaMemsetAsync", 126: "cudaThreadSynchronize",
+    131: "cudaStreamSynchronize", 135: "cudaEventRecord", 137: "cudaEventSynchronize",
+    138: "cudaEventQuery", 147: "cudaStreamWaitEvent", 165: "cudaDeviceSynchronize",
+    211: "cudaLaunchKernel", 213: "cudaLaunch_ptsz", 214: "cudaLaunchKernel_ptsz",
+    225: "cudaMemcpyAsync_ptsz", 235: "cudaMemsetAsync_ptsz", 251: "cudaFuncGetAttributes",
+    269: "cudaLaunchCooperativeKernel", 284: "cudaLaunchHostFunc", 311: "cudaGraphLaunch",
+    312: "cudaGraphLaunch_ptsz", 317: "cudaStreamIsCapturing", 370: "cudaEventRecordWithFlags",
+    430: "cudaLaunchKernelExC", 431: "cudaLaunchKernelExC_ptsz",
+}
+DRIVER_CBIDS = {
+    17: "cuCtxSynchronize", 126: "cuStreamSynchronize", 306: "cuMemcpyAsync",
+    307: "cuLaunchKernel", 442: "cuLaunchKernel_ptsz", 477: "cuLaunchCooperativeKernel",
+    514: "cuGraphLaunch", 652: "cuLaunchKernelEx",
+}
+
+# Sample rows (net.sql, torch 1.4): flags=2 timestamp=1583978808645121207 id=1
+# objectKind=2 objectId=x'423E00004037DCEA00000000' name=3 ('embedding, seq = 65') domain=0
+MARKER = [
+    Column("flags", "flags", required=True),
+    Column("ts_ns", "timestamp", required=True),
+    Column("id", "id", required=True),
+    Column("object_id", "objectId", "bytes", required=True),
+    Column("name_id", "name"),
+    Column("domain_id", "domain", default=0),
+]
+# cbid=211 start=1583978808645290866 end=... processId=15938 threadId=-354666688 correlationId=12
+API = [
+    Column("cbid", "cbid", required=True),
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end", required=True),
+    Column("process_id", "processId"),
+    Column("thread_id", "threadId"),
+    Column("correlation_id", "correlationId"),
+    Column("return_value", "returnValue"),
+]
+_GPU = [
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end", required=True),
+    Column("device_id", "deviceId"),
+    Column("context_id", "contextId"),
+    Column("stream_id", "streamId"),
+    Column("correlation_id", "correlationId"),
+]
+KERNEL = _GPU + [
+    Column("name_id", "name", required=True),
+    Column("grid_x", "gridX"), Column("grid_y", "gridY"), Column("grid_z", "gridZ"),
+    Column("block_x", "blockX"), Column("block_y", "blockY"), Column("block_z", "blockZ"),
+    Column("registers_per_thread", "registersPerThread"),
+    Column("static_shared_bytes", "staticSharedMemory"),
+    Column("dynamic_shared_bytes", "dynamicSharedMemory"),
+]
+MEMCPY = _GPU + [Column("bytes", "bytes"), Column("copy_kind_id", "copyKind")]
+MEMSET = _GPU + [Column("bytes", "bytes")]
+SYNC = [
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end", required=True),
+    Column("stream_id", "streamId"),
+    Column("correlation_id", "correlationId"),
+    Column("sync_type_id", "type"),
+]
+NAMES = [
+    Column("object_kind", "objectKind"),
+    Column("object_id", "objectId", "bytes"),
+    Column("name_id", "name"),
+]
+
+
+@functools.lru_cache(maxsize=None)
+def demangle(symbol: str) -> str:
+    """C++ demangling, as nvprof's own viewer shows kernel names; odd symbols pass through."""
+    try:
+        return str(cxxfilt.demangle(symbol, external_only=False))
+    except Exception:  # cxxfilt raises on anything __cxa_demangle rejects
+        return symbol
+
+
+def read(db: Database) -> RawProfile:
+    """Read an nvprof database into normalized Arrow tables."""
+    version = db.scalar_rows("SELECT version FROM Version LIMIT 1") if db.has("Version") else []
+    strings = db.read_table("StringTable", [Column("id", "_id_", required=True), Column("value", "value", "str")])
+    ranges, marks = _markers(db, strings)
+    api = _api_calls(db)
+    gpu = _gpu_ops(db, strings)
+    syncs = db.read_table(K + "SYNCHRONIZATION", SYNC)
+    syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id", fill=0), SYNC_TYPES))
+    syncs = syncs.drop_columns(["sync_type_id"])
+    for name in ("device_id", "process_key"):
+        syncs = set_column(syncs, name, pa.array(np.zeros(syncs.num_rows, np.int64)) if name == "process_key"
+                           else pa.nulls(syncs.num_rows, pa.int64()))
+    times = [np_col(t, c) for t in (api, gpu) for c in ("start_ns", "end_ns") if t.num_rows]
+    times += [np_col(marks, "ts_ns")] if marks.num_rows else []
+    times += [np_col(ranges, "start_ns")] if ranges.num_rows else []
+    end = [int(a.max()) for a in times if len(a)]
+    if ranges.num_rows and ranges.column("end_ns").null_count < ranges.num_rows:
+        end.append(int(pc.max(ranges.column("end_ns")).as_py()))
+    info = SourceInfo(
+        source=db.name,
+        kind="nvprof",
+        producer="nvprof",
+        schema_version=str(version[0][0]) if version else None,
+        time_base="epoch",
+        capture_end_ns=max(end) if end else None,
+    )
+    threads = _threads(db, strings, ranges, api)
+    devices = _devices(db, strings)
+    rows = sum(t.num_rows for t in (ranges, marks, api, gpu, syncs))
+    return RawProfile(info, ranges, marks, api, gpu, syncs, threads, devices, rows)
+
+
+def _markers(db: Database, strings: pa.Table) -> tuple[pa.Table, pa.Table]:
+    m = db.read_table(K + "MARKER", MARKER)
+    flags = np_col(m, "flags", fill=0)
+    pid = blob_u32(m.column("object_id").combine_chunks(), 0)
+    tid = blob_u32(m.column("object_id").combine_chunks(), 4)
+    ts = np_col(m, "ts_ns")
+    ids = np_col(m, "id")
+    name = resolve_strings(strings, np_col(m, "name_id", fill=0)).cast(pa.string())
+    domain_ids = np_col(m, "domain_id", fill=0)
+    domain = pc.if_else(pa.array(domain_ids == 0), pa.scalar(None, pa.string()),
+                        resolve_strings(strings, domain_ids).cast(pa.string()))
+
+    starts = np.flatnonzero(flags & MARKER_START)
+    ends = np.flatnonzero(flags & MARKER_END)
+    end_order = ends[np.argsort(ids[ends], kind="stable")]
+    pos = np.clip(np.searchsorted(ids[end_order], ids[starts]), 0, max(len(end_order) - 1, 0))
+    paired = (ids[end_order][pos] == ids[starts]) if len(end_order) else np.zeros(len(starts), bool)
+    match = end_order[pos] if len(end_order) else np.zeros(len(starts), np.int64)
+    end_ns = np.where(paired, ts[match] if len(end_order) else 0, 0)
+    key = (pid << 32) | tid
+    end_key = np.where(paired, key[match] if len(end_order) else 0, 0)
+    crossed = paired & (end_key != key[starts])
+    s = pa.array(starts)
+    ranges = pa.table({
+        "start_ns": pa.array(ts[starts]),
+        "end_ns": pa.array(end_ns, mask=~paired),
+        "name": name.take(s),
+        "domain": domain.take(s),
+        "domain_id": pa.array(domain_ids[starts]),
+        "process_id": pa.array(pid[starts]),
+        "thread_id": pa.array(tid[starts]),
+        "thread_key": pa.array(key[starts]),
+        "end_thread_key": pa.array(end_key, mask=~crossed),
+        # nvprof does not say whether a range was pushed or started; same-thread ranges nest.
+        "style": pa.array(np.where(crossed, "start_end", "push_pop"), pa.string()),
+    })
+    marks_idx = pa.array(np.flatnonzero(flags & MARKER_INSTANT))
+    marks = pa.table({
+        "ts_ns": pa.array(ts).take(marks_idx),
+        "name": name.take(marks_idx),
+        "domain": domain.take(marks_idx),
+        "process_id": pa.array(pid).take(marks_idx),
+        "thread_id": pa.array(tid).take(marks_idx),
+    })
+    return ranges, marks
+
+
+def _api_calls(db: Database) -> pa.Table:
+    parts = []
+    for table, kind, names in (("RUNTIME", "runtime", RUNTIME_CBIDS), ("DRIVER", "driver", DRIVER_CBIDS)):
+        t = db.read_table(K + table, API)
+        cbid = np_col(t, "cbid", fill=0)
+        pid = np_col(t, "process_id", fill=0)
+        # threadId is stored signed; the marker blob holds the same value unsigned.
+        tid = np_col(t, "thread_id", fill=0) & 0xFFFFFFFF
+        parts.append(pa.table({
+            "start_ns": t.column("start_ns"),
+            "end_ns": t.column("end_ns"),
+            "name": _cbid_names(cbid, names),
+            "kind": pa.array([kind] * t.num_rows, pa.string()),
+            "process_id": pa.array(pid),
+            "thread_id": pa.array(tid),
+            "thread_key": pa.array((pid << 32) | tid),
+            "process_key": pa.array(np.zeros(t.num_rows, np.int64)),
+            "correlation_id": t.column("correlation_id"),
+            "return_value": t.column("return_value"),
+        }))
+    return pa.concat_tables(parts)
+
+
+def _cbid_names(cbid: np.ndarray, names: dict[int, str]) -> pa.Array:
+    uniq, inverse = np.unique(cbid, return_inverse=True)
+    labels = [names.get(int(c), f"cbid {int(c)}") for c in uniq]
+    return pa.array(labels, pa.string()).take(pa.array(inverse.ravel().astype(np.int64)))
+
+
+def _gpu_ops(db: Database, strings: pa.Table) -> pa.Table:
+    parts = []
+    for table in ("CONCURRENT_KERNEL", "KERNEL"):
+        k = db.read_table(K + table, KERNEL)
+        mangled = resolve_strings(strings, np_col(k, "name_id", fill=0)).cast(pa.string())
+        uniq, inverse = np.unique(np.asarray(mangled.fill_null("").to_numpy(zero_copy_only=False)),
+                                  return_inverse=True)
+        demangled = pa.array([demangle(str(u)) for u in uniq], pa.string())
+        k = set_column(k, "name", demangled.take(pa.array(inverse.ravel().astype(np.int64))))
+        k = set_column(k, "mangled_name", mangled)
+        parts.append(set_column(k, "kind", pa.array(["kernel"] * k.num_rows, pa.string())))
+    for table in ("MEMCPY", "MEMCPY2"):
+        m = db.read_table(K + table, MEMCPY)
+        copy = lookup(np_col(m, "copy_kind_id", fill=0), COPY_KINDS)
+        m = set_column(m, "copy_kind", copy)
+        m = set_column(m, "name", pc.binary_join_element_wise("Memcpy", copy, " "))
+        parts.append(set_column(m, "kind", pa.array(["memcpy"] * m.num_rows, pa.string())))
+    s = db.read_table(K + "MEMSET", MEMSET)
+    s = set_column(s, "name", pa.array(["Memset"] * s.num_rows, pa.string()))
+    parts.append(set_column(s, "kind", pa.array(["memset"] * s.num_rows, pa.string())))
+    gpu = concat_gpu_ops(parts)
+    return set_column(gpu, "process_key", pa.array(np.zeros(gpu.num_rows, np.int64)))
+
+
+def _object_names(db: Database, strings: pa.Table, kind: int) -> dict[tuple[int, int], str]:
+    t = db.read_table(K + "NAME", NAMES)
+    sel = np_col(t, "object_kind", fill=0) == kind
+    if not sel.any():
+        return {}
+    t = t.filter(pa.array(sel))
+    blobs = t.column("object_id").combine_chunks()
+    pid, tid = blob_u32(blobs, 0), blob_u32(blobs, 4)
+    names = resolve_strings(strings, np_col(t, "name_id", fill=0)).cast(pa.string()).to_pylist()
+    return {(int(p), int(q) if kind == OBJECT_KIND_THREAD else 0): str(n)
+            for p, q, n in zip(pid, tid, names) if n}
+
+
+def _threads(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Table) -> pa.Table:
+    keys = np.unique(np.concatenate([np_col(ranges, "thread_key"), np_col(api, "thread_key")]))
+    keys = keys.astype(np.int64)
+    pid, tid = keys >> 32, keys & 0xFFFFFFFF
+    thread_names = _object_names(db, strings, OBJECT_KIND_THREAD)
+    proc_names = _object_names(db, strings, OBJECT_KIND_PROCESS)
+    return pa.table({
+        "process_id": pa.array(pid),
+        "thread_id": pa.array(tid),
+        "thread_key": pa.array(keys),
+        "thread_name": pa.array([thread_names.get((int(p), int(t))) for p, t in zip(pid, tid)], pa.string()),
+        "process_name": pa.array([proc_names.get((int(p), 0)) for p in pid], pa.string()),
+    })
+
+
+def _devices(db: Database, strings: pa.Table) -> pa.Table:
+    t = db.read_table(K + "DEVICE", [Column("device_id", "id"), Column("name_id", "name")])
+    return pa.table({
+        "device_id": t.column("device_id"),
+        "name": resolve_strings(strings, np_col(t, "name_id", fill=0)).cast(pa.string()),
+    })
