@@ -1,0 +1,50 @@
+"""Shared fixtures: the real exports in ../shared/real_db/ (referenced in place, never copied)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL_DB = Path(os.environ.get("NVBRIDGE_REAL_DB", ROOT.parent / "shared" / "real_db"))
+SAMPLE_DB = ROOT / "sample_db"
+
+NSYS_FILES = [
+    "nsys-2021-pre-metadata.sqlite",
+    "nsys-2023.3-openmp-offload.sqlite",
+    "nsys-2024.2-pyprof-markers.sqlite",
+    "nsys-2024.6-nvfuser-cpp-nvtx.sqlite",
+    "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite",
+]
+NVPROF_FILES = [
+    "nvprof-2020-empty-capture.sqlite",
+    "nvprof-2020-pytorch14-pyprof-lm.sqlite",
+    "nvprof-2021-mxnet-driver.nvvp",
+]
+ALL_FILES = NSYS_FILES + NVPROF_FILES
+
+
+def real_db(name: str) -> Path:
+    """Path of a real export; skips (with the reason) where the shared folder is absent."""
+    path = REAL_DB / name
+    if not path.is_file():
+        pytest.skip(f"{path} not found: the real exports live in ../shared/real_db/ beside the repo")
+    return path
+
+
+def raw(path: Path, sql: str) -> list[tuple[object, ...]]:
+    """Run SQL on a real export, read-only: the independent side of every comparison."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture(params=ALL_FILES)
+def any_real_db(request: pytest.FixtureRequest) -> Iterator[Path]:
+    yield real_db(request.param)
