@@ -1,0 +1,153 @@
+"""The command line: the summary, exact one-line errors, exit status 1, no partial output."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from nvbridge.cli import cli
+from tests.conftest import real_db
+
+FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_convert_prints_summary_and_writes_dataset(tmp_path: Path) -> None:
+    src = real_db(FSDP)
+    before = hashlib.sha256(src.read_bytes()).hexdigest()
+    code, out, err = run("convert", str(src), "-o", str(tmp_path / "out"))
+    assert code == 0, err
+    assert out.startswith(f"Read {FSDP}: Nsight Systems 2026.2.1.210 (export schema 3.25.0)")
+    assert "17,113 ops (NVTX ranges)" in out and "3,587 kernels" in out
+    assert "16 of them because their launching API call is not in the capture" in out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        f"{t}.parquet" for t in ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices", "meta"))
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == before  # the input is never modified
+
+
+def test_quiet_prints_nothing(tmp_path: Path) -> None:
+    code, out, err = run("convert", str(real_db(FSDP)), "-o", str(tmp_path / "o"), "--quiet")
+    assert (code, out, err) == (0, "", "")
+
+
+def _expect_error(tmp_path: Path, src: Path, message: str) -> None:
+    out_dir = tmp_path / "out"
+    code, out, err = run("convert", str(src), "-o", str(out_dir))
+    assert code == 1
+    assert err == f"Error: {message}\n"
+    assert not out_dir.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    _expect_error(tmp_path, tmp_path / "nope.sqlite", "nope.sqlite: no such file; check the path.")
+
+
+def test_directory(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    _expect_error(tmp_path, tmp_path / "d",
+                  "d is a directory, not a profiler database; pass the .sqlite file itself.")
+
+
+def test_not_sqlite(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello")
+    _expect_error(tmp_path, bad, "notes.txt is not an SQLite database; nvbridge reads the SQLite export of "
+                  "Nsight Systems (`nsys export --type sqlite`) or nvprof (`nvprof -o profile.sqlite`).")
+
+
+def test_nsys_rep(tmp_path: Path) -> None:
+    rep = tmp_path / "run1.nsys-rep"
+    rep.write_bytes(b"\x00\x01QDSTRM not sqlite")
+    _expect_error(tmp_path, rep, "run1.nsys-rep is an Nsight Systems report, not its SQLite export; run "
+                  "`nsys export --type sqlite -o run1.sqlite run1.nsys-rep` and convert that.")
+
+
+def test_sqlite_of_another_program(tmp_path: Path) -> None:
+    other = tmp_path / "app.db"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE users(id INTEGER, name TEXT)")
+    con.commit()
+    con.close()
+    _expect_error(tmp_path, other, "app.db has neither nvprof tables (StringTable, CUPTI_ACTIVITY_KIND_MARKER) "
+                  "nor Nsight Systems tables (StringIds, NVTX_EVENTS); convert a .nsys-rep with "
+                  "`nsys export --type sqlite`.")
+
+
+def test_truncated_database(tmp_path: Path) -> None:
+    src = real_db(FSDP)
+    cut = tmp_path / "cut.sqlite"
+    data = src.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    _expect_error(tmp_path, cut, f"cut.sqlite is truncated ({len(data) // 2} of {len(data)} bytes); "
+                  "copy or export it again.")
+
+
+def test_corrupted_pages(tmp_path: Path) -> None:
+    """A file whose header is intact but whose pages are garbage fails with one line, too."""
+    src = real_db(FSDP)
+    bad = tmp_path / "bad.sqlite"
+    data = bytearray(src.read_bytes())
+    data[4096:len(data)] = b"\xff" * (len(data) - 4096)
+    bad.write_bytes(bytes(data))
+    code, out, err = run("convert", str(bad), "-o", str(tmp_path / "out"))
+    assert code == 1
+    assert err.startswith("Error: bad.sqlite ") and err.endswith("export it again.\n")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_output_needs_force(tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "keep.txt").write_text("mine")
+    code, _, err = run("convert", str(real_db(FSDP)), "-o", str(out_dir))
+    assert code == 1
+    assert err == f"Error: {out_dir} already exists; choose another output directory or pass --force to replace it.\n"
+    assert (out_dir / "keep.txt").read_text() == "mine"
+    code, _, err = run("convert", str(real_db(FSDP)), "-o", str(out_dir), "--force", "-q")
+    assert code == 0, err
+    assert not (out_dir / "keep.txt").exists()
+    assert pq.read_table(out_dir / "ops.parquet").num_rows == 17113
+
+
+def test_failed_force_keeps_the_old_dataset(tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    assert run("convert", str(real_db(FSDP)), "-o", str(out_dir), "-q")[0] == 0
+    bad = tmp_path / "bad.txt"
+    bad.write_text("x")
+    code, _, _ = run("convert", str(bad), "-o", str(out_dir), "--force")
+    assert code == 1
+    assert pq.read_table(out_dir / "ops.parquet").num_rows == 17113
+
+
+def test_several_reports_partition_by_report(tmp_path: Path) -> None:
+    a, b = real_db(FSDP), real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite")
+    code, out, err = run("convert", str(a), str(b), "-o", str(tmp_path / "ds"), "-q")
+    assert code == 0, err
+    parts = sorted(p.name for p in (tmp_path / "ds").iterdir())
+    assert parts == ["report=nsys-2026.2-pytorch2-fsdp-2gpu", "report=nvprof-2020-pytorch14-pyprof-lm"]
+    duckdb = pytest.importorskip("duckdb")
+    rows = duckdb.sql(
+        f"SELECT report, count(*) FROM read_parquet('{tmp_path}/ds/*/ops.parquet', hive_partitioning = true) "
+        "GROUP BY report ORDER BY report").fetchall()
+    assert rows == [("nsys-2026.2-pytorch2-fsdp-2gpu", 17113), ("nvprof-2020-pytorch14-pyprof-lm", 683)]
+
+
+def test_python_module_entry_point(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "nvbridge", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("nvbridge, version ")
+    assert shutil.which("nvbridge") is not None
