@@ -21,7 +21,8 @@ def segment_keys(group: np.ndarray, values: np.ndarray, lo: int, hi: int) -> np.
     span = hi - lo + 1
     if (int(group.max(initial=0)) + 1) * span >= 2**62:
         raise OverflowError("time span too wide for composite keys")
-    return group.astype(np.int64) * span + (values - lo)
+    keys: np.ndarray = group.astype(np.int64) * span + (values - lo)
+    return keys
 
 
 class Forest:

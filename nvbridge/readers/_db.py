@@ -255,7 +255,7 @@ class Database:
                 result = conn.execute(query)
                 names = list(result.keys())
                 rows = result.fetchall()
-            cols = list(zip(*rows)) if rows else [[] for _ in names]
+            cols: list[list[Any]] = [[row[i] for row in rows] for i in range(len(names))]
             return pa.table([pa.array(c) for c in cols], names=names)
         if self._adbc is None:
             import adbc_driver_sqlite.dbapi as adbc
