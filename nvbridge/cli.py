@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +13,9 @@ from pathlib import Path
 import click
 
 from nvbridge import __version__
+from nvbridge.analysis import format_time, parse_time
 from nvbridge.convert import Progress, convert
+from nvbridge.dataset import load
 from nvbridge.errors import NvbridgeError
 
 
@@ -37,7 +42,8 @@ def _progress(enabled: bool, label: str) -> Iterator[Progress | None]:
         yield None
         return
     from rich.console import Console
-    from rich.progress import Progress as Bar, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+    from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Bar(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
              console=Console(stderr=True), transient=True) as bar:
@@ -65,6 +71,65 @@ def convert_cmd(inputs: tuple[Path, ...], output: Path, force: bool, quiet: bool
     if not quiet:
         for result in results:
             click.echo(result.describe())
+
+
+def _gpu_lines(summary: list[dict[str, object]]) -> list[str]:
+    lines = []
+    for d in summary:
+        copies = ", ".join(f"{k} {v / 1e6:,.1f} MB" for k, v in d["memcpy_bytes"].items()) or "none"  # type: ignore[attr-defined]
+        lines.append(
+            f"GPU {d['device_id']} ({d['name'] or 'unnamed'}): busy {format_time(d['busy_ns'] / 1e3)} of "  # type: ignore[operator]
+            f"{format_time(d['span_ns'] / 1e3)} ({100 * d['idle_share']:.1f}% idle), "  # type: ignore[operator]
+            f"{d['kernels']:,} kernels, {d['gpu_ops']:,} GPU ops, memcpy: {copies}")
+    return lines
+
+
+@cli.command("summary")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--sort", "sort_by", default="self_cuda_time_total", show_default=True,
+              help="torch sort key: self_cuda_time_total, cuda_time_total, self_cpu_time_total, "
+                   "cpu_time_total, cpu_time, cuda_time, count.")
+@click.option("--limit", default=30, show_default=True, help="Rows to show (-1: all).")
+@click.option("--group-by", "group_by", type=click.Choice(["name", "shape", "module", "stack"]), default="name",
+              show_default=True, help="Group ops by name, or by name and input shape, module or stack.")
+@click.option("--stack-depth", default=1, show_default=True, help="Frames to group by with --group-by stack.")
+@click.option("--min-time", default="0", help="Hide rows whose CPU and CUDA totals are both below this (10us, 1ms).")
+@click.option("--filter", "name_regex", default=None, help="Only rows whose name matches this regular expression.")
+@click.option("--device", type=int, default=None, help="Count GPU time of this device only.")
+@click.option("--top-level", is_flag=True, help="Only ops without a parent range.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows and the GPU header as JSON.")
+def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth: int, min_time: str,
+                name_regex: str | None, device: int | None, top_level: bool, as_csv: bool, as_json: bool) -> None:
+    """Print a torch-style key_averages table for a report or a converted dataset."""
+    with _errors():
+        try:
+            min_us = parse_time(min_time)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--min-time") from exc
+        report = load(path)
+        averages = report.key_averages(
+            group_by_input_shape=group_by == "shape", group_by_module=group_by == "module",
+            group_by_stack_n=stack_depth if group_by == "stack" else 0,
+            top_level_events_only=top_level, device=device)
+        try:
+            rows = averages.sorted(sort_by, limit, name_regex, min_us)
+            text = averages.table(sort_by, limit, name_regex, min_us)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--sort") from exc
+        gpu = report.gpu_summary()
+    if as_json:
+        click.echo(json.dumps({"gpu": gpu, "rows": rows.to_pylist()}, indent=1))
+    elif as_csv:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=rows.column_names)
+        writer.writeheader()
+        writer.writerows(rows.to_pylist())
+        click.echo(buf.getvalue(), nl=False)
+    else:
+        for line in _gpu_lines(gpu):
+            click.echo(line)
+        click.echo(text, nl=False)
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge import semantics
 from nvbridge.errors import CorrelationError
 from nvbridge.intervals import Forest
 from nvbridge.profile import RawProfile, SourceInfo
@@ -259,6 +260,7 @@ def correlate(profile: RawProfile) -> Model:
     gpu_cols["flags"] = pa.array(g_flags)
     gpu_ops = pa.table(gpu_cols)
 
+    ops = semantics.annotate(ops)
     return Model(info, ops, api_calls, gpu_ops, _marks(profile), _syncs(profile, api, a_key),
                  _threads(profile), _devices(profile, gpu_ops))
 

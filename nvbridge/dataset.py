@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from nvbridge import __version__
+from nvbridge import __version__, analysis
 from nvbridge.correlate import correlate
 from nvbridge.export import parquet
 from nvbridge.readers import read_profile
@@ -32,6 +32,19 @@ class Report:
         self.syncs = tables["syncs"]
         self.threads = tables["threads"]
         self.devices = tables["devices"]
+
+    def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
+                     group_by_module: bool = False, top_level_events_only: bool = False,
+                     device: int | None = None) -> analysis.KeyAverages:
+        """Ops grouped like torch's ``key_averages``; ``.table(sort_by=..., row_limit=...)`` prints it."""
+        return analysis.key_averages(
+            self.ops, self.gpu_ops, group_by_input_shape=group_by_input_shape,
+            group_by_stack_n=group_by_stack_n, group_by_module=group_by_module,
+            top_level_events_only=top_level_events_only, device=device)
+
+    def gpu_summary(self) -> list[dict[str, Any]]:
+        """Per device: busy and idle time, kernel count, copy volume by direction."""
+        return analysis.gpu_header(self.gpu_ops, self.devices)
 
     def df(self, name: str) -> Any:
         """Table ``name`` as a pandas DataFrame (needs pandas)."""
