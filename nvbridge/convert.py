@@ -53,13 +53,17 @@ class ConversionResult:
         share = 100.0 * self.gpu_ns_unattributed / self.gpu_ns_total if self.gpu_ns_total else 0.0
         return (
             f"Read {self.info.source}: {self.info.describe()}, {self.rows_read:,} rows in "
-            f"{self.seconds:.2f} s. {self.ops:,} ops (NVTX ranges) on {self.threads:,} threads in "
-            f"{self.processes:,} processes; {self.api_calls:,} CUDA API calls "
+            f"{self.seconds:.2f} s. {self.ops:,} ops (NVTX ranges) on {_n(self.threads, 'thread')} in "
+            f"{_n(self.processes, 'process')}; {self.api_calls:,} CUDA API calls "
             f"({self.api_calls_outside_ranges:,} outside any range); {self.kernels:,} kernels, "
             f"{self.memcpys:,} memcpys, {self.memsets:,} memsets. {self.gpu_ops_unattributed:,} GPU ops "
             f"({share:.1f}% of GPU time) are attributed to no op, {self.gpu_ops_without_api_call:,} of "
             f"them because their launching API call is not in the capture. Wrote {self.output}."
         )
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith("s") else "s")
 
 
 def _summarize(model: Model, output: Path, rows_read: int, seconds: float) -> ConversionResult:

@@ -1,0 +1,77 @@
+"""The NVTX name parser, on names taken from the real reports and from each grammar."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from nvbridge.names import parse
+from tests.conftest import raw, real_db
+
+
+def one(name: str) -> dict[str, object]:
+    row = parse(pa.array([name])).to_pylist()[0]
+    return {k: v for k, v in row.items() if v is not None and v is not False}
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    # torch 1.0
+    ("add, seq=3", {"op_name": "add", "seq": 3}),
+    ("AddBackward, stashed seq=3", {"op_name": "AddBackward", "seq": 3, "is_backward": True}),
+    # torch 1.x (nvprof report)
+    ("embedding, seq = 65", {"op_name": "embedding", "seq": 65}),
+    ("NllLossBackward, seq = 128", {"op_name": "NllLossBackward", "seq": 128, "is_backward": True}),
+    ("torch::autograd::CopyBackwards, seq = 7", {"op_name": "torch::autograd::CopyBackwards", "seq": 7,
+                                                 "is_backward": True}),
+    ("nll_loss_backward, seq = 0", {"op_name": "nll_loss_backward", "seq": 0}),
+    # torch 2.x
+    ("aten::mul, seq = 46174, op_id = 993406", {"op_name": "aten::mul", "seq": 46174, "torch_op_id": 993406}),
+    ("aten::empty, op_id = 990346", {"op_name": "aten::empty", "torch_op_id": 990346}),
+    ("aten::addmm, seq = 5, op_id = 12, sizes = [[3], [2, 4], [4, 3], [], []], input_op_ids = [(63,0), (0,-1)]",
+     {"op_name": "aten::addmm", "seq": 5, "torch_op_id": 12, "input_shapes": "[[3], [2, 4], [4, 3], [], []]",
+      "input_op_ids": "[(63,0), (0,-1)]"}),
+    ("autograd::engine::evaluate_function: AddmmBackward0, op_id = 28",
+     {"op_name": "autograd::engine::evaluate_function: AddmmBackward0", "torch_op_id": 28, "is_backward": True}),
+    ("AddmmBackward0, seq = 5, op_id = 29", {"op_name": "AddmmBackward0", "seq": 5, "torch_op_id": 29,
+                                            "is_backward": True}),
+    ("RegisterPostBackwardFunction, seq = 46241, op_id = 993694",
+     {"op_name": "RegisterPostBackwardFunction", "seq": 46241, "torch_op_id": 993694}),
+    # nvbridge's own
+    ("AddmmBackward0, stashed seq = 5, fwd_tid = 123", {"op_name": "AddmmBackward0", "seq": 5, "fwd_tid": 123,
+                                                        "is_backward": True}),
+    ("nn.Module: encoder.layers.0.attn (MultiheadAttention)",
+     {"op_name": "nn.Module: MultiheadAttention", "module": "encoder.layers.0.attn"}),
+    ("ProfilerStep#3", {"op_name": "ProfilerStep#3", "step": 3}),
+    # PyProf dict markers
+    ("{'mod': 'torch.nn.functional', 'op': 'embedding', 'args': [{'name': '', 'type': 'tensor', 'shape': (35, 20),"
+     " 'dtype': 'int64'}, {'name': '', 'type': 'float', 'value': 2.0}]}",
+     {"op_name": "torch.nn.functional.embedding", "input_shapes": "[[35, 20], []]"}),
+    ("{'traceMarker': ['a.py:1', 'b.py:2']}", {"op_name": "traceMarker", "stack": ["a.py:1", "b.py:2"]}),
+    # pass-through: NCCL, user ranges, garbage
+    ("ncclAllReduce", {"op_name": "ncclAllReduce"}),
+    ("FSDP::pre_forward (blocks.0)", {"op_name": "FSDP::pre_forward (blocks.0)"}),
+    ("{not a dict", {"op_name": "{not a dict"}),
+    ("line one\nline two, seq = 4", {"op_name": "line one\nline two", "seq": 4}),
+    ("", {"op_name": ""}),
+])
+def test_grammars(name: str, expected: dict[str, object]) -> None:
+    assert one(name) == expected
+
+
+def test_every_real_name_parses_and_keeps_its_op_name() -> None:
+    """Every distinct NVTX text in the real reports: no failure, and op_name is a prefix."""
+    texts: list[str] = []
+    for file, sql in [
+        ("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite", "SELECT DISTINCT coalesce(text, '') FROM NVTX_EVENTS"),
+        ("nsys-2024.2-pyprof-markers.sqlite", "SELECT DISTINCT text FROM NVTX_EVENTS"),
+        ("nsys-2024.6-nvfuser-cpp-nvtx.sqlite", "SELECT DISTINCT text FROM NVTX_EVENTS"),
+        ("nvprof-2020-pytorch14-pyprof-lm.sqlite", "SELECT value FROM StringTable"),
+    ]:
+        texts += [str(t) for (t,) in raw(real_db(file), sql)]
+    parsed = parse(pa.array(texts)).to_pylist()
+    assert len(parsed) == len(texts) > 10000
+    for text, row in zip(texts, parsed):
+        if not text.startswith(("{", "nn.Module: ")):
+            assert text.startswith(row["op_name"])
+        if ", seq = " in text and not text.startswith("{"):
+            assert row["seq"] is not None, text

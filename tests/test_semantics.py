@@ -1,0 +1,102 @@
+"""Forward -> backward links, module paths and inherited shapes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import nvbridge
+from nvbridge.correlate import correlate
+from tests.conftest import SAMPLE_DB, raw, real_db
+from tests.test_correlate import _range, profile
+
+
+def _linked_share(report: nvbridge.Report) -> tuple[int, int, list[str]]:
+    ops = report.df("ops")
+    nodes = ops[ops.is_backward & ops.seq.notna()]
+    missing = nodes[nodes.fwd_op_id.isna()]
+    return len(nodes), len(nodes) - len(missing), list(missing["name"])
+
+
+def test_nvprof_torch14_backward_nodes_all_link() -> None:
+    path = real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite")
+    report = nvbridge.load(path)
+    nodes, linked, missing = _linked_share(report)
+    # Independent count: backward node ranges (class names ending in Backward) with a seq.
+    strings = dict(raw(path, "SELECT _id_, value FROM StringTable"))
+    expected = sum(1 for (n,) in raw(path, "SELECT name FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 2")
+                   if strings[n].split(",")[0].rstrip("0123456789").endswith(("Backward", "Backwards"))
+                   and ", seq = " in strings[n])
+    assert nodes == expected == 61
+    assert linked == nodes and missing == []
+    ops = report.df("ops").set_index("op_id")
+    for row in ops[ops.fwd_op_id.notna()].itertuples():
+        fwd = ops.loc[int(row.fwd_op_id)]
+        assert fwd.seq == row.seq and not fwd.is_backward
+        assert fwd.start_ns < row.start_ns
+        assert fwd.thread_id != row.thread_id  # torch 1.4 ran backward on the autograd thread
+
+
+def test_fsdp_report_has_no_backward_nodes_to_link() -> None:
+    """The 2026.2 FSDP capture holds forward passes only: the rule must not invent links."""
+    report = nvbridge.load(real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"))
+    assert _linked_share(report) == (0, 0, [])
+    assert report.ops.column("fwd_op_id").null_count == report.ops.num_rows
+
+
+@pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLE_DB.glob("*.sqlite")) or ["<none>"])
+def test_sample_recordings_link_99_percent(sample: str) -> None:
+    path = SAMPLE_DB / sample
+    if not path.is_file():
+        pytest.fail("sample_db/ holds no recordings; scripts/record_samples.sh makes them")
+    nodes, linked, missing = _linked_share(nvbridge.load(path))
+    assert nodes > 0
+    assert linked >= 0.99 * nodes, missing
+
+
+def test_fwd_tid_makes_the_link_exact() -> None:
+    """Two forward threads reuse seq 5; fwd_tid picks the right one, later start or not."""
+    model = correlate(profile([
+        _range(0, 10, "aten::mm, seq = 5, op_id = 1", tid=1),
+        _range(20, 30, "aten::mm, seq = 5, op_id = 2", tid=2),
+        _range(40, 50, "MmBackward0, stashed seq = 5, fwd_tid = 1", tid=3),
+        _range(60, 70, "MmBackward0, seq = 5", tid=3),
+    ], [], []))
+    rows = model.ops.to_pylist()
+    by_id = {r["torch_op_id"]: r["op_id"] for r in rows if r["torch_op_id"]}
+    assert rows[2]["fwd_op_id"] == by_id[1]  # exact: thread 1 although thread 2 started later
+    assert rows[3]["fwd_op_id"] == by_id[2]  # no fwd_tid: the latest forward op with seq 5
+
+
+def test_top_most_op_with_the_seq_is_the_forward_op() -> None:
+    model = correlate(profile([
+        _range(0, 10, "aten::linear, seq = 7, op_id = 1"),
+        _range(2, 8, "aten::addmm, seq = 7, op_id = 2, sizes = [[3], [2, 4]]"),
+        _range(20, 30, "AddmmBackward0, seq = 7", tid=2),
+    ], [], []))
+    rows = model.ops.to_pylist()
+    assert rows[2]["fwd_op_id"] == rows[0]["op_id"]
+
+
+def test_backward_inherits_module_and_shapes() -> None:
+    model = correlate(profile([
+        _range(0, 100, "nn.Module: encoder.layers.0 (Linear)"),
+        _range(10, 20, "aten::addmm, seq = 9, op_id = 1, sizes = [[4], [2, 3], [3, 4]]"),
+        _range(200, 210, "AddmmBackward0, stashed seq = 9, fwd_tid = 1", tid=2),
+        _range(202, 208, "aten::mm, op_id = 5", tid=2),
+        _range(300, 310, "ProfilerStep#4", tid=3),
+        _range(301, 302, "user range", tid=3),
+    ], [], []))
+    rows = {r["name"].split(",")[0]: r for r in model.ops.to_pylist()}
+    assert rows["aten::addmm"]["module_path"] == "encoder.layers.0"
+    assert rows["AddmmBackward0"]["module_path"] == "encoder.layers.0"
+    assert rows["AddmmBackward0"]["input_shapes"] == "[[4], [2, 3], [3, 4]]"
+    assert rows["AddmmBackward0"]["is_backward"] and not rows["aten::mm"]["is_backward"]
+    assert rows["user range"]["step"] == 4 and rows["aten::addmm"]["step"] is None
+
+
+def test_pyprof_stack_reaches_the_ops_inside(tmp_path: Path) -> None:
+    ops = nvbridge.load(real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite")).df("ops")
+    emb = ops[ops["name"] == "embedding, seq = 65"].iloc[0]
+    assert list(emb["stack"])[:2] == ["language-model.py:319", "language-model.py:261"]
