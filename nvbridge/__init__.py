@@ -39,11 +39,20 @@ __all__ = [
     "convert",
     "emit_nvtx",
     "load",
+    "load_nvprof",
 ]
 
 
 def __getattr__(name: str) -> Any:
     # emit_nvtx imports torch; keep `import nvbridge` free of it (PEP 562).
+    if name == "load_nvprof":
+        try:
+            from nvbridge.torch_compat import load_nvprof
+        except ImportError as exc:
+            raise ImportError(
+                f"nvbridge.load_nvprof needs torch ({exc}); install it with: pip install 'nvbridge[torch]'"
+            ) from exc
+        return load_nvprof
     if name == "emit_nvtx":
         try:
             from nvbridge.annotate import emit_nvtx

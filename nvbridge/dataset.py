@@ -10,11 +10,12 @@ import pyarrow as pa
 
 from nvbridge import __version__, analysis
 from nvbridge.correlate import correlate
+from nvbridge.events import EventsMixin
 from nvbridge.export import parquet
 from nvbridge.readers import read_profile
 
 
-class Report:
+class Report(EventsMixin):
     """The tables of one converted report.
 
     Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads`` and

@@ -79,3 +79,37 @@ def test_kernel_attribution_agrees_with_torch_where_torch_is_right() -> None:
     assert len(differ) == sum(1 for k in ours if other_thread[k]) > 0
     assert sum(ours.values()) < sum(torch_ns.values())
     print(f"agree on {len(agree)} ranges, differ on {len(differ)} (other-thread launches)")
+
+
+def test_nvbridge_load_nvprof_is_a_working_drop_in() -> None:
+    """torch's own EventList, tree built, key_averages works, on nvprof and Nsight Systems alike."""
+    _torch_load_nvprof()
+    for name in ("nvprof-2020-pytorch14-pyprof-lm.sqlite", "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"):
+        path = real_db(name)
+        events = nvbridge.load_nvprof(path)
+        ours = {r["name"]: r for r in nvbridge.load(path).key_averages().sorted(row_limit=-1).to_pylist()}
+        table = events.key_averages().table(sort_by="self_cuda_time_total", row_limit=5)
+        assert "Self CUDA" in table
+        torch_rows = {e.key: e for e in events.key_averages()}
+        for op, row in ours.items():
+            if row["self_gpu_ns"]:
+                assert abs(torch_rows[op].self_device_time_total - row["self_gpu_ns"] / 1e3) < 1e-3 * row["calls"]
+                assert torch_rows[op].count == row["calls"]
+        threads = {e.thread for e in events if e.device_type.name == "CPU"}
+        assert threads == set(nvbridge.load(path).ops.column("thread_id").to_pylist())
+
+
+def test_events_views() -> None:
+    report = nvbridge.load(real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite"))
+    events = list(report.events())
+    assert len(events) == report.ops.num_rows
+    backward = [e for e in events if e.is_backward and e.fwd_event is not None]
+    assert len(backward) == 61
+    e = backward[0]
+    assert e.fwd_event is not None and e.fwd_event.sequence_nr == e.sequence_nr
+    with_kernels = [e for e in events if e.kernels]
+    assert sum(len(e.kernels) for e in with_kernels) == 189
+    for ev in with_kernels[:20]:
+        assert sum(k.duration_ns for k in ev.kernels) == ev.self_device_time_total_ns
+        for child in ev.cpu_children:
+            assert child.cpu_parent is not None and child.cpu_parent.id == ev.id
