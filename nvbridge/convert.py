@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from nvbridge import __version__
 from nvbridge.correlate import Model, check, correlate
 from nvbridge.errors import ExportError
-from nvbridge.export import parquet
+from nvbridge.dataset import from_model, load
+from nvbridge.export import chrome, parquet
 from nvbridge.profile import SourceInfo
 from nvbridge.readers import read_profile
 from nvbridge.readers._arrow import np_col
@@ -71,14 +73,15 @@ def _summarize(model: Model, output: Path, rows_read: int, seconds: float) -> Co
     kind = np.asarray(g.column("kind").to_numpy(zero_copy_only=False))
     dur = np_col(g, "end_ns") - np_col(g, "start_ns")
     unattributed = np_col(g, "op_id", fill=-1) < 0
-    thread_pairs = {(p, t) for p, t in zip(np_col(model.ops, "process_id"), np_col(model.ops, "thread_id", fill=0))}
+    pids = np_col(model.ops, "process_id")
+    keys = pa.array((pids << 32) | np_col(model.ops, "thread_id", fill=0)).unique()
     return ConversionResult(
         info=model.info,
         output=output,
         rows_read=rows_read,
         ops=model.ops.num_rows,
-        threads=len(thread_pairs),
-        processes=len({p for p, _ in thread_pairs}),
+        threads=len(keys),
+        processes=len(pa.array(pids).unique()),
         api_calls=model.api_calls.num_rows,
         api_calls_outside_ranges=int(model.api_calls.column("op_id").null_count),
         kernels=int((kind == "kernel").sum()),
@@ -114,7 +117,8 @@ def _publish(tmp: Path, output: Path) -> None:
 
 
 def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], *, force: bool = False,
-                progress: Progress | None = None) -> ConversionResult:
+                progress: Progress | None = None, chrome_trace: str | os.PathLike[str] | None = None,
+                ) -> ConversionResult:
     """Convert one profiler database into a Parquet dataset directory.
 
     Args:
@@ -122,6 +126,8 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
         output: the dataset directory to create.
         force: replace ``output`` if it exists.
         progress: called with a short stage name as work advances.
+        chrome_trace: also write the Chrome/Perfetto trace here (``.json`` or ``.json.gz``),
+            from the same in-memory model: the input is read once.
 
     Returns:
         What was read and written.
@@ -132,6 +138,8 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     """
     out = Path(output)
     _check_destination(out, force)
+    if chrome_trace is not None:
+        _check_trace_destination(Path(chrome_trace), force)
     say = progress or (lambda _stage: None)
     t0 = time.perf_counter()
     say("reading")
@@ -144,6 +152,9 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         parquet.write(model, tmp, __version__)
+        if chrome_trace is not None:
+            say("writing trace")
+            chrome.write(from_model(model), chrome_trace)
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -151,9 +162,46 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     return _summarize(model, out, profile.rows_read, time.perf_counter() - t0)
 
 
+def _check_trace_destination(path: Path, force: bool) -> None:
+    if not path.name.endswith(chrome.SUFFIXES):
+        raise ExportError(f"{path.name}: a Chrome trace is written as .json or .json.gz; rename the output.")
+    if path.exists() and not force:
+        raise ExportError(f"{path} already exists; choose another file or pass --force to replace it.")
+
+
+def export_chrome_trace(source: str | os.PathLike[str], dest: str | os.PathLike[str], *,
+                        start_ns: int | None = None, end_ns: int | None = None,
+                        steps: tuple[int, int] | None = None, processes: set[int] | None = None,
+                        force: bool = True) -> chrome.TraceStats:
+    """Write a report (or converted dataset) as a Chrome/Perfetto trace.
+
+    Args:
+        source: a profiler database, SQLAlchemy URL or dataset directory.
+        dest: ``.json`` or ``.json.gz`` (compressed while streaming).
+        start_ns, end_ns: a time window, in the report's time base.
+        steps: ``(first, last)`` ProfilerStep numbers: the window they span.
+        processes: host process ids to keep.
+        force: replace ``dest`` if it exists.
+
+    Raises:
+        InputError: the source cannot be read.
+        ExportError: bad destination, or steps the report does not have.
+    """
+    path = Path(dest)
+    _check_trace_destination(path, force)
+    report = load(source)
+    if steps is not None:
+        try:
+            start_ns, end_ns = chrome.step_window(report.ops, *steps)
+        except ValueError as exc:
+            raise ExportError(str(exc)) from exc
+    return chrome.write(report, path, start_ns=start_ns, end_ns=end_ns, processes=processes)
+
+
 def convert(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
             output: str | os.PathLike[str], *, force: bool = False,
-            progress: Progress | None = None) -> list[ConversionResult]:
+            progress: Progress | None = None,
+            chrome_trace: str | os.PathLike[str] | None = None) -> list[ConversionResult]:
     """Convert one or more reports. One source writes ``output`` itself; several write
     ``output/report=<file stem>/`` each, a layout DuckDB, Polars and Spark read as one
     dataset partitioned by report.
@@ -165,7 +213,9 @@ def convert(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         sources = [sources]
     out = Path(output)
     if len(sources) == 1:
-        return [convert_one(sources[0], out, force=force, progress=progress)]
+        return [convert_one(sources[0], out, force=force, progress=progress, chrome_trace=chrome_trace)]
+    if chrome_trace is not None:
+        raise ExportError("--chrome writes one trace: convert one report at a time, or use `nvbridge trace`.")
     stems = [Path(os.fspath(s)).stem for s in sources]
     if len(set(stems)) != len(stems):
         raise ExportError("two inputs share a file name; rename one so each report gets its own partition.")

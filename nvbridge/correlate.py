@@ -14,17 +14,18 @@ Pure: no I/O, no SQLAlchemy, no torch. Rules (DESIGN.md, "Attribution rules"):
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge import semantics
+from nvbridge import names, semantics
 from nvbridge.errors import CorrelationError
 from nvbridge.intervals import Forest
 from nvbridge.profile import RawProfile, SourceInfo
-from nvbridge.readers._arrow import np_col
+from nvbridge.readers._arrow import DICT_STR, np_col
 
 # ops.flags bits
 OPEN_AT_END = 1
@@ -116,18 +117,28 @@ def correlate(profile: RawProfile) -> Model:
     cross = np.asarray(r.column("end_thread_key").combine_chunks().is_valid().to_numpy(zero_copy_only=False))
     flags[cross] |= CROSS_THREAD
 
-    thread_keys, tinv = np.unique(
-        np.concatenate([np_col(r, "thread_key"), np_col(api, "thread_key")]), return_inverse=True)
-    tinv = tinv.ravel()
+    # Dense thread indices by hashing (no sort): any order serves the per-thread keys.
+    keys = np.concatenate([np_col(r, "thread_key"), np_col(api, "thread_key")]).astype(np.int64)
+    tinv = np.asarray(pa.array(keys).dictionary_encode().indices.to_numpy(zero_copy_only=False)).astype(np.int64)
     r_thread, api_thread = tinv[: r.num_rows], tinv[r.num_rows:]
-    order = np.lexsort((np.arange(r.num_rows), -r_end, r_start, r_thread))
-    r = r.take(pa.array(order))
-    r_start, r_end, r_thread = r_start[order], r_end[order], r_thread[order]
-    flags, cross = flags[order], cross[order]
+    # Output order: by start (longer first on ties, then push order). Exports list NVTX rows
+    # in start order already, so the reorder (a copy of every name) is usually skipped.
+    order = np.lexsort((np.arange(r.num_rows), r_thread, -r_end, r_start))
+    if not np.array_equal(order, np.arange(r.num_rows)):
+        r = r.take(pa.array(order))
+        r_start, r_end, r_thread = r_start[order], r_end[order], r_thread[order]
+        flags, cross = flags[order], cross[order]
+
+    # Name parsing is Arrow string work that releases the GIL: run it beside the numeric
+    # correlation below (two cores), and join before the PyTorch columns are attached.
+    pool = ThreadPoolExecutor(max_workers=1)
+    parsing = pool.submit(names.parse, r.column("name"))
 
     lo = int(min((int(t.min()) for t in times if len(t)), default=0))
     hi = max(capture_end, int(r_end.max(initial=0)))
-    tree_idx = np.flatnonzero(~cross)
+    # The forest wants (thread, start, -end) order; tree_idx maps its rows to output rows.
+    candidates = np.flatnonzero(~cross)
+    tree_idx = candidates[np.lexsort((candidates, -r_end[candidates], r_start[candidates], r_thread[candidates]))]
     forest = Forest(r_thread[tree_idx], r_start[tree_idx], r_end[tree_idx], lo, hi)
     flags[tree_idx[forest.crossing]] |= CROSSING
     in_tree = np.zeros(r.num_rows, bool)
@@ -135,14 +146,15 @@ def correlate(profile: RawProfile) -> Model:
 
     n = r.num_rows
     parent = np.full(n, -1, np.int64)
-    tree_parent = forest.parent
-    parent[tree_idx] = _through(tree_idx, tree_parent)
+    depth = np.zeros(n, np.int64)
+    parent[tree_idx] = _through(tree_idx, forest.parent)
+    depth[tree_idx] = forest.depth
     # Ranges outside the tree hang under the innermost tree range containing them.
     outside = np.flatnonzero(~in_tree)
     if len(outside):
         host = forest.innermost(r_thread[outside], r_start[outside], r_end[outside])
         parent[outside] = _through(tree_idx, host)
-    depth = _depths(parent)
+        depth[outside] = np.where(host >= 0, _through(forest.depth, host) + 1, 0)
 
     # --- API calls -> innermost range on their thread --------------------------------
     a_start, a_end = np_col(api, "start_ns"), np_col(api, "end_ns")
@@ -196,7 +208,7 @@ def correlate(profile: RawProfile) -> Model:
         "parent_id": pa.array(parent, mask=parent < 0),
         "depth": pa.array(depth),
         "name": r.column("name").cast(pa.string()),
-        "domain": r.column("domain").cast(pa.string()),
+        "domain": r.column("domain").cast(DICT_STR),
         "domain_id": r.column("domain_id"),
         "process_id": pa.array(r_pid),
         "thread_id": r.column("thread_id"),
@@ -211,7 +223,7 @@ def correlate(profile: RawProfile) -> Model:
         "api_call_count": pa.array(api_count),
         "gpu_start_ns": pa.array(g_first, mask=~has_gpu),
         "gpu_end_ns": pa.array(g_last, mask=~has_gpu),
-        "style": r.column("style"),
+        "style": r.column("style").cast(DICT_STR),
         "end_thread_id": pc.bit_wise_and(end_thread, pa.scalar(0xFFFFFF if info.kind == "nsys" else 0xFFFFFFFF)),
         "flags": pa.array(flags),
     })
@@ -260,20 +272,10 @@ def correlate(profile: RawProfile) -> Model:
     gpu_cols["flags"] = pa.array(g_flags)
     gpu_ops = pa.table(gpu_cols)
 
-    ops = semantics.annotate(ops)
+    ops = semantics.annotate(ops, parsing.result())
+    pool.shutdown()
     return Model(info, ops, api_calls, gpu_ops, _marks(profile), _syncs(profile, api, a_key),
                  _threads(profile), _devices(profile, gpu_ops))
-
-
-def _depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of each node from parent links, one vectorized step per level."""
-    depth = np.zeros(len(parent), np.int64)
-    cur = parent.copy()
-    while (cur >= 0).any():
-        live = cur >= 0
-        depth[live] += 1
-        cur[live] = parent[cur[live]]
-    return depth
 
 
 def _marks(profile: RawProfile) -> pa.Table:
@@ -301,7 +303,7 @@ def _devices(profile: RawProfile, gpu_ops: pa.Table) -> pa.Table:
     """Devices the report names, plus any device a GPU op ran on that it does not name."""
     known = profile.devices
     seen = set(np_col(known, "device_id", fill=-1).tolist())
-    extra = sorted({int(d) for d in np_col(gpu_ops, "device_id", fill=-1) if d >= 0} - seen)
+    extra = sorted({int(d) for d in np.unique(np_col(gpu_ops, "device_id", fill=-1)) if d >= 0} - seen)
     extra_t = pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())})
     return pa.concat_tables([known.cast(extra_t.schema), extra_t]).sort_by([("device_id", "ascending")])
 

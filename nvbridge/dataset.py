@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from nvbridge import __version__, analysis
-from nvbridge.correlate import correlate
+from nvbridge.correlate import Model, correlate
 from nvbridge.events import EventsMixin
 from nvbridge.export import parquet
 from nvbridge.readers import read_profile
@@ -48,8 +48,12 @@ class Report(EventsMixin):
         return analysis.gpu_header(self.gpu_ops, self.devices)
 
     def df(self, name: str) -> Any:
-        """Table ``name`` as a pandas DataFrame (needs pandas)."""
-        return self._tables[name].to_pandas()
+        """Table ``name`` as a pandas DataFrame (needs pandas); names come as plain strings,
+        not categoricals, although Arrow keeps them dictionary-encoded."""
+        table = self._tables[name]
+        schema = pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
+                            for f in table.schema])
+        return table.cast(schema).to_pandas()
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v.num_rows}" for k, v in self._tables.items())
@@ -70,7 +74,11 @@ def load(path: str | os.PathLike[str]) -> Report:
     if p.is_dir():
         meta, tables = parquet.read(p)
         return Report(meta, tables)
-    model = correlate(read_profile(path))
+    return from_model(correlate(read_profile(path)))
+
+
+def from_model(model: Model) -> Report:
+    """A Report over an in-memory model (what a conversion is about to write)."""
     meta_t = parquet.meta_table(model.info, model, __version__)
     meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
     return Report(meta, {name: getattr(model, name) for name in parquet.TABLES})

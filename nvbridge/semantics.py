@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge import names
-from nvbridge.readers._arrow import np_col
+from nvbridge.readers._arrow import dense_ids, np_col
 
 
 def _inherit_down(parent: np.ndarray, depth: np.ndarray, own: list[object | None]) -> list[object | None]:
@@ -39,15 +39,6 @@ def _inherit_down_np(parent: np.ndarray, depth: np.ndarray, own: np.ndarray) -> 
         ok = p >= 0
         out[at[ok]] = out[p[ok]]
     return out
-
-
-def _group_keys(*cols: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense int64 ids for rows of several int columns (equal rows -> equal id)."""
-    if len(cols[0]) == 0:
-        return np.zeros(0, np.int64), 0
-    stacked = np.stack(cols, axis=1)
-    uniq, inverse = np.unique(stacked, axis=0, return_inverse=True)
-    return inverse.ravel().astype(np.int64), len(uniq)
 
 
 def forward_links(ops: pa.Table, parsed: pa.Table) -> np.ndarray:
@@ -75,7 +66,7 @@ def forward_links(ops: pa.Table, parsed: pa.Table) -> np.ndarray:
             continue
         thread_c = tid[cand] if exact else np.zeros(len(cand), np.int64)
         thread_q = fwd_tid[q] if exact else np.zeros(len(q), np.int64)
-        gid, ngroups = _group_keys(np.concatenate([pid[cand], pid[q]]),
+        gid, ngroups = dense_ids(np.concatenate([pid[cand], pid[q]]),
                                    np.concatenate([thread_c, thread_q]),
                                    np.concatenate([seq[cand], seq[q]]))
         if ngroups * span >= 2**62:
@@ -90,9 +81,13 @@ def forward_links(ops: pa.Table, parsed: pa.Table) -> np.ndarray:
     return link
 
 
-def annotate(ops: pa.Table) -> pa.Table:
-    """Append the PyTorch columns to ``ops`` (see docs/dataset.md)."""
-    parsed = names.parse(ops.column("name"))
+def annotate(ops: pa.Table, parsed: pa.Table | None = None) -> pa.Table:
+    """Append the PyTorch columns to ``ops`` (see docs/dataset.md).
+
+    ``parsed`` is ``names.parse(ops["name"])`` when the caller already has it.
+    """
+    if parsed is None:
+        parsed = names.parse(ops.column("name"))
     parent = np_col(ops, "parent_id", fill=-1)
     depth = np_col(ops, "depth")
     link = forward_links(ops, parsed)
@@ -105,27 +100,33 @@ def annotate(ops: pa.Table) -> pa.Table:
         child_link[parent[has]] = link[has]
         link = np.where(is_eval & (link < 0), child_link, link)
 
-    module_own = np.where(np.asarray(parsed.column("module").is_valid().to_numpy(zero_copy_only=False)),
-                          np.arange(ops.num_rows), -1)
-    module_src = _inherit_down_np(parent, depth, module_own)
     fwd = link >= 0
-    # Backward rows (and what runs inside them) take the forward op's module and shapes.
-    module_src = np.where(fwd & (module_src < 0), module_src[np.maximum(link, 0)], module_src)
     module_col = parsed.column("module")
-    module_path = pc.if_else(pa.array(module_src >= 0), module_col.take(pa.array(np.maximum(module_src, 0))),
-                             pa.scalar(None, pa.string()))
+    if module_col.null_count < len(module_col):
+        module_own = np.where(np.asarray(module_col.is_valid().to_numpy(zero_copy_only=False)),
+                              np.arange(ops.num_rows), -1)
+        module_src = _inherit_down_np(parent, depth, module_own)
+        # Backward rows (and what runs inside them) take the forward op's module.
+        module_src = np.where(fwd & (module_src < 0), module_src[np.maximum(link, 0)], module_src)
+        module_path = pc.if_else(pa.array(module_src >= 0), module_col.take(pa.array(np.maximum(module_src, 0))),
+                                 pa.scalar(None, pa.string()))
+    else:
+        module_path = module_col
     shapes = parsed.column("input_shapes")
-    shapes = pc.if_else(pc.and_(pa.array(fwd), pc.is_null(shapes)), shapes.take(pa.array(np.maximum(link, 0))), shapes)
+    if fwd.any() and shapes.null_count < len(shapes):
+        shapes = pc.if_else(pc.and_(pa.array(fwd), pc.is_null(shapes)), shapes.take(pa.array(np.maximum(link, 0))),
+                            shapes)
 
     stack = parsed.column("stack")
     if stack.null_count < len(stack):
         inherited = _inherit_down(parent, depth, stack.to_pylist())
         stack = pa.array(inherited, pa.list_(pa.string()))
-    step_own = np.where(np.asarray(parsed.column("step").is_valid().to_numpy(zero_copy_only=False)),
-                        np.arange(ops.num_rows), -1)
-    step_src = _inherit_down_np(parent, depth, step_own)
-    step = pc.if_else(pa.array(step_src >= 0), parsed.column("step").take(pa.array(np.maximum(step_src, 0))),
-                      pa.scalar(None, pa.int64()))
+    step = parsed.column("step")
+    if step.null_count < len(step):
+        step_own = np.where(np.asarray(step.is_valid().to_numpy(zero_copy_only=False)), np.arange(ops.num_rows), -1)
+        step_src = _inherit_down_np(parent, depth, step_own)
+        step = pc.if_else(pa.array(step_src >= 0), step.take(pa.array(np.maximum(step_src, 0))),
+                          pa.scalar(None, pa.int64()))
 
     out = ops
     for name in ("op_name", "seq", "torch_op_id", "input_op_ids", "fwd_tid", "is_backward"):

@@ -6,14 +6,19 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+# Names repeat (a few thousand kernels over millions of launches): dictionary-encoded strings
+# keep them small in memory and in Parquet, and make reordering rows cheap.
+DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
 # The normalized gpu_ops columns every reader produces (see nvbridge.profile).
 GPU_OPS_SCHEMA = pa.schema([
-    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("kind", pa.string()),
-    ("name", pa.string()), ("short_name", pa.string()), ("mangled_name", pa.string()),
+    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("kind", DICT_STR),
+    ("name", DICT_STR), ("short_name", DICT_STR), ("mangled_name", DICT_STR),
     ("device_id", pa.int64()), ("context_id", pa.int64()), ("stream_id", pa.int64()),
     ("process_key", pa.int64()), ("correlation_id", pa.int64()),
-    ("bytes", pa.int64()), ("copy_kind", pa.string()),
+    ("bytes", pa.int64()), ("copy_kind", DICT_STR),
     ("grid_x", pa.int64()), ("grid_y", pa.int64()), ("grid_z", pa.int64()),
     ("block_x", pa.int64()), ("block_y", pa.int64()), ("block_z", pa.int64()),
     ("registers_per_thread", pa.int64()), ("static_shared_bytes", pa.int64()),
@@ -38,11 +43,22 @@ def set_column(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -
     return table.append_column(name, values)
 
 
-def lookup(codes: np.ndarray, labels: Mapping[int, str], default: str | None = None) -> pa.Array:
-    """Enum codes -> label strings, built once per distinct code (never once per row)."""
-    uniq, inverse = np.unique(codes, return_inverse=True)
-    names = [labels.get(int(c), default if default is not None else f"{int(c)}") for c in uniq]
-    return pa.array(names, pa.string()).take(pa.array(inverse.ravel().astype(np.int64)))
+def lookup(codes: np.ndarray, labels: Mapping[int, str], default: str | None = None) -> pa.DictionaryArray:
+    """Enum codes -> dictionary-encoded labels, one label per distinct code (hashing, no sort)."""
+    enc = pa.array(codes, pa.int64()).dictionary_encode()
+    names = [labels.get(int(c), default if default is not None else f"{int(c)}") for c in enc.dictionary.to_pylist()]
+    return pa.DictionaryArray.from_arrays(enc.indices, pa.array(names, pa.string()))
+
+
+def constant(value: str, n: int) -> pa.DictionaryArray:
+    """A column holding one string n times, stored once."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
+
+
+def prefixed(prefix: str, labels: pa.DictionaryArray) -> pa.DictionaryArray:
+    """``prefix + label`` for a dictionary column, computed on the dictionary only."""
+    labels = labels if isinstance(labels, pa.DictionaryArray) else labels.dictionary_encode()
+    return pa.DictionaryArray.from_arrays(labels.indices, pc.binary_join_element_wise(prefix, labels.dictionary, ""))
 
 
 def blob_u32(blobs: pa.Array, offset: int) -> np.ndarray:
@@ -75,7 +91,7 @@ def concat_gpu_ops(parts: Sequence[pa.Table]) -> pa.Table:
         aligned.append(pa.table(cols, schema=GPU_OPS_SCHEMA))
     if not aligned:
         return GPU_OPS_SCHEMA.empty_table()
-    return pa.concat_tables(aligned)
+    return pa.concat_tables(aligned).unify_dictionaries().combine_chunks()
 
 
 def resolve_strings(strings: pa.Table, ids: np.ndarray) -> pa.Array:
@@ -93,3 +109,24 @@ def resolve_strings(strings: pa.Table, ids: np.ndarray) -> pa.Array:
     found = sid[order][pos] == ids
     indices = pa.array(order[pos].astype(np.int32), mask=~found)
     return pa.DictionaryArray.from_arrays(indices, values)
+
+
+def dense_ids(*columns: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense int64 ids for rows of several int columns (equal rows, equal id), by hashing.
+
+    Much faster than ``np.unique(axis=0)``, which sorts structured rows.
+    """
+    if not columns or len(columns[0]) == 0:
+        return np.zeros(0, np.int64), 0
+    ids = np.zeros(len(columns[0]), np.int64)
+    count = 1
+    for col in columns:
+        enc = pa.array(col).dictionary_encode()
+        ids = ids * len(enc.dictionary) + np.asarray(enc.indices.to_numpy(zero_copy_only=False), np.int64)
+        count *= len(enc.dictionary)
+        if count >= 2**62:  # renumber before the product overflows
+            enc = pa.array(ids).dictionary_encode()
+            ids = np.asarray(enc.indices.to_numpy(zero_copy_only=False), np.int64)
+            count = len(enc.dictionary)
+    enc = pa.array(ids).dictionary_encode()
+    return np.asarray(enc.indices.to_numpy(zero_copy_only=False), np.int64), len(enc.dictionary)

@@ -15,6 +15,9 @@ import pyarrow.compute as pc
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import (
     concat_gpu_ops,
+    dense_ids,
+    constant,
+    prefixed,
     lookup,
     np_col,
     resolve_strings,
@@ -94,6 +97,7 @@ MEMCPY = _GPU_COMMON + [
 ]
 MEMSET = _GPU_COMMON + [Column("bytes", "bytes")]
 GRAPH_TRACE = _GPU_COMMON + [Column("graph_id", "graphId")]
+STRINGS = [Column("id", "id", required=True), Column("value", "value", "str")]
 SYNC = [
     Column("start_ns", "start", required=True),
     Column("end_ns", "end", required=True),
@@ -112,11 +116,25 @@ def _process_id(global_ids: np.ndarray) -> np.ndarray:
 def read(db: Database) -> RawProfile:
     """Read an Nsight Systems export into normalized Arrow tables."""
     info = _source_info(db)
-    strings = _strings(db)
-    ranges, marks, thread_names = _nvtx(db, strings, info)
-    api = _api_calls(db, strings)
-    gpu = _gpu_ops(db, strings)
-    syncs = db.read_table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", SYNC)
+    nvtx_filter = None
+    if db.has("NVTX_EVENTS"):
+        wanted = (*RANGE_TYPES, NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)
+        nvtx_filter = db.table("NVTX_EVENTS").c.eventType.in_(wanted)
+    raw = db.read_many({
+        "nvtx": ("NVTX_EVENTS", NVTX, nvtx_filter),
+        "runtime": ("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME, None),
+        "kernel": ("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL, None),
+        "memcpy": ("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY, None),
+        "memset": ("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET, None),
+        "graph": ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", GRAPH_TRACE, None),
+        "sync": ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", SYNC, None),
+        "strings": ("StringIds", STRINGS, None),
+    })
+    strings = raw["strings"]
+    ranges, marks, thread_names = _nvtx(raw["nvtx"], strings)
+    api = _api_calls(raw["runtime"], strings)
+    gpu = _gpu_ops(raw, strings)
+    syncs = raw["sync"]
     syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
     syncs = syncs.drop_columns(["sync_type_id"])
     threads = _threads(db, strings, ranges, api, thread_names)
@@ -156,25 +174,17 @@ def _source_info(db: Database) -> SourceInfo:
     )
 
 
-def _strings(db: Database) -> pa.Table:
-    return db.read_table(
-        "StringIds", [Column("id", "id", required=True), Column("value", "value", "str")]
-    )
-
-
-def _nvtx(db: Database, strings: pa.Table, info: SourceInfo) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """NVTX_EVENTS -> (ranges, marks, thread names)."""
-    if db.has("NVTX_EVENTS"):
-        t = db.table("NVTX_EVENTS")
-        wanted = (*RANGE_TYPES, NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)
-        ev = db.read(db.select("NVTX_EVENTS", NVTX, t.c.eventType.in_(wanted)), NVTX)
-    else:
-        ev = db.read_table("NVTX_EVENTS", NVTX)
+def _nvtx(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """NVTX_EVENTS rows -> (ranges, marks, thread names)."""
     etype = np_col(ev, "event_type")
     gtid = np_col(ev, "global_tid", fill=0)
-    text_ids = np_col(ev, "text_id", fill=-1)
-    registered = resolve_strings(strings, text_ids).cast(pa.string())
-    text = pc.coalesce(ev.column("text").combine_chunks(), registered)
+    text = ev.column("text").combine_chunks()
+    # Registered strings (NCCL's, for one) come by id: resolve only the rows that need it.
+    need = np.asarray(text.is_null().to_numpy(zero_copy_only=False))
+    need &= np.asarray(ev.column("text_id").is_valid().to_numpy(zero_copy_only=False))
+    if need.any():
+        ids = np_col(ev, "text_id", fill=-1)[need]
+        text = pc.replace_with_mask(text, pa.array(need), resolve_strings(strings, ids).cast(pa.string()))
 
     # Domain names come from NvtxDomainCreate rows and are scoped per process (NVIDIA's
     # reports join on domainId and the pid bits). Windowed exports may lack them: then the
@@ -188,22 +198,28 @@ def _nvtx(db: Database, strings: pa.Table, info: SourceInfo) -> tuple[pa.Table, 
 
     is_range = np.isin(etype, RANGE_TYPES)
     sel = pa.array(is_range)
-    end = ev.column("end_ns").combine_chunks().filter(sel)
+
+    def pick(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+        return values if all_ranges else values.filter(sel)
+
+    all_ranges = bool(is_range.all())
+    end = pick(ev.column("end_ns"))
     end_gtid = np_col(ev, "end_global_tid", fill=0)[is_range]
     r_gtid = gtid[is_range]
     crossed = (end_gtid != 0) & (end_gtid != r_gtid)
-    style = np.where(np.isin(etype[is_range], (NVTX_PUSH_POP, NVTXT_PUSH_POP)), "push_pop", "start_end")
+    style = lookup(np.isin(etype[is_range], (NVTX_PUSH_POP, NVTXT_PUSH_POP)).astype(np.int64),
+                   {1: "push_pop", 0: "start_end"})
     ranges = pa.table({
-        "start_ns": ev.column("start_ns").filter(sel),
+        "start_ns": pick(ev.column("start_ns")),
         "end_ns": end,
-        "name": text.filter(sel),
-        "domain": domain.filter(sel),
+        "name": pick(text),
+        "domain": pick(domain),
         "domain_id": pa.array(domain_id[is_range]),
         "process_id": pa.array(pid[is_range]),
         "thread_id": pa.array(r_gtid & _TID_BITS),
         "thread_key": pa.array(r_gtid),
         "end_thread_key": pa.array(end_gtid, mask=~crossed),
-        "style": pa.array(style, pa.string()),
+        "style": style,
     })
     is_mark = etype == NVTX_MARK
     msel = pa.array(is_mark)
@@ -228,14 +244,14 @@ def _domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int,
     out = pa.nulls(len(pid), pa.string())
     if not names or not (domain_id != 0).any():
         return out
-    keys = np.stack([pid, domain_id], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    labels = [names.get((int(p), int(d))) if d else None for p, d in uniq]
-    return pa.array(labels, pa.string()).take(pa.array(inverse.ravel()))
+    ids, count = dense_ids(pid, domain_id)
+    first = np.zeros(count, np.int64)
+    first[ids[::-1]] = np.arange(len(ids))[::-1]  # a row of each (pid, domain) pair
+    labels = [names.get((int(pid[i]), int(domain_id[i]))) if domain_id[i] else None for i in first]
+    return pa.DictionaryArray.from_arrays(pa.array(ids.astype(np.int32)), pa.array(labels, pa.string()))
 
 
-def _api_calls(db: Database, strings: pa.Table) -> pa.Table:
-    api = db.read_table("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME)
+def _api_calls(api: pa.Table, strings: pa.Table) -> pa.Table:
     gtid = np_col(api, "global_tid", fill=0)
     cls = np_col(api, "event_class", fill=0)
     return pa.table({
@@ -252,27 +268,27 @@ def _api_calls(db: Database, strings: pa.Table) -> pa.Table:
     })
 
 
-def _gpu_ops(db: Database, strings: pa.Table) -> pa.Table:
+def _gpu_ops(raw: dict[str, pa.Table], strings: pa.Table) -> pa.Table:
     parts: list[pa.Table] = []
-    k = db.read_table("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL)
-    k = set_column(k, "name", resolve_strings(strings, np_col(k, "name_id", fill=-1)).cast(pa.string()))
+    k = raw["kernel"]
+    k = set_column(k, "name", resolve_strings(strings, np_col(k, "name_id", fill=-1)))
     for field in ("short_name", "mangled_name"):
         ids = np_col(k, field + "_id", fill=-1)
-        k = set_column(k, field, resolve_strings(strings, ids).cast(pa.string()))
-    parts.append(set_column(k, "kind", pa.array(["kernel"] * k.num_rows, pa.string())))
-    m = db.read_table("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY)
+        k = set_column(k, field, resolve_strings(strings, ids))
+    parts.append(set_column(k, "kind", constant("kernel", k.num_rows)))
+    m = raw["memcpy"]
     copy = lookup(np_col(m, "copy_kind_id", fill=0), COPY_KINDS)
     m = set_column(m, "copy_kind", copy)
-    m = set_column(m, "name", pc.binary_join_element_wise("Memcpy", copy, " "))
-    parts.append(set_column(m, "kind", pa.array(["memcpy"] * m.num_rows, pa.string())))
-    s = db.read_table("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET)
-    s = set_column(s, "name", pa.array(["Memset"] * s.num_rows, pa.string()))
-    parts.append(set_column(s, "kind", pa.array(["memset"] * s.num_rows, pa.string())))
-    if db.has("CUPTI_ACTIVITY_KIND_GRAPH_TRACE"):
-        g = db.read_table("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", GRAPH_TRACE)
+    m = set_column(m, "name", prefixed("Memcpy ", copy))
+    parts.append(set_column(m, "kind", constant("memcpy", m.num_rows)))
+    s = raw["memset"]
+    s = set_column(s, "name", constant("Memset", s.num_rows))
+    parts.append(set_column(s, "kind", constant("memset", s.num_rows)))
+    g = raw["graph"]
+    if g.num_rows:
         g = set_column(g, "name", pc.binary_join_element_wise(
             "CUDA graph", g.column("graph_id").cast(pa.string()), " "))
-        parts.append(set_column(g, "kind", pa.array(["graph"] * g.num_rows, pa.string())))
+        parts.append(set_column(g, "kind", constant("graph", g.num_rows)))
     return concat_gpu_ops(parts)
 
 

@@ -20,6 +20,8 @@ from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import (
     blob_u32,
     concat_gpu_ops,
+    constant,
+    prefixed,
     lookup,
     np_col,
     resolve_strings,
@@ -103,7 +105,7 @@ NAMES = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def demangle(symbol: str) -> str:
     """C++ demangling, as nvprof's own viewer shows kernel names; odd symbols pass through."""
     try:
@@ -204,7 +206,7 @@ def _api_calls(db: Database) -> pa.Table:
             "start_ns": t.column("start_ns"),
             "end_ns": t.column("end_ns"),
             "name": _cbid_names(cbid, names),
-            "kind": pa.array([kind] * t.num_rows, pa.string()),
+            "kind": constant(kind, t.num_rows),
             "process_id": pa.array(pid),
             "thread_id": pa.array(tid),
             "thread_key": pa.array((pid << 32) | tid),
@@ -216,9 +218,9 @@ def _api_calls(db: Database) -> pa.Table:
 
 
 def _cbid_names(cbid: np.ndarray, names: dict[int, str]) -> pa.Array:
-    uniq, inverse = np.unique(cbid, return_inverse=True)
-    labels = [names.get(int(c), f"cbid {int(c)}") for c in uniq]
-    return pa.array(labels, pa.string()).take(pa.array(inverse.ravel().astype(np.int64)))
+    enc = pa.array(cbid, pa.int64()).dictionary_encode()
+    labels = [names.get(int(c), f"cbid {int(c)}") for c in enc.dictionary.to_pylist()]
+    return pa.DictionaryArray.from_arrays(enc.indices, pa.array(labels, pa.string()))
 
 
 def _gpu_ops(db: Database, strings: pa.Table) -> pa.Table:
@@ -229,18 +231,18 @@ def _gpu_ops(db: Database, strings: pa.Table) -> pa.Table:
         uniq, inverse = np.unique(np.asarray(mangled.fill_null("").to_numpy(zero_copy_only=False)),
                                   return_inverse=True)
         demangled = pa.array([demangle(str(u)) for u in uniq], pa.string())
-        k = set_column(k, "name", demangled.take(pa.array(inverse.ravel().astype(np.int64))))
+        k = set_column(k, "name", pa.DictionaryArray.from_arrays(pa.array(inverse.ravel().astype(np.int32)), demangled))
         k = set_column(k, "mangled_name", mangled)
-        parts.append(set_column(k, "kind", pa.array(["kernel"] * k.num_rows, pa.string())))
+        parts.append(set_column(k, "kind", constant("kernel", k.num_rows)))
     for table in ("MEMCPY", "MEMCPY2"):
         m = db.read_table(K + table, MEMCPY)
         copy = lookup(np_col(m, "copy_kind_id", fill=0), COPY_KINDS)
         m = set_column(m, "copy_kind", copy)
-        m = set_column(m, "name", pc.binary_join_element_wise("Memcpy", copy, " "))
-        parts.append(set_column(m, "kind", pa.array(["memcpy"] * m.num_rows, pa.string())))
+        m = set_column(m, "name", prefixed("Memcpy ", copy))
+        parts.append(set_column(m, "kind", constant("memcpy", m.num_rows)))
     s = db.read_table(K + "MEMSET", MEMSET)
-    s = set_column(s, "name", pa.array(["Memset"] * s.num_rows, pa.string()))
-    parts.append(set_column(s, "kind", pa.array(["memset"] * s.num_rows, pa.string())))
+    s = set_column(s, "name", constant("Memset", s.num_rows))
+    parts.append(set_column(s, "kind", constant("memset", s.num_rows)))
     gpu = concat_gpu_ops(parts)
     return set_column(gpu, "process_key", pa.array(np.zeros(gpu.num_rows, np.int64)))
 

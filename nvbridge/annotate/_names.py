@@ -1,0 +1,47 @@
+"""Range names in torch 2.x's NVTX grammar, so one parser reads torch's ranges and ours.
+
+torch (``torch/csrc/profiler/util.cpp`` getNvtxStr) writes
+``<name>[, seq = N][, op_id = K][, sizes = [[d0, d1], [], ...]]``. For backward nodes nvbridge
+writes the form torch's emit_nvtx documents (and torch 1.0 emitted) plus the forward thread:
+``AddmmBackward0, stashed seq = 5, fwd_tid = 123``, so a backward range is recognisable without
+guessing from its name and links to its forward op exactly. Module and step ranges use
+``nn.Module: <path> (<Class>)`` (path empty for the root module) and ``ProfilerStep#N``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["backward_name", "forward_name", "module_name", "sizes_text", "step_name"]
+
+
+def sizes_text(sizes: Sequence[Sequence[int]]) -> str:
+    """``[[3], [2, 4], []]``: one shape per schema argument, as torch prints them."""
+    return "[" + ", ".join("[" + ", ".join(map(str, shape)) + "]" for shape in sizes) + "]"
+
+
+def forward_name(op: str, seq: int | None, op_id: int, sizes: Sequence[Sequence[int]] | None = None) -> str:
+    """``aten::addmm, seq = 5, op_id = 12[, sizes = [...]]``; seq only where torch gives one."""
+    text = f"{op}, seq = {seq}, op_id = {op_id}" if seq is not None else f"{op}, op_id = {op_id}"
+    if sizes is not None:
+        text += ", sizes = " + sizes_text(sizes)
+    return text
+
+
+def backward_name(node: str, stashed_seq: int | None, fwd_tid: int | None) -> str:
+    """``AddmmBackward0, stashed seq = 5, fwd_tid = 123``; bare name for AccumulateGrad."""
+    if stashed_seq is None:
+        return node
+    if fwd_tid is None:
+        return f"{node}, stashed seq = {stashed_seq}"
+    return f"{node}, stashed seq = {stashed_seq}, fwd_tid = {fwd_tid}"
+
+
+def module_name(path: str, cls: str) -> str:
+    """``nn.Module: encoder.layers.0 (Linear)``; the root module is ``nn.Module: (Net)``."""
+    return f"nn.Module: {path} ({cls})" if path else f"nn.Module: ({cls})"
+
+
+def step_name(step: int) -> str:
+    """``ProfilerStep#3``, the name torch.profiler gives its step ranges."""
+    return f"ProfilerStep#{step}"

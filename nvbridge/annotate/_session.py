@@ -1,0 +1,343 @@
+"""``emit_nvtx``: turn annotation on for a block, on the entering thread, and off again cleanly.
+
+What is per thread and what is global: TorchDispatchMode/TorchFunctionMode stacks are
+thread-local, so each thread that should be annotated enters its own ``emit_nvtx`` (a second
+Python thread does ``with nvbridge.emit_nvtx(): ...`` in its body). Module hooks and the
+``autograd.Function.apply`` wrapper are process-wide; they are reference-counted across active
+instances so two threads do not install them twice.
+
+When no collector is attached (``NVTX_INJECTION64_PATH`` unset) nothing is installed at all:
+entering costs a dictionary lookup and ops run at full speed.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import torch
+
+from nvbridge.annotate import _nvtx_lib
+from nvbridge.annotate._backward import run_backward_with_ranges
+from nvbridge.annotate._modules import ModuleHooks
+from nvbridge.annotate._names import forward_name, step_name
+from nvbridge.annotate._ops import BackwardCallMode, OpDispatchMode, next_op_id
+
+__all__ = ["Backend", "emit_nvtx", "nvtx_range"]
+
+Backend = Literal["auto", "python", "native"]
+F = TypeVar("F", bound=Callable[..., Any])
+
+_REENTRY = "NVTX annotation context manager is not reentrant"
+
+
+class _Globals:
+    """Process-wide hooks shared by all active emit_nvtx instances, reference-counted."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.module_users = 0
+        self.module_hooks: ModuleHooks | None = None
+        self.apply_users = 0
+        self.original_apply: Any = None
+        self.original_engine: Any = None
+        self.thread_modes = threading.local()
+
+    def acquire(self, modules: bool, emitter: _nvtx_lib.Emitter) -> None:
+        """Install module hooks (if asked) and the Function.apply wrapper on first use."""
+        with self.lock:
+            if modules:
+                if self.module_users == 0:
+                    self.module_hooks = ModuleHooks(emitter.push, emitter.pop)
+                self.module_users += 1
+            if self.apply_users == 0:
+                self.original_apply = torch.autograd.Function.__dict__["apply"]
+                torch.autograd.Function.apply = classmethod(  # type: ignore[method-assign,assignment]
+                    _wrapped_apply(self.original_apply.__func__, emitter, self.thread_modes)
+                )
+                if ENGINE_HOOKABLE:
+                    self.original_engine = getattr(torch.autograd, _ENGINE_ATTR)
+                    wrapped = _wrapped_engine(self.original_engine, emitter, self.thread_modes)
+                    setattr(torch.autograd, _ENGINE_ATTR, wrapped)
+            self.apply_users += 1
+
+    def release(self, modules: bool) -> None:
+        """Undo :meth:`acquire`; the last user uninstalls."""
+        with self.lock:
+            if modules:
+                self.module_users -= 1
+                if self.module_users == 0 and self.module_hooks is not None:
+                    self.module_hooks.remove()
+                    self.module_hooks = None
+            self.apply_users -= 1
+            if self.apply_users == 0:
+                torch.autograd.Function.apply = self.original_apply  # type: ignore[method-assign]
+                self.original_apply = None
+                if self.original_engine is not None:
+                    setattr(torch.autograd, _ENGINE_ATTR, self.original_engine)
+                    self.original_engine = None
+
+
+# Tensor.backward, autograd.backward and autograd.grad all end in this module-level function of
+# torch.autograd (torch >= 2.3); wrapping it sees every backward call for free, where a
+# TorchFunctionMode would cost 1-3 us on every torch call. Older torch falls back to the mode.
+ENGINE_HOOKABLE = callable(getattr(torch.autograd, "_engine_run_backward", None))
+_ENGINE_ATTR = "_engine_run_backward"
+
+
+def _wrapped_engine(
+    engine: Callable[..., Any], emitter: _nvtx_lib.Emitter, thread_modes: threading.local
+) -> Callable[..., Any]:
+    """Backward calls on annotated threads get a range per node; other threads pass through."""
+    peek = torch._C._autograd._get_sequence_nr
+
+    @functools.wraps(engine)
+    def wrapper(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        mode = getattr(thread_modes, "dispatch", None)
+        if mode is None:
+            return engine(t_outputs, *args, **kwargs)
+        try:
+            return run_backward_with_ranges(engine, [t_outputs], (t_outputs, *args), kwargs, emitter.push, emitter.pop)
+        finally:
+            mode.last_peek = peek()
+
+    return wrapper
+
+
+def _wrapped_apply(
+    apply: Callable[..., Any], emitter: _nvtx_lib.Emitter, thread_modes: threading.local
+) -> Callable[..., Any]:
+    """Custom autograd.Function calls get ``MyFn, seq = N, op_id = K`` like torch's record."""
+    peek = torch._C._autograd._get_sequence_nr
+
+    @functools.wraps(apply)
+    def wrapper(cls: type, *args: Any, **kwargs: Any) -> Any:
+        mode = getattr(thread_modes, "dispatch", None)
+        if mode is None:  # thread not annotated by the python backend (native emits its own)
+            return apply(cls, *args, **kwargs)
+        emitter.push(forward_name(cls.__name__, peek(), next_op_id()))
+        try:
+            return apply(cls, *args, **kwargs)
+        finally:
+            emitter.pop()
+            mode.last_peek = peek()
+
+    return wrapper
+
+
+_GLOBALS = _Globals()
+
+
+def _native_available() -> bool:
+    """torch's own NVTX profiler state works only in CUDA builds."""
+    return torch.version.cuda is not None
+
+
+class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on purpose
+    """Make every op, backward node and module call an NVTX range while the block runs.
+
+    Use as ``with nvbridge.emit_nvtx(): ...`` or as a decorator. Each thread to be annotated
+    enters its own instance. Ranges follow torch 2.x's grammar (see ``_names.py``).
+
+    Args:
+        enabled: False makes this a true no-op.
+        record_shapes: Add ``sizes = [[...], ...]`` (one entry per schema argument).
+        modules: Add ``nn.Module: <path> (<Class>)`` ranges around module calls.
+        backend: ``"python"`` (dispatch/function modes and node hooks; works on CPU builds),
+            ``"native"`` (torch's C++ NVTX ranges, CUDA builds only; nvbridge adds modules and
+            steps) or ``"auto"`` (native where available, else python).
+
+    Raises:
+        RuntimeError: On entering an instance that is already active.
+        ValueError: On an unknown backend, or ``native`` on a build without CUDA.
+    """
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        record_shapes: bool = False,
+        modules: bool = True,
+        backend: Backend = "auto",
+    ) -> None:
+        if backend not in ("auto", "python", "native"):
+            raise ValueError(f"backend must be 'auto', 'python' or 'native', not {backend!r}")
+        if backend == "native" and enabled and not _native_available():
+            raise ValueError("backend='native' needs a CUDA build of torch; use 'python' or 'auto'")
+        self.enabled = enabled
+        self.record_shapes = record_shapes
+        self.modules = modules
+        self.backend: Backend = backend
+        self.active_backend: str = "off"
+        self._entered = False
+        self._emitter = _nvtx_lib.NOOP
+        self._modes: list[Any] = []
+        self._native_on = False
+        self._step = 0
+        self._step_open = False
+        self._globals_held = False
+
+    def __enter__(self) -> emit_nvtx:
+        if not self.enabled:
+            return self
+        if self._entered:
+            raise RuntimeError(_REENTRY)
+        self._entered = True
+        if not _nvtx_lib.collector_attached():
+            return self  # nothing would record: stay free
+        if getattr(_GLOBALS.thread_modes, "dispatch", None) is not None:
+            # Another instance already annotates this thread (e.g. a decorated function called
+            # inside a ``with`` block): a second mode would emit every op twice. Only step()
+            # does anything here.
+            self._emitter = _nvtx_lib.load_emitter()
+            self.active_backend = "nested"
+            return self
+        self._emitter = _nvtx_lib.load_emitter()
+        if self._emitter is _nvtx_lib.NOOP:
+            return self
+        try:
+            self._install()
+        except BaseException:
+            self._uninstall()
+            self._entered = False
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self.enabled or not self._entered:
+            return
+        try:
+            self._uninstall()
+        finally:
+            self._entered = False
+
+    def __call__(self, func: F) -> F:
+        """Decorator form: a fresh, equally configured instance around every call."""
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with emit_nvtx(self.enabled, self.record_shapes, self.modules, self.backend):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    def step(self) -> None:
+        """Close the previous ``ProfilerStep#N`` range and open the next one.
+
+        Call it at the top of each training iteration, outside any other range, on the thread
+        that entered this instance; the last step range closes on exit.
+        """
+        if self.active_backend == "off":
+            self._step += 1
+            return
+        if self._step_open:
+            self._emitter.pop()
+        self._emitter.push(step_name(self._step))
+        self._step_open = True
+        self._step += 1
+
+    def _install(self) -> None:
+        """Turn on the chosen backend on this thread, plus the process-wide hooks."""
+        use_native = self.backend == "native" or (self.backend == "auto" and _native_available())
+        if use_native:
+            self._native_on = _enable_native(self.record_shapes)
+            self.active_backend = "native" if self._native_on else "python"
+        else:
+            self.active_backend = "python"
+        if not self._native_on:
+            emitter = self._emitter
+            dispatch = OpDispatchMode(emitter.push, emitter.pop, self.record_shapes)
+
+            if not ENGINE_HOOKABLE:
+
+                def on_backward(
+                    func: Callable[..., Any], roots: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+                ) -> Any:
+                    return run_backward_with_ranges(func, roots, args, kwargs, emitter.push, emitter.pop)
+
+                function = BackwardCallMode(on_backward, dispatch)
+                function.__enter__()  # type: ignore[no-untyped-call]
+                self._modes.append(function)
+            dispatch.__enter__()  # type: ignore[no-untyped-call]
+            self._modes.append(dispatch)
+            _GLOBALS.thread_modes.dispatch = dispatch
+        _GLOBALS.acquire(self.modules, self._emitter)
+        self._globals_held = True
+
+    def _uninstall(self) -> None:
+        """Undo everything :meth:`_install` did, in reverse order, even after an exception."""
+        if self._step_open:
+            self._step_open = False
+            self._emitter.pop()
+        if self._globals_held:
+            self._globals_held = False
+            _GLOBALS.release(self.modules)
+        if self._modes:
+            _GLOBALS.thread_modes.dispatch = None
+        while self._modes:
+            self._modes.pop().__exit__(None, None, None)
+        if self._native_on:
+            self._native_on = False
+            getattr(torch.autograd, "_disable_profiler")()  # noqa: B009 - private torch API
+        self.active_backend = "off"
+
+
+def _enable_native(record_shapes: bool) -> bool:
+    """Start torch's NVTX profiler state (CUDA builds); False if this torch refuses."""
+    # Private torch API (as used by torch.autograd.profiler.emit_nvtx), looked up dynamically.
+    from torch.autograd import profiler as torch_profiler
+
+    config_cls: Any = getattr(torch_profiler, "ProfilerConfig")  # noqa: B009
+    state: Any = getattr(torch_profiler, "ProfilerState")  # noqa: B009
+    experimental: Any = getattr(torch_profiler, "_ExperimentalConfig")  # noqa: B009
+    enable: Any = getattr(torch_profiler, "_enable_profiler")  # noqa: B009
+    try:
+        config = config_cls(state.NVTX, record_shapes, False, False, False, False, experimental())
+        enable(config, set())
+    except RuntimeError:
+        return False
+    return True
+
+
+class nvtx_range:  # noqa: N801 - used as nvbridge.annotate.range, like record_function
+    """A named NVTX range, as context manager or decorator (like ``torch.profiler.record_function``).
+
+    Costs one check when no collector is attached.
+
+    Args:
+        label: The range's message.
+    """
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._pushed = False
+
+    def __enter__(self) -> nvtx_range:
+        if _nvtx_lib.collector_attached():
+            emitter = _nvtx_lib.load_emitter()
+            emitter.push(self.label)
+            self._pushed = True
+            self._pop = emitter.pop
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pushed:
+            self._pushed = False
+            self._pop()
+
+    def __call__(self, func: F) -> F:
+        """Decorator form: the range wraps every call."""
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with nvtx_range(self.label):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
