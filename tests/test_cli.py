@@ -31,7 +31,8 @@ def test_convert_prints_summary_and_writes_dataset(tmp_path: Path) -> None:
     assert "17,113 ops (NVTX ranges)" in out and "3,587 kernels" in out
     assert "16 of them because their launching API call is not in the capture" in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        f"{t}.parquet" for t in ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices", "meta"))
+        f"{t}.parquet" for t in ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices", "meta")
+    )
     assert hashlib.sha256(src.read_bytes()).hexdigest() == before  # the input is never modified
 
 
@@ -55,22 +56,29 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_directory(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
-    _expect_error(tmp_path, tmp_path / "d",
-                  "d is a directory, not a profiler database; pass the .sqlite file itself.")
+    _expect_error(tmp_path, tmp_path / "d", "d is a directory, not a profiler database; pass the .sqlite file itself.")
 
 
 def test_not_sqlite(tmp_path: Path) -> None:
     bad = tmp_path / "notes.txt"
     bad.write_text("hello")
-    _expect_error(tmp_path, bad, "notes.txt is not an SQLite database; nvbridge reads the SQLite export of "
-                  "Nsight Systems (`nsys export --type sqlite`) or nvprof (`nvprof -o profile.sqlite`).")
+    _expect_error(
+        tmp_path,
+        bad,
+        "notes.txt is not an SQLite database; nvbridge reads the SQLite export of "
+        "Nsight Systems (`nsys export --type sqlite`) or nvprof (`nvprof -o profile.sqlite`).",
+    )
 
 
 def test_nsys_rep(tmp_path: Path) -> None:
     rep = tmp_path / "run1.nsys-rep"
     rep.write_bytes(b"\x00\x01QDSTRM not sqlite")
-    _expect_error(tmp_path, rep, "run1.nsys-rep is an Nsight Systems report, not its SQLite export; run "
-                  "`nsys export --type sqlite -o run1.sqlite run1.nsys-rep` and convert that.")
+    _expect_error(
+        tmp_path,
+        rep,
+        "run1.nsys-rep is an Nsight Systems report, not its SQLite export; run "
+        "`nsys export --type sqlite -o run1.sqlite run1.nsys-rep` and convert that.",
+    )
 
 
 def test_sqlite_of_another_program(tmp_path: Path) -> None:
@@ -79,9 +87,13 @@ def test_sqlite_of_another_program(tmp_path: Path) -> None:
     con.execute("CREATE TABLE users(id INTEGER, name TEXT)")
     con.commit()
     con.close()
-    _expect_error(tmp_path, other, "app.db has neither nvprof tables (StringTable, CUPTI_ACTIVITY_KIND_MARKER) "
-                  "nor Nsight Systems tables (StringIds, NVTX_EVENTS); convert a .nsys-rep with "
-                  "`nsys export --type sqlite`.")
+    _expect_error(
+        tmp_path,
+        other,
+        "app.db has neither nvprof tables (StringTable, CUPTI_ACTIVITY_KIND_MARKER) "
+        "nor Nsight Systems tables (StringIds, NVTX_EVENTS); convert a .nsys-rep with "
+        "`nsys export --type sqlite`.",
+    )
 
 
 def test_truncated_database(tmp_path: Path) -> None:
@@ -89,8 +101,9 @@ def test_truncated_database(tmp_path: Path) -> None:
     cut = tmp_path / "cut.sqlite"
     data = src.read_bytes()
     cut.write_bytes(data[: len(data) // 2])
-    _expect_error(tmp_path, cut, f"cut.sqlite is truncated ({len(data) // 2} of {len(data)} bytes); "
-                  "copy or export it again.")
+    _expect_error(
+        tmp_path, cut, f"cut.sqlite is truncated ({len(data) // 2} of {len(data)} bytes); copy or export it again."
+    )
 
 
 def test_corrupted_pages(tmp_path: Path) -> None:
@@ -98,7 +111,7 @@ def test_corrupted_pages(tmp_path: Path) -> None:
     src = real_db(FSDP)
     bad = tmp_path / "bad.sqlite"
     data = bytearray(src.read_bytes())
-    data[4096:len(data)] = b"\xff" * (len(data) - 4096)
+    data[4096 : len(data)] = b"\xff" * (len(data) - 4096)
     bad.write_bytes(bytes(data))
     code, out, err = run("convert", str(bad), "-o", str(tmp_path / "out"))
     assert code == 1
@@ -140,7 +153,8 @@ def test_several_reports_partition_by_report(tmp_path: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     rows = duckdb.sql(
         f"SELECT report, count(*) FROM read_parquet('{tmp_path}/ds/*/ops.parquet', hive_partitioning = true) "
-        "GROUP BY report ORDER BY report").fetchall()
+        "GROUP BY report ORDER BY report"
+    ).fetchall()
     assert rows == [("nsys-2026.2-pytorch2-fsdp-2gpu", 17113), ("nvprof-2020-pytorch14-pyprof-lm", 683)]
 
 

@@ -14,46 +14,110 @@ from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import GPU_OPS_SCHEMA
 
 
-def _range(start: int, end: int | None, name: str, tid: int = 1, pid: int = 10,
-           end_tid: int | None = None) -> dict[str, Any]:
-    return {"start_ns": start, "end_ns": end, "name": name, "domain": None, "domain_id": 0,
-            "process_id": pid, "thread_id": tid, "thread_key": pid << 32 | tid,
-            "end_thread_key": None if end_tid is None else pid << 32 | end_tid, "style": "push_pop"}
+def _range(
+    start: int, end: int | None, name: str, tid: int = 1, pid: int = 10, end_tid: int | None = None
+) -> dict[str, Any]:
+    return {
+        "start_ns": start,
+        "end_ns": end,
+        "name": name,
+        "domain": None,
+        "domain_id": 0,
+        "process_id": pid,
+        "thread_id": tid,
+        "thread_key": pid << 32 | tid,
+        "end_thread_key": None if end_tid is None else pid << 32 | end_tid,
+        "style": "push_pop",
+    }
 
 
 def _api(start: int, end: int, corr: int, tid: int = 1, pid: int = 10) -> dict[str, Any]:
-    return {"start_ns": start, "end_ns": end, "name": "cudaLaunchKernel", "kind": "runtime",
-            "process_id": pid, "thread_id": tid, "thread_key": pid << 32 | tid, "process_key": pid,
-            "correlation_id": corr, "return_value": 0}
+    return {
+        "start_ns": start,
+        "end_ns": end,
+        "name": "cudaLaunchKernel",
+        "kind": "runtime",
+        "process_id": pid,
+        "thread_id": tid,
+        "thread_key": pid << 32 | tid,
+        "process_key": pid,
+        "correlation_id": corr,
+        "return_value": 0,
+    }
 
 
 def _kernel(start: int, end: int, corr: int, pid: int = 10) -> dict[str, Any]:
     row = {f.name: None for f in GPU_OPS_SCHEMA}
-    row.update(start_ns=start, end_ns=end, kind="kernel", name=f"k{corr}", device_id=0,
-               stream_id=7, process_key=pid, correlation_id=corr)
+    row.update(
+        start_ns=start,
+        end_ns=end,
+        kind="kernel",
+        name=f"k{corr}",
+        device_id=0,
+        stream_id=7,
+        process_key=pid,
+        correlation_id=corr,
+    )
     return row
 
 
-def profile(ranges: list[dict[str, Any]], api: list[dict[str, Any]], gpu: list[dict[str, Any]],
-            capture_end: int | None = None) -> RawProfile:
-    range_schema = pa.schema([
-        ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()), ("domain", pa.string()),
-        ("domain_id", pa.int64()), ("process_id", pa.int64()), ("thread_id", pa.int64()),
-        ("thread_key", pa.int64()), ("end_thread_key", pa.int64()), ("style", pa.string())])
-    api_schema = pa.schema([
-        ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()), ("kind", pa.string()),
-        ("process_id", pa.int64()), ("thread_id", pa.int64()), ("thread_key", pa.int64()),
-        ("process_key", pa.int64()), ("correlation_id", pa.int64()), ("return_value", pa.int64())])
+def profile(
+    ranges: list[dict[str, Any]], api: list[dict[str, Any]], gpu: list[dict[str, Any]], capture_end: int | None = None
+) -> RawProfile:
+    range_schema = pa.schema(
+        [
+            ("start_ns", pa.int64()),
+            ("end_ns", pa.int64()),
+            ("name", pa.string()),
+            ("domain", pa.string()),
+            ("domain_id", pa.int64()),
+            ("process_id", pa.int64()),
+            ("thread_id", pa.int64()),
+            ("thread_key", pa.int64()),
+            ("end_thread_key", pa.int64()),
+            ("style", pa.string()),
+        ]
+    )
+    api_schema = pa.schema(
+        [
+            ("start_ns", pa.int64()),
+            ("end_ns", pa.int64()),
+            ("name", pa.string()),
+            ("kind", pa.string()),
+            ("process_id", pa.int64()),
+            ("thread_id", pa.int64()),
+            ("thread_key", pa.int64()),
+            ("process_key", pa.int64()),
+            ("correlation_id", pa.int64()),
+            ("return_value", pa.int64()),
+        ]
+    )
     empty = pa.table({"ts_ns": pa.array([], pa.int64())})
-    syncs = pa.table({n: pa.array([], pa.int64()) for n in
-                      ("start_ns", "end_ns", "device_id", "stream_id", "process_key", "correlation_id")})
-    threads = pa.table({"process_id": pa.array([], pa.int64()), "thread_id": pa.array([], pa.int64()),
-                        "thread_key": pa.array([], pa.int64())})
+    syncs = pa.table(
+        {
+            n: pa.array([], pa.int64())
+            for n in ("start_ns", "end_ns", "device_id", "stream_id", "process_key", "correlation_id")
+        }
+    )
+    threads = pa.table(
+        {
+            "process_id": pa.array([], pa.int64()),
+            "thread_id": pa.array([], pa.int64()),
+            "thread_key": pa.array([], pa.int64()),
+        }
+    )
     devices = pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
     info = SourceInfo(source="synthetic", kind="nsys", producer="test", capture_end_ns=capture_end)
-    return RawProfile(info, pa.Table.from_pylist(ranges, range_schema), empty,
-                      pa.Table.from_pylist(api, api_schema), pa.Table.from_pylist(gpu, GPU_OPS_SCHEMA),
-                      syncs, threads, devices)
+    return RawProfile(
+        info,
+        pa.Table.from_pylist(ranges, range_schema),
+        empty,
+        pa.Table.from_pylist(api, api_schema),
+        pa.Table.from_pylist(gpu, GPU_OPS_SCHEMA),
+        syncs,
+        threads,
+        devices,
+    )
 
 
 def by_name(table: pa.Table) -> dict[str, dict[str, Any]]:
@@ -61,11 +125,13 @@ def by_name(table: pa.Table) -> dict[str, dict[str, Any]]:
 
 
 def test_innermost_range_owns_the_launch_and_totals_roll_up() -> None:
-    model = correlate(profile(
-        [_range(0, 100, "step"), _range(10, 50, "forward"), _range(20, 30, "aten::mm"),
-         _range(60, 90, "backward")],
-        [_api(21, 25, 1), _api(40, 45, 2), _api(70, 72, 3), _api(95, 99, 4)],
-        [_kernel(200, 230, 1), _kernel(230, 240, 2), _kernel(250, 300, 3), _kernel(300, 301, 4)]))
+    model = correlate(
+        profile(
+            [_range(0, 100, "step"), _range(10, 50, "forward"), _range(20, 30, "aten::mm"), _range(60, 90, "backward")],
+            [_api(21, 25, 1), _api(40, 45, 2), _api(70, 72, 3), _api(95, 99, 4)],
+            [_kernel(200, 230, 1), _kernel(230, 240, 2), _kernel(250, 300, 3), _kernel(300, 301, 4)],
+        )
+    )
     check(model)
     ops = by_name(model.ops)
     assert ops["aten::mm"]["self_gpu_ns"] == 30 and ops["aten::mm"]["total_gpu_ns"] == 30
@@ -86,10 +152,13 @@ def test_a_call_on_another_thread_never_lands_in_this_threads_range() -> None:
 
 
 def test_correlation_ids_repeat_across_processes() -> None:
-    model = correlate(profile(
-        [_range(0, 100, "rank0", pid=10), _range(0, 100, "rank1", pid=11)],
-        [_api(10, 20, 5, pid=10), _api(10, 20, 5, pid=11)],
-        [_kernel(30, 40, 5, pid=10), _kernel(30, 70, 5, pid=11)]))
+    model = correlate(
+        profile(
+            [_range(0, 100, "rank0", pid=10), _range(0, 100, "rank1", pid=11)],
+            [_api(10, 20, 5, pid=10), _api(10, 20, 5, pid=11)],
+            [_kernel(30, 40, 5, pid=10), _kernel(30, 70, 5, pid=11)],
+        )
+    )
     ops = by_name(model.ops)
     assert (ops["rank0"]["self_gpu_ns"], ops["rank1"]["self_gpu_ns"]) == (10, 40)
 
@@ -103,8 +172,14 @@ def test_gpu_op_without_api_call_is_kept_and_flagged() -> None:
 
 
 def test_open_range_is_clamped_to_capture_end() -> None:
-    model = correlate(profile([_range(0, None, "never closed"), _range(5, 10, "inner")], [_api(50, 60, 1)],
-                              [_kernel(70, 80, 1)], capture_end=500))
+    model = correlate(
+        profile(
+            [_range(0, None, "never closed"), _range(5, 10, "inner")],
+            [_api(50, 60, 1)],
+            [_kernel(70, 80, 1)],
+            capture_end=500,
+        )
+    )
     ops = by_name(model.ops)
     assert ops["never closed"]["end_ns"] == 500 and ops["never closed"]["flags"] & OPEN_AT_END
     assert ops["never closed"]["self_gpu_ns"] == 10
@@ -112,8 +187,11 @@ def test_open_range_is_clamped_to_capture_end() -> None:
 
 
 def test_cross_thread_range_is_kept_but_never_a_parent() -> None:
-    model = correlate(profile([_range(0, 100, "async", tid=1, end_tid=2), _range(10, 20, "op")],
-                              [_api(12, 14, 1)], [_kernel(30, 40, 1)]))
+    model = correlate(
+        profile(
+            [_range(0, 100, "async", tid=1, end_tid=2), _range(10, 20, "op")], [_api(12, 14, 1)], [_kernel(30, 40, 1)]
+        )
+    )
     check(model)
     ops = by_name(model.ops)
     assert ops["async"]["flags"] & CROSS_THREAD and ops["async"]["end_thread_id"] == 2
@@ -123,8 +201,13 @@ def test_cross_thread_range_is_kept_but_never_a_parent() -> None:
 
 def test_crossing_ranges_on_one_thread_are_flagged_not_nested() -> None:
     # b starts inside a and ends after it: it cannot nest; c is properly inside a.
-    model = correlate(profile([_range(0, 10, "a"), _range(5, 15, "b"), _range(6, 8, "c")],
-                              [_api(6, 7, 1), _api(12, 13, 2)], [_kernel(20, 21, 1), _kernel(21, 24, 2)]))
+    model = correlate(
+        profile(
+            [_range(0, 10, "a"), _range(5, 15, "b"), _range(6, 8, "c")],
+            [_api(6, 7, 1), _api(12, 13, 2)],
+            [_kernel(20, 21, 1), _kernel(21, 24, 2)],
+        )
+    )
     check(model)
     ops = by_name(model.ops)
     assert ops["b"]["flags"] & CROSSING and ops["b"]["self_gpu_ns"] == 0
@@ -133,8 +216,13 @@ def test_crossing_ranges_on_one_thread_are_flagged_not_nested() -> None:
 
 
 def test_identical_and_zero_length_ranges_nest_in_push_order() -> None:
-    model = correlate(profile([_range(0, 10, "outer"), _range(0, 10, "inner"), _range(5, 5, "mark"),
-                               _range(5, 5, "mark2")], [_api(5, 5, 1)], [_kernel(20, 25, 1)]))
+    model = correlate(
+        profile(
+            [_range(0, 10, "outer"), _range(0, 10, "inner"), _range(5, 5, "mark"), _range(5, 5, "mark2")],
+            [_api(5, 5, 1)],
+            [_kernel(20, 25, 1)],
+        )
+    )
     check(model)
     ops = by_name(model.ops)
     assert ops["inner"]["parent_id"] == ops["outer"]["op_id"]
@@ -158,6 +246,7 @@ def nested_ranges(draw: st.DrawFn) -> list[tuple[int, int, int]]:
             out.append((tid, s, e))
             split(tid, s, e, depth + 1)
             cursor = e
+
     for tid in range(draw(st.integers(1, 3))):
         split(tid, 0, 1000, 0)
     return out
@@ -165,8 +254,9 @@ def nested_ranges(draw: st.DrawFn) -> list[tuple[int, int, int]]:
 
 @settings(max_examples=200, deadline=None)
 @given(nested_ranges(), st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1000), st.integers(0, 30)), max_size=30))
-def test_innermost_owner_matches_brute_force(ranges: list[tuple[int, int, int]],
-                                             calls: list[tuple[int, int, int]]) -> None:
+def test_innermost_owner_matches_brute_force(
+    ranges: list[tuple[int, int, int]], calls: list[tuple[int, int, int]]
+) -> None:
     rows = [_range(s, e, f"r{i}", tid=t) for i, (t, s, e) in enumerate(ranges)]
     api = [_api(s, s + d, i, tid=t) for i, (t, s, d) in enumerate(calls)]
     gpu = [_kernel(2000 + i, 2001 + i + i % 3, i) for i in range(len(calls))]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from nvbridge.names import parse
+from nvbridge.names import _decorations, _decorations_regex, parse
 from tests.conftest import raw, real_db
 
 
@@ -14,46 +14,70 @@ def one(name: str) -> dict[str, object]:
     return {k: v for k, v in row.items() if v is not None and v is not False}
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    # torch 1.0
-    ("add, seq=3", {"op_name": "add", "seq": 3}),
-    ("AddBackward, stashed seq=3", {"op_name": "AddBackward", "seq": 3, "is_backward": True}),
-    # torch 1.x (nvprof report)
-    ("embedding, seq = 65", {"op_name": "embedding", "seq": 65}),
-    ("NllLossBackward, seq = 128", {"op_name": "NllLossBackward", "seq": 128, "is_backward": True}),
-    ("torch::autograd::CopyBackwards, seq = 7", {"op_name": "torch::autograd::CopyBackwards", "seq": 7,
-                                                 "is_backward": True}),
-    ("nll_loss_backward, seq = 0", {"op_name": "nll_loss_backward", "seq": 0}),
-    # torch 2.x
-    ("aten::mul, seq = 46174, op_id = 993406", {"op_name": "aten::mul", "seq": 46174, "torch_op_id": 993406}),
-    ("aten::empty, op_id = 990346", {"op_name": "aten::empty", "torch_op_id": 990346}),
-    ("aten::addmm, seq = 5, op_id = 12, sizes = [[3], [2, 4], [4, 3], [], []], input_op_ids = [(63,0), (0,-1)]",
-     {"op_name": "aten::addmm", "seq": 5, "torch_op_id": 12, "input_shapes": "[[3], [2, 4], [4, 3], [], []]",
-      "input_op_ids": "[(63,0), (0,-1)]"}),
-    ("autograd::engine::evaluate_function: AddmmBackward0, op_id = 28",
-     {"op_name": "autograd::engine::evaluate_function: AddmmBackward0", "torch_op_id": 28, "is_backward": True}),
-    ("AddmmBackward0, seq = 5, op_id = 29", {"op_name": "AddmmBackward0", "seq": 5, "torch_op_id": 29,
-                                            "is_backward": True}),
-    ("RegisterPostBackwardFunction, seq = 46241, op_id = 993694",
-     {"op_name": "RegisterPostBackwardFunction", "seq": 46241, "torch_op_id": 993694}),
-    # nvbridge's own
-    ("AddmmBackward0, stashed seq = 5, fwd_tid = 123", {"op_name": "AddmmBackward0", "seq": 5, "fwd_tid": 123,
-                                                        "is_backward": True}),
-    ("nn.Module: encoder.layers.0.attn (MultiheadAttention)",
-     {"op_name": "nn.Module: MultiheadAttention", "module": "encoder.layers.0.attn"}),
-    ("ProfilerStep#3", {"op_name": "ProfilerStep#3", "step": 3}),
-    # PyProf dict markers
-    ("{'mod': 'torch.nn.functional', 'op': 'embedding', 'args': [{'name': '', 'type': 'tensor', 'shape': (35, 20),"
-     " 'dtype': 'int64'}, {'name': '', 'type': 'float', 'value': 2.0}]}",
-     {"op_name": "torch.nn.functional.embedding", "input_shapes": "[[35, 20], []]"}),
-    ("{'traceMarker': ['a.py:1', 'b.py:2']}", {"op_name": "traceMarker", "stack": ["a.py:1", "b.py:2"]}),
-    # pass-through: NCCL, user ranges, garbage
-    ("ncclAllReduce", {"op_name": "ncclAllReduce"}),
-    ("FSDP::pre_forward (blocks.0)", {"op_name": "FSDP::pre_forward (blocks.0)"}),
-    ("{not a dict", {"op_name": "{not a dict"}),
-    ("line one\nline two, seq = 4", {"op_name": "line one\nline two", "seq": 4}),
-    ("", {"op_name": ""}),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # torch 1.0
+        ("add, seq=3", {"op_name": "add", "seq": 3}),
+        ("AddBackward, stashed seq=3", {"op_name": "AddBackward", "seq": 3, "is_backward": True}),
+        # torch 1.x (nvprof report)
+        ("embedding, seq = 65", {"op_name": "embedding", "seq": 65}),
+        ("NllLossBackward, seq = 128", {"op_name": "NllLossBackward", "seq": 128, "is_backward": True}),
+        (
+            "torch::autograd::CopyBackwards, seq = 7",
+            {"op_name": "torch::autograd::CopyBackwards", "seq": 7, "is_backward": True},
+        ),
+        ("nll_loss_backward, seq = 0", {"op_name": "nll_loss_backward", "seq": 0}),
+        # torch 2.x
+        ("aten::mul, seq = 46174, op_id = 993406", {"op_name": "aten::mul", "seq": 46174, "torch_op_id": 993406}),
+        ("aten::empty, op_id = 990346", {"op_name": "aten::empty", "torch_op_id": 990346}),
+        (
+            "aten::addmm, seq = 5, op_id = 12, sizes = [[3], [2, 4], [4, 3], [], []], input_op_ids = [(63,0), (0,-1)]",
+            {
+                "op_name": "aten::addmm",
+                "seq": 5,
+                "torch_op_id": 12,
+                "input_shapes": "[[3], [2, 4], [4, 3], [], []]",
+                "input_op_ids": "[(63,0), (0,-1)]",
+            },
+        ),
+        (
+            "autograd::engine::evaluate_function: AddmmBackward0, op_id = 28",
+            {"op_name": "autograd::engine::evaluate_function: AddmmBackward0", "torch_op_id": 28, "is_backward": True},
+        ),
+        (
+            "AddmmBackward0, seq = 5, op_id = 29",
+            {"op_name": "AddmmBackward0", "seq": 5, "torch_op_id": 29, "is_backward": True},
+        ),
+        (
+            "RegisterPostBackwardFunction, seq = 46241, op_id = 993694",
+            {"op_name": "RegisterPostBackwardFunction", "seq": 46241, "torch_op_id": 993694},
+        ),
+        # nvbridge's own
+        (
+            "AddmmBackward0, stashed seq = 5, fwd_tid = 123",
+            {"op_name": "AddmmBackward0", "seq": 5, "fwd_tid": 123, "is_backward": True},
+        ),
+        (
+            "nn.Module: encoder.layers.0.attn (MultiheadAttention)",
+            {"op_name": "nn.Module: MultiheadAttention", "module": "encoder.layers.0.attn"},
+        ),
+        ("ProfilerStep#3", {"op_name": "ProfilerStep#3", "step": 3}),
+        # PyProf dict markers
+        (
+            "{'mod': 'torch.nn.functional', 'op': 'embedding', 'args': [{'name': '', 'type': 'tensor', 'shape': (35, 20),"
+            " 'dtype': 'int64'}, {'name': '', 'type': 'float', 'value': 2.0}]}",
+            {"op_name": "torch.nn.functional.embedding", "input_shapes": "[[35, 20], []]"},
+        ),
+        ("{'traceMarker': ['a.py:1', 'b.py:2']}", {"op_name": "traceMarker", "stack": ["a.py:1", "b.py:2"]}),
+        # pass-through: NCCL, user ranges, garbage
+        ("ncclAllReduce", {"op_name": "ncclAllReduce"}),
+        ("FSDP::pre_forward (blocks.0)", {"op_name": "FSDP::pre_forward (blocks.0)"}),
+        ("{not a dict", {"op_name": "{not a dict"}),
+        ("line one\nline two, seq = 4", {"op_name": "line one\nline two", "seq": 4}),
+        ("", {"op_name": ""}),
+    ],
+)
 def test_grammars(name: str, expected: dict[str, object]) -> None:
     assert one(name) == expected
 
@@ -75,3 +99,22 @@ def test_every_real_name_parses_and_keeps_its_op_name() -> None:
             assert text.startswith(row["op_name"])
         if ", seq = " in text and not text.startswith("{"):
             assert row["seq"] is not None, text
+
+
+SIMPLE_AND_NOT = [
+    "a, b, seq = 3", "a, seq = 3, b", "a, seq = 3x", "a, seq = 3, seq = 4", "a, op_id = 1, seq = 2",
+    "a, seq=3", "a, seq =3", "a, seq= 3", "a, stashed seq=3", "a, stashed seq= 3", "a, stashedseq = 3",
+    "a, seq  = 3", "a, seq = ", "a, seq = -3", "a, seq = +3", "a, seq = \uff13", "a, seq = 3 ", "a, ", ", seq = 1",
+    "a, seq = 999999999999999999", "a, seq = 000000000000000000001", "x, stashed seq = 1, seq = 2",
+    "x, seq = 2, stashed seq = 1", "a, fwd_tid = 5, stashed seq = 9", "a, sizes = [x, seq = 4], input_op_ids = [(1,0)]",
+    "a, sizes = [[1]], input_op_ids = [(1,0)], sizes = [[2]]", "a, sizes = [[1]\n]", "a, op_id = 3\n", "a\n, seq = 3",
+    "a, seq = 1\n, op_id = 2", "a,, seq = 1", "a, seq = 1, ", "\u65e5\u672c, op_id = 4", "a\x00, seq = 3", "",
+]
+
+
+def test_fast_path_matches_the_regular_expressions() -> None:
+    """The split-based parse of simple names gives the regular expressions' columns, row for row."""
+    names = pa.array(SIMPLE_AND_NOT)
+    fast, slow = _decorations(names), _decorations_regex(names)
+    for key in slow:
+        assert fast[key].to_pylist() == slow[key].cast(fast[key].type).to_pylist(), key

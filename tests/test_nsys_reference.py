@@ -41,8 +41,12 @@ def nvtxkernsum(path: Path, workdir: Path) -> dict[tuple[str, int, int], int]:
     copy = workdir / path.name
     shutil.copyfile(path, copy)
     copy.chmod(0o644)
-    subprocess.run([_require_nsys(), "stats", "-q", "-r", "nvtxkernsum", "-f", "csv",
-                    "-o", str(workdir / "ref"), str(copy)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [_require_nsys(), "stats", "-q", "-r", "nvtxkernsum", "-f", "csv", "-o", str(workdir / "ref"), str(copy)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     totals: dict[tuple[str, int, int], int] = defaultdict(int)
     with open(workdir / "ref_nvtxkernsum.csv", newline="") as fh:
         for row in csv.DictReader(fh):

@@ -47,9 +47,11 @@ def test_nvprof_row_counts_match_raw_tables(name: str) -> None:
     assert report.meta["schema_version"] == "12"
     assert report.ops.num_rows == _count(path, "CUPTI_ACTIVITY_KIND_MARKER", "flags = 2")
     assert report.api_calls.num_rows == (
-        _count(path, "CUPTI_ACTIVITY_KIND_RUNTIME") + _count(path, "CUPTI_ACTIVITY_KIND_DRIVER"))
-    gpu = sum(_count(path, f"CUPTI_ACTIVITY_KIND_{t}")
-              for t in ("CONCURRENT_KERNEL", "KERNEL", "MEMCPY", "MEMCPY2", "MEMSET"))
+        _count(path, "CUPTI_ACTIVITY_KIND_RUNTIME") + _count(path, "CUPTI_ACTIVITY_KIND_DRIVER")
+    )
+    gpu = sum(
+        _count(path, f"CUPTI_ACTIVITY_KIND_{t}") for t in ("CONCURRENT_KERNEL", "KERNEL", "MEMCPY", "MEMCPY2", "MEMSET")
+    )
     assert report.gpu_ops.num_rows == gpu
 
 
@@ -122,8 +124,13 @@ def test_nsys_every_gpu_op_owner_matches_sql() -> None:
 
 def test_nsys_thread_and_process_ids_decode_like_nvidia_sql() -> None:
     path = real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite")
-    expected = Counter(raw(path, """
-        SELECT globalTid / 0x1000000 % 0x1000000, globalTid % 0x1000000 FROM CUPTI_ACTIVITY_KIND_RUNTIME"""))
+    expected = Counter(
+        raw(
+            path,
+            """
+        SELECT globalTid / 0x1000000 % 0x1000000, globalTid % 0x1000000 FROM CUPTI_ACTIVITY_KIND_RUNTIME""",
+        )
+    )
     api = nvbridge.load(path).df("api_calls")
     assert Counter(zip(api.process_id, api.thread_id)) == expected
 
@@ -131,9 +138,15 @@ def test_nsys_thread_and_process_ids_decode_like_nvidia_sql() -> None:
 def test_nsys_registered_strings_and_domains() -> None:
     """NCCL's ranges use registered strings (textId) in their own domain."""
     path = real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite")
-    expected = Counter(r[0] for r in raw(path, """
+    expected = Counter(
+        r[0]
+        for r in raw(
+            path,
+            """
         SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId
-         WHERE n.text IS NULL AND n.eventType = 59"""))
+         WHERE n.text IS NULL AND n.eventType = 59""",
+        )
+    )
     ops = nvbridge.load(path).df("ops")
     nccl = ops[ops.domain_id == 1]
     assert Counter(nccl["name"]) == expected
@@ -158,8 +171,12 @@ def test_open_ranges_are_clamped_and_flagged() -> None:
 def _nvprof_pairs(path: Path) -> list[tuple[int, int, int, int, str]]:
     """(pid, tid, start, end, name) of every nvprof range, decoded here from the raw rows."""
     strings = dict(raw(path, "SELECT _id_, value FROM StringTable"))
-    starts = {i: (ts, blob, name) for i, ts, blob, name in raw(
-        path, "SELECT id, timestamp, objectId, name FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 2")}
+    starts = {
+        i: (ts, blob, name)
+        for i, ts, blob, name in raw(
+            path, "SELECT id, timestamp, objectId, name FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 2"
+        )
+    }
     ends = dict(raw(path, "SELECT id, timestamp FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 4"))
     out = []
     for i, (ts, blob, name) in starts.items():
@@ -172,13 +189,20 @@ def test_nvprof_every_gpu_op_owner_matches_brute_force() -> None:
     """nvprof: blob-decoded threads, signed threadIds and innermost-range ownership."""
     path = real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite")
     ranges = _nvprof_pairs(path)
-    api = {c: (p, t & 0xFFFFFFFF, s, e) for c, p, t, s, e in raw(
-        path, "SELECT correlationId, processId, threadId, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
+    api = {
+        c: (p, t & 0xFFFFFFFF, s, e)
+        for c, p, t, s, e in raw(
+            path, "SELECT correlationId, processId, threadId, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+        )
+    }
     expected = {}
-    for start, corr in raw(path, """
+    for start, corr in raw(
+        path,
+        """
             SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
             UNION ALL SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY
-            UNION ALL SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_MEMSET"""):
+            UNION ALL SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_MEMSET""",
+    ):
         p, t, s, e = api[corr]
         around = [r for r in ranges if (r[0], r[1]) == (p, t) and r[2] <= s and e <= r[3]]
         inner = max(around, key=lambda r: (r[2], -r[3]), default=None)
@@ -200,8 +224,10 @@ def test_nvprof_threads_and_process_name() -> None:
     path = real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite")
     threads = nvbridge.load(path).df("threads")
     api_threads = {t & 0xFFFFFFFF for (t,) in raw(path, "SELECT DISTINCT threadId FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
-    marker_threads = {struct.unpack_from("<I", b, 4)[0] for (b,) in raw(
-        path, "SELECT DISTINCT objectId FROM CUPTI_ACTIVITY_KIND_MARKER")}
+    marker_threads = {
+        struct.unpack_from("<I", b, 4)[0]
+        for (b,) in raw(path, "SELECT DISTINCT objectId FROM CUPTI_ACTIVITY_KIND_MARKER")
+    }
     assert sorted(threads.thread_id) == sorted(api_threads | marker_threads)
     assert len(threads) == 3
     assert set(threads.process_id) == {15938}
@@ -214,18 +240,28 @@ def test_nvprof_kernel_names_are_demangled() -> None:
     assert not kernels["name"].str.startswith("_Z").any()
     itanium = kernels["mangled_name"].str.startswith("_Z")
     assert itanium.sum() > 100 and (kernels["name"] != kernels["mangled_name"])[itanium].all()
-    assert (kernels["name"] == "void indexSelectLargeIndex<float, unsigned int, 2, 2, -2, true>(TensorInfo"
+    assert (
+        (
+            kernels["name"] == "void indexSelectLargeIndex<float, unsigned int, 2, 2, -2, true>(TensorInfo"
             "<float, unsigned int>, TensorInfo<float, unsigned int>, TensorInfo<long, unsigned int>, int, int, "
-            "unsigned int, unsigned int, long)").sum() == raw(
-        real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite"),
-        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL k JOIN StringTable s ON s._id_ = k.name "
-        "WHERE s.value = '_Z21indexSelectLargeIndexIfjLi2ELi2ELin2ELb1EEv10TensorInfoIT_T0_ES3_S0_IlS2_EiiS2_S2_l'",
-    )[0][0] == 2
+            "unsigned int, unsigned int, long)"
+        ).sum()
+        == raw(
+            real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite"),
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL k JOIN StringTable s ON s._id_ = k.name "
+            "WHERE s.value = '_Z21indexSelectLargeIndexIfjLi2ELi2ELin2ELb1EEv10TensorInfoIT_T0_ES3_S0_IlS2_EiiS2_S2_l'",
+        )[0][0]
+        == 2
+    )
     copies = Counter(gpu[gpu.kind == "memcpy"]["name"])
-    assert copies == Counter(f"Memcpy {k}" for (k,) in raw(
-        real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite"),
-        "SELECT CASE copyKind WHEN 1 THEN 'HtoD' WHEN 2 THEN 'DtoH' WHEN 8 THEN 'DtoD' END "
-        "FROM CUPTI_ACTIVITY_KIND_MEMCPY"))
+    assert copies == Counter(
+        f"Memcpy {k}"
+        for (k,) in raw(
+            real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite"),
+            "SELECT CASE copyKind WHEN 1 THEN 'HtoD' WHEN 2 THEN 'DtoH' WHEN 8 THEN 'DtoD' END "
+            "FROM CUPTI_ACTIVITY_KIND_MEMCPY",
+        )
+    )
 
 
 def test_empty_capture_converts_to_empty_tables(tmp_path: Path) -> None:

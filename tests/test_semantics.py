@@ -25,9 +25,12 @@ def test_nvprof_torch14_backward_nodes_all_link() -> None:
     nodes, linked, missing = _linked_share(report)
     # Independent count: backward node ranges (class names ending in Backward) with a seq.
     strings = dict(raw(path, "SELECT _id_, value FROM StringTable"))
-    expected = sum(1 for (n,) in raw(path, "SELECT name FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 2")
-                   if strings[n].split(",")[0].rstrip("0123456789").endswith(("Backward", "Backwards"))
-                   and ", seq = " in strings[n])
+    expected = sum(
+        1
+        for (n,) in raw(path, "SELECT name FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 2")
+        if strings[n].split(",")[0].rstrip("0123456789").endswith(("Backward", "Backwards"))
+        and ", seq = " in strings[n]
+    )
     assert nodes == expected == 61
     assert linked == nodes and missing == []
     ops = report.df("ops").set_index("op_id")
@@ -57,12 +60,18 @@ def test_sample_recordings_link_99_percent(sample: str) -> None:
 
 def test_fwd_tid_makes_the_link_exact() -> None:
     """Two forward threads reuse seq 5; fwd_tid picks the right one, later start or not."""
-    model = correlate(profile([
-        _range(0, 10, "aten::mm, seq = 5, op_id = 1", tid=1),
-        _range(20, 30, "aten::mm, seq = 5, op_id = 2", tid=2),
-        _range(40, 50, "MmBackward0, stashed seq = 5, fwd_tid = 1", tid=3),
-        _range(60, 70, "MmBackward0, seq = 5", tid=3),
-    ], [], []))
+    model = correlate(
+        profile(
+            [
+                _range(0, 10, "aten::mm, seq = 5, op_id = 1", tid=1),
+                _range(20, 30, "aten::mm, seq = 5, op_id = 2", tid=2),
+                _range(40, 50, "MmBackward0, stashed seq = 5, fwd_tid = 1", tid=3),
+                _range(60, 70, "MmBackward0, seq = 5", tid=3),
+            ],
+            [],
+            [],
+        )
+    )
     rows = model.ops.to_pylist()
     by_id = {r["torch_op_id"]: r["op_id"] for r in rows if r["torch_op_id"]}
     assert rows[2]["fwd_op_id"] == by_id[1]  # exact: thread 1 although thread 2 started later
@@ -70,24 +79,36 @@ def test_fwd_tid_makes_the_link_exact() -> None:
 
 
 def test_top_most_op_with_the_seq_is_the_forward_op() -> None:
-    model = correlate(profile([
-        _range(0, 10, "aten::linear, seq = 7, op_id = 1"),
-        _range(2, 8, "aten::addmm, seq = 7, op_id = 2, sizes = [[3], [2, 4]]"),
-        _range(20, 30, "AddmmBackward0, seq = 7", tid=2),
-    ], [], []))
+    model = correlate(
+        profile(
+            [
+                _range(0, 10, "aten::linear, seq = 7, op_id = 1"),
+                _range(2, 8, "aten::addmm, seq = 7, op_id = 2, sizes = [[3], [2, 4]]"),
+                _range(20, 30, "AddmmBackward0, seq = 7", tid=2),
+            ],
+            [],
+            [],
+        )
+    )
     rows = model.ops.to_pylist()
     assert rows[2]["fwd_op_id"] == rows[0]["op_id"]
 
 
 def test_backward_inherits_module_and_shapes() -> None:
-    model = correlate(profile([
-        _range(0, 100, "nn.Module: encoder.layers.0 (Linear)"),
-        _range(10, 20, "aten::addmm, seq = 9, op_id = 1, sizes = [[4], [2, 3], [3, 4]]"),
-        _range(200, 210, "AddmmBackward0, stashed seq = 9, fwd_tid = 1", tid=2),
-        _range(202, 208, "aten::mm, op_id = 5", tid=2),
-        _range(300, 310, "ProfilerStep#4", tid=3),
-        _range(301, 302, "user range", tid=3),
-    ], [], []))
+    model = correlate(
+        profile(
+            [
+                _range(0, 100, "nn.Module: encoder.layers.0 (Linear)"),
+                _range(10, 20, "aten::addmm, seq = 9, op_id = 1, sizes = [[4], [2, 3], [3, 4]]"),
+                _range(200, 210, "AddmmBackward0, stashed seq = 9, fwd_tid = 1", tid=2),
+                _range(202, 208, "aten::mm, op_id = 5", tid=2),
+                _range(300, 310, "ProfilerStep#4", tid=3),
+                _range(301, 302, "user range", tid=3),
+            ],
+            [],
+            [],
+        )
+    )
     rows = {r["name"].split(",")[0]: r for r in model.ops.to_pylist()}
     assert rows["aten::addmm"]["module_path"] == "encoder.layers.0"
     assert rows["AddmmBackward0"]["module_path"] == "encoder.layers.0"

@@ -22,8 +22,9 @@ def _brute_force_table(path: Path) -> dict[str, tuple[int, int, int, int]]:
     strings = dict(raw(path, "SELECT _id_, value FROM StringTable"))
     ends = dict(raw(path, "SELECT id, timestamp FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 4"))
     ranges = []
-    for mid, start, blob, name in raw(path, "SELECT id, timestamp, objectId, name FROM CUPTI_ACTIVITY_KIND_MARKER "
-                                            "WHERE flags = 2"):
+    for mid, start, blob, name in raw(
+        path, "SELECT id, timestamp, objectId, name FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 2"
+    ):
         ranges.append((struct.unpack_from("<II", blob), start, ends[mid], strings[name]))
 
     def innermost(thread: tuple[int, int], s: int, e: int, exclude: int = -1) -> int:
@@ -37,18 +38,24 @@ def _brute_force_table(path: Path) -> dict[str, tuple[int, int, int, int]]:
     child_ns = defaultdict(int)
     for i, (t, s, e, _) in enumerate(ranges):
         # the parent: innermost range containing this one that precedes it in (start, -end, order)
-        cands = [j for j, (tj, sj, ej, _) in enumerate(ranges)
-                 if j != i and tj == t and sj <= s and e <= ej and (sj, -ej, j) < (s, -e, i)]
+        cands = [
+            j
+            for j, (tj, sj, ej, _) in enumerate(ranges)
+            if j != i and tj == t and sj <= s and e <= ej and (sj, -ej, j) < (s, -e, i)
+        ]
         if cands:
             parent = max(cands, key=lambda j: (ranges[j][1], -ranges[j][2], j))
             child_ns[parent] += e - s
     gpu = defaultdict(int)
-    for pid, tid, s, e, d in raw(path, """
+    for pid, tid, s, e, d in raw(
+        path,
+        """
             SELECT r.processId, r.threadId & 4294967295, r.start, r.end, g.end - g.start FROM (
               SELECT correlationId, start, end FROM CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
               UNION ALL SELECT correlationId, start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY
               UNION ALL SELECT correlationId, start, end FROM CUPTI_ACTIVITY_KIND_MEMSET) g
-            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = g.correlationId"""):
+            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = g.correlationId""",
+    ):
         owner = innermost((pid, tid), s, e)
         if owner >= 0:
             gpu[owner] += d

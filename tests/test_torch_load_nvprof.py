@@ -55,18 +55,25 @@ def test_kernel_attribution_agrees_with_torch_where_torch_is_right() -> None:
     assert len(ours) == 683
 
     # Independent of both: kernels launched during each range from another thread.
-    launches = raw(path, """
+    launches = raw(
+        path,
+        """
         SELECT r.threadId & 4294967295, r.start, r.end, k.end - k.start
           FROM CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL k
-          JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId""")
+          JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId""",
+    )
     strings = dict(raw(path, "SELECT _id_, value FROM StringTable"))
     ends = dict(raw(path, "SELECT id, timestamp FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 4"))
     other_thread: dict[tuple[int, str], int] = {}
-    for mid, start, blob, name in raw(path, """
-            SELECT id, timestamp, objectId, name FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 2"""):
+    for mid, start, blob, name in raw(
+        path,
+        """
+            SELECT id, timestamp, objectId, name FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 2""",
+    ):
         tid = struct.unpack_from("<I", blob, 4)[0]
         other_thread[(start, strings[name])] = sum(
-            d for t, s, e, d in launches if t != tid and start < s and e < ends[mid])
+            d for t, s, e, d in launches if t != tid and start < s and e < ends[mid]
+        )
 
     agree = [k for k in ours if other_thread[k] == 0]
     differ = [k for k in ours if other_thread[k] != 0]

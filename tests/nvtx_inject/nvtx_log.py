@@ -99,9 +99,7 @@ def build_injection(dest: Path) -> Path:
     return lib
 
 
-def run_scenario(
-    injection: Path | None, scenario: str, workdir: Path, code: str | None = None
-) -> tuple[NvtxLog, Any]:
+def run_scenario(injection: Path | None, scenario: str, workdir: Path, code: str | None = None) -> tuple[NvtxLog, Any]:
     """Run one workload (or ``code``) in a fresh interpreter under the collector."""
     log_path = workdir / f"{scenario}.tsv"
     out_path = workdir / f"{scenario}.json"

@@ -28,7 +28,8 @@ class Net(torch.nn.Module):
         self.head = torch.nn.Linear(2 * 6 * 6, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x).flatten(1))
+        result: torch.Tensor = self.head(self.features(x).flatten(1))
+        return result
 
 
 class Double(torch.autograd.Function):
@@ -43,22 +44,31 @@ class Double(torch.autograd.Function):
         return grad * 2
 
 
-def train(steps: int, nv: emit_nvtx | None, custom: bool = False) -> None:
-    """Two-ish training steps of Net with an optimizer."""
+def setup() -> tuple[Net, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
+    """Model, optimizer and data, built before annotation starts (as a training script does)."""
     torch.manual_seed(0)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x = torch.randn(2, 1, 8, 8)
-    target = torch.tensor([0, 2])
+    return model, opt, torch.randn(2, 1, 8, 8), torch.tensor([0, 2])
+
+
+def train(
+    steps: int,
+    nv: emit_nvtx | None,
+    custom: bool = False,
+    state: tuple[Net, torch.optim.Optimizer, torch.Tensor, torch.Tensor] | None = None,
+) -> None:
+    """A few training steps of Net with an optimizer."""
+    model, opt, x, target = state if state is not None else setup()
     for _ in range(steps):
         if nv is not None:
             nv.step()
         opt.zero_grad()
         out = model(x)
         if custom:
-            out = Double.apply(out)
+            out = Double.apply(out)  # type: ignore[no-untyped-call]
         loss = torch.nn.functional.cross_entropy(out, target)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
 
 
@@ -82,9 +92,29 @@ def profiler_events(prof: Any) -> list[dict[str, Any]]:
 
 
 def scenario_profiled(record_shapes: bool) -> dict[str, Any]:
+    state = setup()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         with emit_nvtx(record_shapes=record_shapes) as nv:
-            train(2, nv, custom=True)
+            train(2, nv, custom=True, state=state)
+    return {"tid": threading.get_native_id(), "events": profiler_events(prof)}
+
+
+def scenario_transformer() -> dict[str, Any]:
+    """Attention, layer norm, embedding, dropout-free MLP and AdamW: a second op mix."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True)
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), layer, torch.nn.Linear(16, 50))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    tokens = torch.randint(0, 50, (2, 8))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with emit_nvtx(record_shapes=True) as nv:
+            for _ in range(2):
+                nv.step()
+                opt.zero_grad()
+                logits = model(tokens[:, :-1])
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 50), tokens[:, 1:].reshape(-1))
+                loss.backward()  # type: ignore[no-untyped-call]
+                opt.step()
     return {"tid": threading.get_native_id(), "events": profiler_events(prof)}
 
 
@@ -94,7 +124,7 @@ def scenario_double_backward() -> dict[str, Any]:
             x = torch.randn(3, requires_grad=True)
             y = (x * x).sum()
             (g,) = torch.autograd.grad(y, x, create_graph=True)
-            g.sum().backward()
+            g.sum().backward()  # type: ignore[no-untyped-call]
     return {"tid": threading.get_native_id(), "events": profiler_events(prof)}
 
 
@@ -112,6 +142,24 @@ def scenario_threads() -> dict[str, Any]:
         t.start()
         t.join()  # one after the other: the log then separates cleanly by thread
     return {"tid": threading.get_native_id(), "tids": tids}
+
+
+def scenario_cross_thread() -> dict[str, Any]:
+    """Forward on a worker thread, backward on the main thread."""
+    model, _, x, target = setup()
+    box: dict[str, Any] = {}
+
+    def worker() -> None:
+        box["tid"] = threading.get_native_id()
+        with emit_nvtx():
+            box["loss"] = torch.nn.functional.cross_entropy(model(x), target)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    with emit_nvtx():
+        box["loss"].backward()
+    return {"tid": threading.get_native_id(), "worker": box["tid"]}
 
 
 def _state() -> dict[str, Any]:
@@ -157,8 +205,8 @@ def scenario_exception() -> dict[str, Any]:
 
     try:
         with emit_nvtx():
-            model(x).sum().backward()  # a clean backward first
-            Bad.apply(torch.ones(2, requires_grad=True)).sum().backward()
+            model(x).sum().backward()  # a clean backward first  # type: ignore[no-untyped-call]
+            Bad.apply(torch.ones(2, requires_grad=True)).sum().backward()  # type: ignore[no-untyped-call]
     except ValueError as exc:
         errors.append(str(exc))
     return {"before": before, "after": _state(), "errors": errors}
@@ -192,6 +240,9 @@ def scenario_reentry() -> dict[str, Any]:
 
     decorated()
     decorated()
+    with emit_nvtx():
+        decorated()  # nested on the same thread: must not emit each op twice
+        torch.ones(2) - 1
     return {"message": message, "decorated_modes": decorated_calls, "after": _state()}
 
 
@@ -199,7 +250,9 @@ SCENARIOS = {
     "profiled": lambda: scenario_profiled(False),
     "profiled_shapes": lambda: scenario_profiled(True),
     "double_backward": scenario_double_backward,
+    "transformer": scenario_transformer,
     "threads": scenario_threads,
+    "cross_thread": scenario_cross_thread,
     "exception": scenario_exception,
     "disabled": scenario_disabled,
     "reentry": scenario_reentry,

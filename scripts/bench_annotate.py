@@ -1,0 +1,167 @@
+"""Microseconds emit_nvtx adds per op and per training step, against no annotation and torch.profiler.
+
+Usage: ``python scripts/bench_annotate.py [--ops N] [--steps N]``. All modes run in one process:
+
+1. ``baseline``: no annotation.
+2. ``emit_nvtx, no collector``: what a run pays when nsys is not attached (nothing is installed).
+3. ``torch.profiler (CPU)``: torch's own in-process profiler, for scale.
+4. ``emit_nvtx python, collector``: with a collector attached. Under ``nsys profile`` that is
+   Nsight Systems itself; otherwise the test collector (tests/nvtx_inject/inject.c) is compiled
+   and attached here, writing its log to /dev/null.
+
+Order matters: NVTX reads NVTX_INJECTION64_PATH at its first call, so the collector is attached
+only after the modes that must run without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from nvbridge.annotate import emit_nvtx  # noqa: E402
+from tests.nvtx_inject.nvtx_log import build_injection  # noqa: E402
+
+
+def op_loop(n: int) -> Callable[[], None]:
+    """n tiny adds that need no grad: the per-op overhead dominates."""
+    x = torch.ones(4)
+
+    def run() -> None:
+        for _ in range(n):
+            x.add(1)
+
+    return run
+
+
+def grad_op_loop(n: int) -> Callable[[], None]:
+    """n tiny adds on a tensor that requires grad (each makes an autograd node)."""
+    x = torch.ones(4, requires_grad=True)
+
+    def run() -> None:
+        for _ in range(n):
+            x.add(1)
+
+    return run
+
+
+def train_step() -> Callable[[], None]:
+    """One SGD step of a small CNN (forward, backward, optimizer), like sample_db/cnn_cpu."""
+    from scripts.sample_workloads import SmallCNN
+
+    torch.manual_seed(0)
+    model = SmallCNN()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = torch.randn(4, 1, 16, 16), torch.randint(0, 10, (4,))
+
+    def run() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()  # type: ignore[no-untyped-call]
+        opt.step()
+
+    return run
+
+
+def timed(ctx: Callable[[], AbstractContextManager[object]], body: Callable[[], None], repeat: int) -> float:
+    """Median seconds of ``body`` inside a fresh ``ctx()``, over ``repeat`` runs."""
+    samples = []
+    for _ in range(repeat):
+        gc.collect()
+        with ctx():
+            start = time.perf_counter()
+            body()
+            samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def count_ranges(body: Callable[[], None]) -> int:
+    """How many NVTX ranges one call of ``body`` emits (counted through the emitter)."""
+    from nvbridge.annotate import _nvtx_lib
+
+    counter = [0]
+    real = _nvtx_lib.load_emitter()
+    counting = _nvtx_lib.Emitter(
+        push=lambda m: counter.__setitem__(0, counter[0] + 1), pop=lambda: None, source="count"
+    )
+    _nvtx_lib._cached = counting
+    try:
+        with emit_nvtx():
+            body()
+    finally:
+        _nvtx_lib._cached = real
+    return counter[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=20000)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    under_tool = bool(os.environ.get("NVTX_INJECTION64_PATH"))
+    saved = os.environ.pop("NVTX_INJECTION64_PATH", None)
+
+    def steps(n: int) -> Callable[[], None]:
+        one = train_step()
+
+        def run() -> None:
+            for _ in range(n):
+                one()
+
+        return run
+
+    workloads = {
+        "op (no grad)": (op_loop(args.ops), args.ops),
+        "op (requires grad)": (grad_op_loop(args.ops), args.ops),
+        "training step": (steps(args.steps), args.steps),
+    }
+    modes: dict[str, Callable[[], AbstractContextManager[object]]] = {
+        "baseline": nullcontext,
+        "emit_nvtx, no collector": emit_nvtx,
+        "torch.profiler (CPU)": lambda: profile(activities=[ProfilerActivity.CPU]),
+    }
+    results: dict[tuple[str, str], float] = {}
+    for wname, (body, _) in workloads.items():
+        body()  # warm up
+        for mname, ctx in modes.items():
+            results[(wname, mname)] = timed(ctx, body, args.repeat)
+
+    collector = "nsys" if under_tool else "test collector (inject.c)"
+    if saved is not None:
+        os.environ["NVTX_INJECTION64_PATH"] = saved
+    else:
+        lib = build_injection(Path(tempfile.mkdtemp()))
+        os.environ["NVTX_INJECTION64_PATH"] = str(lib)
+        os.environ["NVBRIDGE_NVTX_LOG"] = os.devnull
+    with_collector = f"emit_nvtx python, {collector}"
+    for wname, (body, _) in workloads.items():
+        results[(wname, with_collector)] = timed(emit_nvtx, body, args.repeat)
+    ranges_per_step = count_ranges(train_step())
+
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, median of {args.repeat} runs")
+    print(f"{'workload':<20} {'mode':<42} {'us/unit':>10} {'added us/unit':>14}")
+    for wname, (_, units) in workloads.items():
+        base = results[(wname, "baseline")] / units * 1e6
+        for mname in [*modes, with_collector]:
+            per = results[(wname, mname)] / units * 1e6
+            print(f"{wname:<20} {mname:<42} {per:>10.2f} {per - base:>14.2f}")
+    step_added = (results[("training step", with_collector)] - results[("training step", "baseline")]) / args.steps
+    print(f"training step: {ranges_per_step} ranges/step, {step_added / ranges_per_step * 1e6:.2f} us added per range")
+
+
+if __name__ == "__main__":
+    main()

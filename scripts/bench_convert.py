@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Benchmark ``nvbridge convert`` on a large real-shaped database against a floor and nsys.
+
+    python scripts/bench_convert.py                       # 2M NVTX rows, nsys 2026.2 export
+    python scripts/bench_convert.py --nvtx-rows 2000000 --nvtx-rows 10000000   # + scaling line
+
+For each size, the tiled database is built once (scripts/make_large_db.py) into the cache
+directory (default bench_out/, git-ignored) and reused by later runs; ``--clean`` deletes it
+afterwards. Then, on that same file, with the page cache warmed first, three subprocesses run
+one after the other, each timed (wall, CPU) with its own peak RSS (``os.wait4``, which covers
+the process and the children it reaped):
+
+  floor    a plain Python ``sqlite3`` loop iterating every row of the columns nvbridge reads
+           (taken from the readers' Column declarations, so it follows them)
+  nvbridge ``python -m nvbridge convert DB -o TMP`` (Parquet written to a temporary directory)
+  nsys     ``nsys stats -q -r nvtxkernsum -f csv`` on a copy of DB (nsys may add tables to
+           its input), skipped with a note when ``nsys`` is not on PATH
+
+Everything but the cached database lives in a temporary directory removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import make_large_db  # noqa: E402
+
+DEFAULT_SOURCE = ROOT.parent / "shared" / "real_db" / "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
+DEFAULT_CACHE = ROOT / "bench_out"
+
+FLOOR_CODE = """
+import json, sqlite3, sys
+conn = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True)
+n = 0
+for sql in json.loads(sys.argv[2]):
+    for _row in conn.execute(sql):
+        n += 1
+print(n)
+"""
+
+
+@dataclass
+class Run:
+    tool: str
+    wall: float
+    cpu: float
+    rss_mb: float
+    note: str = ""
+
+
+def floor_queries(db: Path) -> list[str]:
+    """SELECTs of exactly the raw columns nvbridge's reader reads, table by table."""
+    import sqlite3
+
+    from nvbridge.readers import nsys, nvprof
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    kind = make_large_db.detect_kind(conn)
+    k = make_large_db.K
+    if kind == "nsys":
+        wanted = (*nsys.RANGE_TYPES, nsys.NVTX_MARK, nsys.NVTX_THREAD_NAME, nsys.NVTX_DOMAIN_CREATE)
+        specs = [
+            ("StringIds", [nsys.Column("id", "id"), nsys.Column("value", "value")], ""),
+            ("NVTX_EVENTS", nsys.NVTX, f" WHERE eventType IN ({', '.join(map(str, wanted))})"),
+            (k + "RUNTIME", nsys.RUNTIME, ""),
+            (k + "KERNEL", nsys.KERNEL, ""),
+            (k + "MEMCPY", nsys.MEMCPY, ""),
+            (k + "MEMSET", nsys.MEMSET, ""),
+            (k + "SYNCHRONIZATION", nsys.SYNC, ""),
+            (k + "GRAPH_TRACE", nsys.GRAPH_TRACE, ""),
+        ]
+    else:
+        specs = [
+            ("StringTable", [nvprof.Column("id", "_id_"), nvprof.Column("value", "value")], ""),
+            (k + "MARKER", nvprof.MARKER, ""),
+            (k + "RUNTIME", nvprof.API, ""),
+            (k + "DRIVER", nvprof.API, ""),
+            (k + "CONCURRENT_KERNEL", nvprof.KERNEL, ""),
+            (k + "KERNEL", nvprof.KERNEL, ""),
+            (k + "MEMCPY", nvprof.MEMCPY, ""),
+            (k + "MEMCPY2", nvprof.MEMCPY, ""),
+            (k + "MEMSET", nvprof.MEMSET, ""),
+            (k + "SYNCHRONIZATION", nvprof.SYNC, ""),
+        ]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    queries = []
+    for table, cols, where in specs:
+        if table not in tables:
+            continue
+        present = set(make_large_db.table_columns(conn, table))
+        names = [c.raw for c in cols if c.raw in present]
+        q = make_large_db.quote
+        queries.append(f"SELECT {', '.join(q(n) for n in names)} FROM {q(table)}{where}")
+    conn.close()
+    return queries
+
+
+# Each measured command is started by this small launcher, not by the benchmark itself: a
+# child's ru_maxrss includes the memory it had between fork and exec, which would be the
+# benchmark's own (nvbridge and pyarrow imported) rather than the command's.
+LAUNCHER_CODE = """
+import json, os, sys, time
+t0 = time.perf_counter()
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
+_pid, status, ru = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+with open(sys.argv[1], "w") as fh:
+    json.dump({"rc": os.waitstatus_to_exitcode(status), "wall": wall,
+               "cpu": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss}, fh)
+"""
+
+
+def run(tool: str, cmd: list[str], stdout: Path) -> tuple[Run, int, str]:
+    """Run ``cmd``: wall time, user+sys CPU and peak RSS of it and the children it reaped."""
+    usage = stdout.with_suffix(".usage.json")
+    with stdout.open("wb") as out, tempfile.TemporaryFile() as err:
+        subprocess.run([sys.executable, "-c", LAUNCHER_CODE, str(usage), *cmd],
+                       stdout=out, stderr=err, check=True)
+        err.seek(0)
+        errors = err.read().decode(errors="replace")
+    u = json.loads(usage.read_text())
+    usage.unlink()
+    return Run(tool, u["wall"], u["cpu"], u["maxrss_kb"] / 1024), u["rc"], errors
+
+
+def warm(path: Path) -> None:
+    with path.open("rb") as fh:
+        while fh.read(1 << 24):
+            pass
+
+
+def cached_db(source: Path, nvtx_target: int, cache: Path) -> tuple[Path, int]:
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True)
+    kind = make_large_db.detect_kind(conn)
+    per_tile = make_large_db.nvtx_rows(conn, kind)
+    conn.close()
+    if not per_tile:
+        raise SystemExit(f"{source.name} has no NVTX rows to scale")
+    tiles = -(-nvtx_target // per_tile)
+    db = cache / f"{source.stem}.x{tiles}.sqlite"
+    if db.exists():
+        print(f"using cached {db} ({db.stat().st_size / 1e6:.0f} MB)")
+    else:
+        make_large_db.build(source, db, tiles=tiles)
+    return db, tiles
+
+
+def bench(db: Path, repeat: int, skip_nsys: bool) -> list[Run]:
+    nsys = None if skip_nsys else shutil.which("nsys")
+    runs: list[Run] = []
+    queries = json.dumps(floor_queries(db))
+    with tempfile.TemporaryDirectory(prefix="nvbridge-bench-") as tmp_s:
+        tmp = Path(tmp_s)
+        warm(db)
+        best: dict[str, Run] = {}
+
+        def keep(r: Run) -> None:
+            if r.tool not in best or r.wall < best[r.tool].wall:
+                best[r.tool] = r
+
+        for _ in range(repeat):
+            r, rc, err = run("floor (sqlite3 loop)", [sys.executable, "-c", FLOOR_CODE, str(db), queries],
+                             tmp / "floor.txt")
+            if rc:
+                raise SystemExit(f"floor failed ({rc}): {err}")
+            r.note = f"{int((tmp / 'floor.txt').read_text()):,} rows iterated"
+            keep(r)
+
+            out = tmp / "dataset"
+            r, rc, err = run("nvbridge convert", [sys.executable, "-m", "nvbridge", "convert", str(db),
+                                                  "-o", str(out), "--force"], tmp / "nvbridge.txt")
+            if rc:
+                raise SystemExit(f"nvbridge convert failed ({rc}): {err}")
+            text = (tmp / "nvbridge.txt").read_text()
+            m = re.search(r"([\d,]+) rows in ([\d.]+) s", text)
+            mb = sum(f.stat().st_size for f in out.iterdir()) / 1e6
+            r.note = (f"{m.group(1)} rows, {m.group(2)} s in-process, " if m else "") + f"{mb:.0f} MB Parquet"
+            shutil.rmtree(out)
+            keep(r)
+
+            if nsys:
+                copy = tmp / "copy" / db.name
+                copy.parent.mkdir(exist_ok=True)
+                shutil.copyfile(db, copy)
+                warm(copy)
+                r, rc, err = run("nsys stats nvtxkernsum", [nsys, "stats", "-q", "-r", "nvtxkernsum",
+                                                             "-f", "csv", str(copy)], tmp / "nsys.csv")
+                if rc:
+                    r.note = f"FAILED rc={rc}: {err.strip().splitlines()[-1] if err.strip() else ''}"
+                else:
+                    lines = sum(1 for _ in (tmp / "nsys.csv").open("rb"))
+                    r.note = (f"{lines - 1:,} CSV rows" if lines else
+                              "no output: nsys stats reads only Nsight Systems exports")
+                shutil.rmtree(copy.parent)
+                keep(r)
+        runs = list(best.values())
+    if skip_nsys:
+        print("note: nsys skipped (--skip-nsys)")
+    elif not nsys:
+        print("note: nsys not found on PATH; install it with scripts/install_nsys.sh to compare")
+    return runs
+
+
+def version(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip()
+        return out.splitlines()[-1] if out else "?"
+    except (OSError, subprocess.SubprocessError):
+        return "absent"
+
+
+def table(runs: list[Run]) -> str:
+    by = {r.tool.split()[0]: r for r in runs}
+    lines = [f"{'tool':<24}{'wall s':>9}{'cpu s':>9}{'peak RSS MB':>13}  notes"]
+    for r in runs:
+        lines.append(f"{r.tool:<24}{r.wall:>9.2f}{r.cpu:>9.2f}{r.rss_mb:>13.0f}  {r.note}")
+    nvb, flo, nsy = by.get("nvbridge"), by.get("floor"), by.get("nsys")
+    if nvb and flo:
+        lines.append(f"ratio nvbridge/floor: {nvb.wall / flo.wall:.2f}x wall, "
+                     f"{nvb.rss_mb / flo.rss_mb:.2f}x peak RSS")
+    if nvb and nsy:
+        lines.append(f"ratio nsys/nvbridge:  {nsy.wall / nvb.wall:.2f}x wall, "
+                     f"{nsy.rss_mb / nvb.rss_mb:.2f}x peak RSS")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nvtx-rows", "--rows", type=int, action="append", metavar="N",
+                    help="NVTX rows of the tiled database (repeat for a scaling line; default 2000000)")
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real export to tile")
+    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
+                    help="where tiled databases are built and reused (default bench_out/)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per tool; the fastest is reported")
+    ap.add_argument("--skip-nsys", action="store_true", help="do not run nsys stats")
+    ap.add_argument("--clean", action="store_true", help="delete the tiled databases afterwards (cached ones too)")
+    args = ap.parse_args(argv)
+    sizes = args.nvtx_rows or [2_000_000]
+    if not args.source.is_file():
+        raise SystemExit(f"{args.source}: no such file (pass --source)")
+    print(f"source {args.source.name}; python {platform.python_version()}, {os.cpu_count()} CPUs, "
+          f"nsys: {version(['nsys', '--version']) if shutil.which('nsys') else 'absent'}")
+    results: list[tuple[int, list[Run]]] = []
+    made: list[Path] = []
+    try:
+        for n in sizes:
+            db, tiles = cached_db(args.source, n, args.cache_dir)
+            made.append(db)
+            print(f"\n== {n:,} NVTX rows requested: {db.name}, {tiles} tiles, "
+                  f"{db.stat().st_size / 1e6:.0f} MB")
+            runs = bench(db, args.repeat, args.skip_nsys)
+            print(table(runs))
+            results.append((n, runs))
+    finally:
+        if args.clean:
+            for db in made:
+                db.unlink(missing_ok=True)
+    if len(results) >= 2:
+        (n0, r0), (n1, r1) = results[0], results[-1]
+        a = {r.tool: r for r in r0}
+        parts = [f"{t.split()[0]} {r.wall / a[t].wall:.2f}x time, {r.rss_mb / a[t].rss_mb:.2f}x RSS"
+                 for t, r in ((r.tool, r) for r in r1) if t in a]
+        print(f"\nscaling {n0:,} -> {n1:,} NVTX rows ({n1 / n0:.1f}x rows): " + "; ".join(parts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Re-creates sample_db/*.sqlite: real Nsight Systems recordings of small CPU training loops
+# annotated by nvbridge.emit_nvtx (scripts/sample_workloads.py). See sample_db/README.md.
+#
+# Needs: nsys (scripts/install_nsys.sh; recorded with 2022.4.2.1), torch==2.13.0 (CPU),
+# nvidia-nvtx-cu12 (the NVTX C library emit_nvtx calls through ctypes) or nvtx==0.2.11.
+# On 2022.4 `nsys profile` often cannot find its importer; then QdstrmImporter turns the
+# .qdstrm into .nsys-rep, and `nsys export` writes the SQLite database.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=sample_db
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+PYTHON=${PYTHON:-$(command -v python)}
+IMPORTER=${QDSTRM_IMPORTER:-/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter}
+mkdir -p "$OUT"
+
+for name in cnn transformer_shapes threads; do
+  rep="$TMP/${name}_cpu"
+  # A clean environment keeps the user's variables out of TARGET_INFO_SYSTEM_ENV (a committed
+  # file); the osrt thresholds drop the thousands of sub-0.1 ms calls `import torch` makes.
+  env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 \
+    nsys profile -t nvtx,osrt --sample=none --cpuctxsw=none \
+      --osrt-threshold=100000 --osrt-backtrace-threshold=10000000000 \
+      -f true -o "$rep" "$PYTHON" scripts/sample_workloads.py "$name" || true
+  if [ ! -f "$rep.nsys-rep" ]; then
+    "$IMPORTER" -i "$rep.qdstrm"
+  fi
+  rm -f "$OUT/${name}_cpu.sqlite"
+  nsys export --type sqlite -o "$OUT/${name}_cpu.sqlite" "$rep.nsys-rep" >/dev/null
+  ls -l "$OUT/${name}_cpu.sqlite"
+done
