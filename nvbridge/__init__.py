@@ -11,7 +11,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-from nvbridge.convert import ConversionResult, convert  # noqa: E402
+from nvbridge.convert import ConversionResult, convert, export_chrome_trace  # noqa: E402
 from nvbridge.dataset import Report, load  # noqa: E402
 from nvbridge.errors import (  # noqa: E402
     CorrelationError,
@@ -38,6 +38,7 @@ __all__ = [
     "__version__",
     "convert",
     "emit_nvtx",
+    "export_chrome_trace",
     "load",
     "load_nvprof",
 ]

@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import click
+import pyarrow.compute as pc
 
 from nvbridge import __version__
 from nvbridge.analysis import format_time, parse_time
-from nvbridge.convert import Progress, convert
+from nvbridge.convert import Progress, convert, export_chrome_trace
 from nvbridge.dataset import load
 from nvbridge.errors import NvbridgeError
 
@@ -61,16 +62,59 @@ def cli() -> None:
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="Dataset directory to create (one sub-directory per report when several).")
-@click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
+@click.option("--chrome", "chrome_trace", type=click.Path(path_type=Path), default=None,
+              help="Also write a Chrome/Perfetto trace (.json or .json.gz) in the same pass.")
+@click.option("--force", is_flag=True, help="Replace the output directory (and trace) if they exist.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-def convert_cmd(inputs: tuple[Path, ...], output: Path, force: bool, quiet: bool) -> None:
+def convert_cmd(inputs: tuple[Path, ...], output: Path, chrome_trace: Path | None, force: bool, quiet: bool) -> None:
     """Convert profiler databases (Nsight Systems or nvprof SQLite) into a Parquet dataset."""
     show = not quiet and sys.stderr.isatty()
     with _errors(), _progress(show, "converting") as progress:
-        results = convert(list(inputs), output, force=force, progress=progress)
+        results = convert(list(inputs), output, force=force, progress=progress, chrome_trace=chrome_trace)
     if not quiet:
         for result in results:
             click.echo(result.describe())
+
+
+def _steps(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    first, _, last = text.partition(":")
+    try:
+        return int(first), int(last or first)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a step range; write it like 3:5 or 4", param_hint="--steps") from None
+
+
+@cli.command("trace")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="trace.json or trace.json.gz")
+@click.option("--start", "start", default=None, help="Window start, from the first event (e.g. 1.5s, 200ms).")
+@click.option("--end", "end", default=None, help="Window end, from the first event.")
+@click.option("--steps", default=None, help="Only ProfilerStep#A..#B, written A:B (or one step: A).")
+@click.option("--process", "processes", type=int, multiple=True, help="Only this host process id (repeatable).")
+def trace_cmd(path: Path, output: Path, start: str | None, end: str | None, steps: str | None,
+              processes: tuple[int, ...]) -> None:
+    """Write a Chrome/Perfetto trace of a report or dataset (Kineto conventions, flows included)."""
+    step_range = _steps(steps)
+    with _errors():
+        try:
+            start_us = parse_time(start) if start else None
+            end_us = parse_time(end) if end else None
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
+        report = load(path)
+        origin = min((int(pc.min(t.column("start_ns")).as_py()) for t in (report.ops, report.api_calls,
+                      report.gpu_ops) if t.num_rows), default=0)
+        stats = export_chrome_trace(
+            report, output, start_ns=None if start_us is None else origin + int(start_us * 1e3),
+            end_ns=None if end_us is None else origin + int(end_us * 1e3), steps=step_range,
+            processes=set(processes) or None)
+    parts = ", ".join(f"{v:,} {k}" for k, v in {**stats.slices, **stats.flows}.items())
+    click.echo(f"Wrote {output}: {parts}.")
+    if stats.overlapping_gpu_ops:
+        click.echo(f"note: {stats.overlapping_gpu_ops:,} GPU ops overlap an earlier op on their stream; "
+                   "they are drawn on a separate 'overlap' track.", err=True)
 
 
 def _gpu_lines(summary: list[dict[str, object]]) -> list[str]:

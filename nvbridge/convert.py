@@ -20,7 +20,7 @@ import pyarrow as pa
 from nvbridge import __version__
 from nvbridge.correlate import Model, check, correlate
 from nvbridge.errors import ExportError
-from nvbridge.dataset import from_model, load
+from nvbridge.dataset import Report, from_model, load
 from nvbridge.export import chrome, parquet
 from nvbridge.profile import SourceInfo
 from nvbridge.readers import read_profile
@@ -169,14 +169,14 @@ def _check_trace_destination(path: Path, force: bool) -> None:
         raise ExportError(f"{path} already exists; choose another file or pass --force to replace it.")
 
 
-def export_chrome_trace(source: str | os.PathLike[str], dest: str | os.PathLike[str], *,
+def export_chrome_trace(source: str | os.PathLike[str] | Report, dest: str | os.PathLike[str], *,
                         start_ns: int | None = None, end_ns: int | None = None,
                         steps: tuple[int, int] | None = None, processes: set[int] | None = None,
                         force: bool = True) -> chrome.TraceStats:
     """Write a report (or converted dataset) as a Chrome/Perfetto trace.
 
     Args:
-        source: a profiler database, SQLAlchemy URL or dataset directory.
+        source: a profiler database, SQLAlchemy URL, dataset directory, or a loaded Report.
         dest: ``.json`` or ``.json.gz`` (compressed while streaming).
         start_ns, end_ns: a time window, in the report's time base.
         steps: ``(first, last)`` ProfilerStep numbers: the window they span.
@@ -189,7 +189,7 @@ def export_chrome_trace(source: str | os.PathLike[str], dest: str | os.PathLike[
     """
     path = Path(dest)
     _check_trace_destination(path, force)
-    report = load(source)
+    report = source if isinstance(source, Report) else load(source)
     if steps is not None:
         try:
             start_ns, end_ns = chrome.step_window(report.ops, *steps)

@@ -122,6 +122,14 @@ def _batches(n: int) -> range:
     return range(0, n, BATCH_ROWS)
 
 
+def _batch(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """Rows of a table, with dictionary-encoded names decoded (string kernels want strings)."""
+    t = table.take(pa.array(rows))
+    schema = pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
+                        for f in t.schema])
+    return t.cast(schema)
+
+
 def write(report: Any, dest: str | os.PathLike[str], *, start_ns: int | None = None, end_ns: int | None = None,
           processes: set[int] | None = None) -> TraceStats:
     """Write ``report``'s tables as a Chrome trace (``.json`` or ``.json.gz``).
@@ -174,7 +182,7 @@ def step_window(ops: pa.Table, first: int, last: int) -> tuple[int, int]:
     valid = np.asarray(pc.is_valid(steps).to_numpy(zero_copy_only=False))
     if not valid.any():
         raise ValueError("the report has no ProfilerStep#N ranges; record with nvbridge.emit_nvtx(...).step()")
-    n = np.asarray(steps.field("n").cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False))
+    n = np.asarray(pc.struct_field(steps, "n").cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False))
     sel = valid & (n >= first) & (n <= last)
     if not sel.any():
         have = sorted(set(n[valid].tolist()))
@@ -225,7 +233,7 @@ def _ops(writer: _Writer, ops: pa.Table, keep: np.ndarray, origin: int, stats: T
     flags = np_col(ops, "flags")
     for lo in _batches(len(keep)):
         idx = keep[lo: lo + BATCH_ROWS]
-        t = ops.take(pa.array(idx))
+        t = _batch(ops, idx)
         s, e = np_col(t, "start_ns") - origin, np_col(t, "end_ns") - np_col(t, "start_ns")
         torch_op = pc.or_(pc.is_valid(t.column("seq")), pc.is_valid(t.column("torch_op_id")))
         cat = pc.if_else(torch_op, pa.scalar('"cpu_op"'), pa.scalar('"user_annotation"'))
@@ -247,7 +255,7 @@ def _ops(writer: _Writer, ops: pa.Table, keep: np.ndarray, origin: int, stats: T
 
 def _api(writer: _Writer, api: pa.Table, keep: np.ndarray, origin: int, stats: TraceStats) -> None:
     for lo in _batches(len(keep)):
-        t = api.take(pa.array(keep[lo: lo + BATCH_ROWS]))
+        t = _batch(api, keep[lo: lo + BATCH_ROWS])
         s = np_col(t, "start_ns") - origin
         d = np_col(t, "end_ns") - np_col(t, "start_ns")
         cat = pc.if_else(pc.equal(t.column("kind"), "driver"), pa.scalar('"cuda_driver"'), pa.scalar('"cuda_runtime"'))
@@ -287,7 +295,7 @@ def _gpu(writer: _Writer, gpu: pa.Table, keep: np.ndarray, origin: int, stats: T
     for d in np.unique(dev_all):
         stats.gpu_ns_by_device[int(d)] = int(dur_all[dev_all == d].sum())
     for lo in _batches(len(keep)):
-        t = gpu.take(pa.array(keep[lo: lo + BATCH_ROWS]))
+        t = _batch(gpu, keep[lo: lo + BATCH_ROWS])
         s = np_col(t, "start_ns") - origin
         d = np_col(t, "end_ns") - np_col(t, "start_ns")
         kind = t.column("kind")
