@@ -144,8 +144,11 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     t0 = time.perf_counter()
     say("reading")
     profile = read_profile(source)
+    rows_read = profile.rows_read
     say("correlating")
     model = correlate(profile)
+    del profile  # the raw tables: gone before the output is encoded
+    pa.default_memory_pool().release_unused()
     check(model)
     say("writing")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -159,7 +162,7 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return _summarize(model, out, profile.rows_read, time.perf_counter() - t0)
+    return _summarize(model, out, rows_read, time.perf_counter() - t0)
 
 
 def _check_trace_destination(path: Path, force: bool) -> None:

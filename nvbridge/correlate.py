@@ -57,6 +57,20 @@ def _sum_by(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _in_output_order(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> bool:
+    """Already sorted by (start, -end, thread)? One pass, no sort."""
+    if len(start) < 2:
+        return True
+    ds = np.diff(start)
+    if (ds < 0).any():
+        return False
+    tie = np.flatnonzero(ds == 0)
+    if not len(tie):
+        return True
+    e0, e1 = end[tie], end[tie + 1]
+    return bool(((e0 > e1) | ((e0 == e1) & (thread[tie] <= thread[tie + 1]))).all())
+
+
 def _through(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``values[index]`` where index >= 0, else -1 (works when ``values`` is empty)."""
     if len(values) == 0:
@@ -116,15 +130,17 @@ def correlate(profile: RawProfile) -> Model:
     flags[open_end] |= OPEN_AT_END
     cross = np.asarray(r.column("end_thread_key").combine_chunks().is_valid().to_numpy(zero_copy_only=False))
     flags[cross] |= CROSS_THREAD
+    del open_end, raw_end
 
     # Dense thread indices by hashing (no sort): any order serves the per-thread keys.
     keys = np.concatenate([np_col(r, "thread_key"), np_col(api, "thread_key")]).astype(np.int64)
     tinv = np.asarray(pa.array(keys).dictionary_encode().indices.to_numpy(zero_copy_only=False)).astype(np.int64)
     r_thread, api_thread = tinv[: r.num_rows], tinv[r.num_rows:]
+    del keys, tinv
     # Output order: by start (longer first on ties, then push order). Exports list NVTX rows
     # in start order already, so the reorder (a copy of every name) is usually skipped.
-    order = np.lexsort((np.arange(r.num_rows), r_thread, -r_end, r_start))
-    if not np.array_equal(order, np.arange(r.num_rows)):
+    if not _in_output_order(r_start, r_end, r_thread):
+        order = np.lexsort((np.arange(r.num_rows), r_thread, -r_end, r_start))
         r = r.take(pa.array(order))
         r_start, r_end, r_thread = r_start[order], r_end[order], r_thread[order]
         flags, cross = flags[order], cross[order]
@@ -163,6 +179,8 @@ def correlate(profile: RawProfile) -> Model:
     a_start, a_end, api_thread = a_start[a_order], a_end[a_order], api_thread[a_order]
     host = forest.innermost(api_thread, a_start, np.maximum(a_end, a_start))
     api_op = _through(tree_idx, host)
+    # 2M ranges make each of these 16 MB: drop what the rest does not need.
+    del forest, host, tree_idx, candidates, r_thread, api_thread, cross, outside
 
     # --- GPU ops -> API call by (process, correlation id) ----------------------------
     g_start, g_end = np_col(gpu, "start_ns"), np_col(gpu, "end_ns")
@@ -177,6 +195,7 @@ def correlate(profile: RawProfile) -> Model:
     g_op = _through(api_op, g_api)
     g_dur = g_end - g_start
     g_flags = np.where(g_api < 0, NO_API_CALL, 0).astype(np.int64)
+    del g_key, g_corr
 
     # --- self and total times ----------------------------------------------------------
     dur = r_end - r_start

@@ -41,42 +41,54 @@ class Forest:
         self.thread, self.start, self.end = thread, start, end
         self.lo, self.hi = lo, hi
         n = len(start)
+        self.crossing = np.zeros(n, bool)
+        self._start_keys = segment_keys(thread, start, lo, hi)
         self.parent = np.full(n, -1, np.int64)
         self.depth = np.zeros(n, np.int64)
-        self.crossing = np.zeros(n, bool)
         if n:
             self._build()
-        self._start_keys = segment_keys(thread, start, lo, hi)
 
     def _build(self) -> None:
+        """Depth by counting, parent by one search; temporaries kept few (2M ranges = 16 MB each)."""
         th, s, e = self.thread, self.start, self.end
         n = len(s)
-        idx = np.arange(n, dtype=np.int64)
-        first = np.searchsorted(th, th, side="left")  # first position of each range's thread
-        local = idx - first
-        end_keys = np.sort(segment_keys(th, e, self.lo, self.hi))
-        thread_base = np.searchsorted(end_keys, segment_keys(th, np.full(n, self.lo), self.lo, self.hi))
-        q = segment_keys(th, s, self.lo, self.hi)
-        ends_le = np.searchsorted(end_keys, q, side="right") - thread_base
-        ends_lt = np.searchsorted(end_keys, q, side="left") - thread_base
+        span = self.hi - self.lo + 1
+        threads = np.arange(int(th.max()) + 1, dtype=np.int64)
+        q = self._start_keys
+        end_keys = segment_keys(th, e, self.lo, self.hi)
+        end_keys.sort()
+        base = np.searchsorted(end_keys, threads * span)[th]  # first end key of each thread
+        # A preceding range either contains this one (an ancestor) or ended by its start:
+        # depth = position on the thread - ranges of the thread that ended by its start.
+        depth = np.arange(n, dtype=np.int64)
+        depth -= np.searchsorted(th, threads)[th]
+        depth -= np.searchsorted(end_keys, q, side="right") - base
         zero = e == s
-        zero_keys = np.sort(q[zero])
-        zeros_at = np.searchsorted(zero_keys, q, "right") - np.searchsorted(zero_keys, q, "left")
-        # A preceding range either contains this one (an ancestor) or ended by its start.
-        # Zero-length ranges at the same start sort after a longer one but end "before" it.
-        depth = np.where(zero, local - ends_lt, local - ends_le + zeros_at)
-        parent = np.full(n, -1, np.int64)
-        nested = depth > 0
-        if nested.any():
+        if zero.any():
+            # A zero-length range contains nothing but is contained by ranges ending at its
+            # start; and zero-length ranges at a longer range's start sort after it.
+            z = np.flatnonzero(zero)
+            depth[z] += np.searchsorted(end_keys, q[z], "right") - np.searchsorted(end_keys, q[z], "left")
+            zero_keys = np.sort(q[z])
+            pos = np.flatnonzero(~zero)
+            depth[pos] += np.searchsorted(zero_keys, q[pos], "right") - np.searchsorted(zero_keys, q[pos], "left")
+        del end_keys, base
+        parent = self.parent
+        nested = np.flatnonzero(depth > 0)
+        if len(nested):
             scale = n + 1
-            key = np.sort(np.where(depth >= 0, depth, 0) * scale + idx)
-            want = (depth[nested] - 1) * scale + idx[nested]
+            key = np.maximum(depth, 0) * scale
+            key += np.arange(n, dtype=np.int64)
+            key.sort()
+            want = (depth[nested] - 1) * scale + nested
             pos = np.searchsorted(key, want, side="left") - 1
             cand = key[np.maximum(pos, 0)]
             ok = (pos >= 0) & (cand // scale == depth[nested] - 1)
             parent[nested] = np.where(ok, cand % scale, -1)
-        bad = (depth < 0) | (nested & (parent < 0))
-        has_parent = parent >= 0
+            del key, want, pos, cand
+        bad = depth < 0
+        bad[nested] |= parent[nested] < 0
+        has_parent = np.flatnonzero(parent >= 0)
         p = parent[has_parent]
         bad[has_parent] |= (e[has_parent] > e[p]) | (th[p] != th[has_parent])
         if bad.any():
@@ -84,7 +96,7 @@ class Forest:
             for t in np.unique(th[bad]):
                 lo_i, hi_i = np.searchsorted(th, t, "left"), np.searchsorted(th, t, "right")
                 self._build_thread_exact(int(lo_i), int(hi_i), parent, depth)
-        self.parent, self.depth = parent, depth
+        self.depth = depth
 
     def _build_thread_exact(self, lo: int, hi: int, parent: np.ndarray, depth: np.ndarray) -> None:
         """Stack walk for a thread whose ranges cross: a range that overlaps the innermost

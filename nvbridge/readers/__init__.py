@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+import pyarrow as pa
+
 from nvbridge.errors import NotAProfileDatabase
 from nvbridge.profile import RawProfile, SourceKind
 from nvbridge.readers import nsys, nvprof
@@ -48,4 +50,7 @@ def read_profile(source: str | os.PathLike[str]) -> RawProfile:
     with Database(source) as db:
         kind = detect(db)
         with db.translate_errors():
-            return nvprof.read(db) if kind == "nvprof" else nsys.read(db)
+            profile = nvprof.read(db) if kind == "nvprof" else nsys.read(db)
+    # Give the read buffers back to the OS: NumPy's allocations cannot reuse Arrow's pool.
+    pa.default_memory_pool().release_unused()
+    return profile
