@@ -58,7 +58,7 @@ def _sum_by(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 
 
 def _in_output_order(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> bool:
-    """Already sorted by (start, -end, thread)? One pass, no sort."""
+    """Already sorted by (start, thread, -end)? One pass, no sort."""
     if len(start) < 2:
         return True
     ds = np.diff(start)
@@ -67,8 +67,8 @@ def _in_output_order(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> 
     tie = np.flatnonzero(ds == 0)
     if not len(tie):
         return True
-    e0, e1 = end[tie], end[tie + 1]
-    return bool(((e0 > e1) | ((e0 == e1) & (thread[tie] <= thread[tie + 1]))).all())
+    t0, t1 = thread[tie], thread[tie + 1]
+    return bool(((t0 < t1) | ((t0 == t1) & (end[tie] >= end[tie + 1]))).all())
 
 
 def _through(values: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -137,10 +137,11 @@ def correlate(profile: RawProfile) -> Model:
     tinv = np.asarray(pa.array(keys).dictionary_encode().indices.to_numpy(zero_copy_only=False)).astype(np.int64)
     r_thread, api_thread = tinv[: r.num_rows], tinv[r.num_rows:]
     del keys, tinv
-    # Output order: by start (longer first on ties, then push order). Exports list NVTX rows
-    # in start order already, so the reorder (a copy of every name) is usually skipped.
-    if not _in_output_order(r_start, r_end, r_thread):
-        order = np.lexsort((np.arange(r.num_rows), r_thread, -r_end, r_start))
+    # Output order: by start, thread, longer first, push order. Exports list NVTX rows in
+    # that order already, so the reorder (a copy of every name) is usually skipped.
+    r_key = np_col(r, "thread_key")
+    if not _in_output_order(r_start, r_end, r_key):
+        order = np.lexsort((np.arange(r.num_rows), -r_end, r_key, r_start))
         r = r.take(pa.array(order))
         r_start, r_end, r_thread = r_start[order], r_end[order], r_thread[order]
         flags, cross = flags[order], cross[order]
@@ -173,10 +174,8 @@ def correlate(profile: RawProfile) -> Model:
         depth[outside] = np.where(host >= 0, _through(forest.depth, host) + 1, 0)
 
     # --- API calls -> innermost range on their thread --------------------------------
+    # Kept in the export's order (by start): the lookup needs no sorted queries.
     a_start, a_end = np_col(api, "start_ns"), np_col(api, "end_ns")
-    a_order = np.lexsort((a_start, api_thread))
-    api = api.take(pa.array(a_order))
-    a_start, a_end, api_thread = a_start[a_order], a_end[a_order], api_thread[a_order]
     host = forest.innermost(api_thread, a_start, np.maximum(a_end, a_start))
     api_op = _through(tree_idx, host)
     # 2M ranges make each of these 16 MB: drop what the rest does not need.
