@@ -155,7 +155,8 @@ def correlate(profile: RawProfile) -> Model:
     hi = max(capture_end, int(r_end.max(initial=0)))
     # The forest wants (thread, start, -end) order; tree_idx maps its rows to output rows.
     candidates = np.flatnonzero(~cross)
-    tree_idx = candidates[np.lexsort((candidates, -r_end[candidates], r_start[candidates], r_thread[candidates]))]
+    # Rows are in (start, thread, -end) order, so a stable sort by thread alone gives it.
+    tree_idx = candidates[np.argsort(r_thread[candidates], kind="stable")]
     forest = Forest(r_thread[tree_idx], r_start[tree_idx], r_end[tree_idx], lo, hi)
     flags[tree_idx[forest.crossing]] |= CROSSING
     in_tree = np.zeros(r.num_rows, bool)
