@@ -12,7 +12,6 @@ from nvbridge import __version__, analysis
 from nvbridge.correlate import Model, correlate
 from nvbridge.events import EventsMixin
 from nvbridge.export import parquet
-from nvbridge.readers import read_profile
 
 
 class Report(EventsMixin):
@@ -74,6 +73,8 @@ def load(path: str | os.PathLike[str]) -> Report:
     if p.is_dir():
         meta, tables = parquet.read(p)
         return Report(meta, tables)
+    from nvbridge.readers import read_profile
+
     return from_model(correlate(read_profile(path)))
 
 

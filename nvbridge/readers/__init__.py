@@ -10,12 +10,17 @@ import os
 
 import pyarrow as pa
 
+from typing import TYPE_CHECKING
+
 from nvbridge.errors import NotAProfileDatabase
 from nvbridge.profile import RawProfile, SourceKind
-from nvbridge.readers import nsys, nvprof
-from nvbridge.readers._db import Database
 
-__all__ = ["Database", "detect", "read_profile"]
+if TYPE_CHECKING:
+    from nvbridge.readers._db import Database
+
+# SQLAlchemy and the ADBC driver load only when a database is opened: reading a converted
+# dataset (``nvbridge summary out/``) never pays for them.
+__all__ = ["detect", "read_profile"]
 
 
 def detect(db: Database) -> SourceKind:
@@ -47,6 +52,9 @@ def read_profile(source: str | os.PathLike[str]) -> RawProfile:
     Raises:
         InputError: the source is not a readable nvprof or Nsight Systems database.
     """
+    from nvbridge.readers import nsys, nvprof
+    from nvbridge.readers._db import Database
+
     with Database(source) as db:
         kind = detect(db)
         with db.translate_errors():
