@@ -204,10 +204,19 @@ def export_chrome_trace(source: str | os.PathLike[str] | Report, dest: str | os.
 def convert(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
             output: str | os.PathLike[str], *, force: bool = False,
             progress: Progress | None = None,
-            chrome_trace: str | os.PathLike[str] | None = None) -> list[ConversionResult]:
+            chrome_trace: str | os.PathLike[str] | None = None,
+            jobs: int = 1, scheduler: str | None = None) -> list[ConversionResult]:
     """Convert one or more reports. One source writes ``output`` itself; several write
     ``output/report=<file stem>/`` each, a layout DuckDB, Polars and Spark read as one
-    dataset partitioned by report.
+    dataset partitioned by report, skipping reports already converted unless ``force``.
+
+    Args:
+        jobs: convert this many reports at once in local processes.
+        scheduler: address of a Dask distributed scheduler (``tcp://host:8786``) to convert
+            on instead; the workers must see the input and output paths.
+
+    Returns:
+        One result per converted report (skipped ones are left out).
 
     Raises:
         InputError, ExportError: as :func:`convert_one`; nothing of a failed report is left.
@@ -215,7 +224,7 @@ def convert(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     out = Path(output)
-    if len(sources) == 1:
+    if len(sources) == 1 and jobs <= 1 and scheduler is None:
         return [convert_one(sources[0], out, force=force, progress=progress, chrome_trace=chrome_trace)]
     if chrome_trace is not None:
         raise ExportError("--chrome writes one trace: convert one report at a time, or use `nvbridge trace`.")
@@ -223,5 +232,30 @@ def convert(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     if len(set(stems)) != len(stems):
         raise ExportError("two inputs share a file name; rename one so each report gets its own partition.")
     out.mkdir(parents=True, exist_ok=True)
-    return [convert_one(s, out / f"report={stem}", force=force, progress=progress)
-            for s, stem in zip(sources, stems)]
+    todo = [(s, out / f"report={stem}") for s, stem in zip(sources, stems)
+            if force or not (out / f"report={stem}" / "meta.parquet").is_file()]
+    if scheduler is not None:
+        return _on_dask(scheduler, todo, force)
+    if jobs > 1 and len(todo) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(convert_one, s, dest, force=force) for s, dest in todo]
+            return [f.result() for f in futures]
+    return [convert_one(s, dest, force=force, progress=progress) for s, dest in todo]
+
+
+def _on_dask(address: str, todo: list[tuple[str | os.PathLike[str], Path]], force: bool) -> list[ConversionResult]:
+    """Convert on an existing Dask distributed cluster (the engine NVIDIA's multi-report
+    recipes use), one task per report."""
+    try:
+        from dask.distributed import Client
+    except ImportError as exc:
+        raise ExportError("--scheduler needs Dask; install it with: pip install 'nvbridge[cluster]'") from exc
+    try:
+        client = Client(address, timeout="10s")
+    except OSError as exc:
+        raise ExportError(f"cannot reach the Dask scheduler at {address} ({exc}); check the address.") from exc
+    with client:
+        futures = client.map(lambda job: convert_one(job[0], job[1], force=force), todo, pure=False)
+        return list(client.gather(futures))
