@@ -204,3 +204,55 @@ def gpu_header(gpu_ops: pa.Table, devices: pa.Table) -> list[dict[str, Any]]:
             "attributed_ns": int((e[m] - s[m])[attributed[m]].sum()), "memcpy_bytes": copies,
         })
     return out
+
+
+def merge_averages(parts: list[KeyAverages]) -> KeyAverages:
+    """One table over several reports: rows with the same keys add up."""
+    rows = pa.concat_tables([p.rows.select(list(parts[0].rows.column_names)) for p in parts])
+    keys = list(parts[0].group_by)
+    agg = rows.group_by(keys, use_threads=False).aggregate([
+        (c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")])
+    agg = agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
+    calls = agg.column("calls")
+    agg = agg.append_column("cpu_avg_ns", pc.divide(agg.column("cpu_total_ns").cast(pa.float64()), calls))
+    agg = agg.append_column("gpu_avg_ns", pc.divide(agg.column("gpu_total_ns").cast(pa.float64()), calls))
+    return KeyAverages(agg, sum(p.self_cpu_total_ns for p in parts), sum(p.self_gpu_total_ns for p in parts),
+                       parts[0].group_by)
+
+
+def step_times(ops: pa.Table) -> dict[int, int]:
+    """Duration (ns) of each ``ProfilerStep#N`` range, by N (summed if a step repeats)."""
+    names = ops.column("op_name") if "op_name" in ops.column_names else ops.column("name")
+    m = pc.extract_regex(names, r"^ProfilerStep#(?P<n>\d+)$")
+    valid = np.asarray(pc.is_valid(m).to_numpy(zero_copy_only=False))
+    if not valid.any():
+        return {}
+    n = np.asarray(pc.struct_field(m, "n").cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False))[valid]
+    dur = (np_col(ops, "end_ns") - np_col(ops, "start_ns"))[valid]
+    out: dict[int, int] = {}
+    for step, d in zip(n.tolist(), dur.tolist()):
+        out[step] = out.get(step, 0) + d
+    return out
+
+
+def rank_summary(reports: list[Any]) -> dict[str, Any]:
+    """Across ranks: GPU busy time per report and device, and per step the slowest rank and the
+    spread (slowest minus fastest), which is what a straggler looks like."""
+    ranks = []
+    steps: dict[int, dict[str, int]] = {}
+    for r in reports:
+        label = f"rank {r.meta['rank']}" if r.meta.get("rank") not in (None, "None") else str(r.meta.get("source"))
+        gpu = gpu_header(r.gpu_ops, r.devices)
+        ranks.append({"rank": label, "source": r.meta.get("source"), "ops": r.ops.num_rows,
+                      "kernels": sum(d["kernels"] for d in gpu),
+                      "gpu_busy_ns": {d["device_id"]: d["busy_ns"] for d in gpu}})
+        for step, ns in step_times(r.ops).items():
+            steps.setdefault(step, {})[label] = ns
+    per_step = []
+    for step in sorted(steps):
+        by_rank = steps[step]
+        slow = max(by_rank, key=lambda k: by_rank[k])
+        per_step.append({"step": step, "slowest": slow, "max_ns": by_rank[slow],
+                         "min_ns": min(by_rank.values()), "spread_ns": by_rank[slow] - min(by_rank.values()),
+                         "ranks": len(by_rank)})
+    return {"ranks": ranks, "steps": per_step}

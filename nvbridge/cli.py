@@ -8,15 +8,16 @@ import io
 import json
 import sys
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import click
 import pyarrow.compute as pc
 
 from nvbridge import __version__
-from nvbridge.analysis import format_time, parse_time
+from nvbridge.analysis import format_time, merge_averages, parse_time, rank_summary
 from nvbridge.convert import Progress, convert, export_chrome_trace
-from nvbridge.dataset import load
+from nvbridge.dataset import is_partitioned, load, load_many
 from nvbridge.errors import NvbridgeError
 
 
@@ -64,13 +65,21 @@ def cli() -> None:
               help="Dataset directory to create (one sub-directory per report when several).")
 @click.option("--chrome", "chrome_trace", type=click.Path(path_type=Path), default=None,
               help="Also write a Chrome/Perfetto trace (.json or .json.gz) in the same pass.")
-@click.option("--force", is_flag=True, help="Replace the output directory (and trace) if they exist.")
+@click.option("--force", is_flag=True, help="Replace the output directory (and trace) if they exist; with several "
+              "reports, convert again the ones already converted.")
+@click.option("-j", "--jobs", default=1, show_default=True, help="Reports converted at once (local processes).")
+@click.option("--scheduler", default=None, help="Convert on a Dask distributed scheduler (tcp://host:8786).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
-def convert_cmd(inputs: tuple[Path, ...], output: Path, chrome_trace: Path | None, force: bool, quiet: bool) -> None:
+def convert_cmd(inputs: tuple[Path, ...], output: Path, chrome_trace: Path | None, force: bool, jobs: int,
+                scheduler: str | None, quiet: bool) -> None:
     """Convert profiler databases (Nsight Systems or nvprof SQLite) into a Parquet dataset."""
     show = not quiet and sys.stderr.isatty()
     with _errors(), _progress(show, "converting") as progress:
-        results = convert(list(inputs), output, force=force, progress=progress, chrome_trace=chrome_trace)
+        results = convert(list(inputs), output, force=force, progress=progress, chrome_trace=chrome_trace,
+                          jobs=jobs, scheduler=scheduler)
+    skipped = len(inputs) - len(results)
+    if skipped and not quiet:
+        click.echo(f"Skipped {skipped} report(s) already in {output} (use --force to convert them again).")
     if not quiet:
         for result in results:
             click.echo(result.describe())
@@ -117,12 +126,58 @@ def trace_cmd(path: Path, output: Path, start: str | None, end: str | None, step
                    "they are drawn on a separate 'overlap' track.", err=True)
 
 
+@cli.command("plot")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Picture to write (timeline.png).")
+@click.option("--step", type=int, default=None, help="Draw ProfilerStep#N.")
+@click.option("--start", "start", default=None, help="Window start, from the first event (e.g. 1.5s, 200ms).")
+@click.option("--end", "end", default=None, help="Window end, from the first event.")
+def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end: str | None) -> None:
+    """Draw one step or window as a timeline picture: host threads above GPU streams, idle GPU shaded."""
+    if step is not None and (start or end):
+        raise click.BadParameter("give either --step or --start/--end, not both", param_hint="--step")
+    with _errors():
+        from nvbridge import plot
+
+        try:
+            start_us = parse_time(start) if start else None
+            end_us = parse_time(end) if end else None
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
+        report = load(path)
+        origin = min((int(pc.min(t.column("start_ns")).as_py()) for t in (report.ops, report.api_calls,
+                      report.gpu_ops) if t.num_rows), default=0)
+        plot.render(report, output, step=step,
+                    start_ns=None if start_us is None else origin + int(start_us * 1e3),
+                    end_ns=None if end_us is None else origin + int(end_us * 1e3))
+    click.echo(f"Wrote {output}.")
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n} B"
+
+
+def _rank_lines(ranks: dict[str, Any]) -> list[str]:
+    lines = [f"{len(ranks['ranks'])} reports:"]
+    for r in ranks["ranks"]:
+        busy = ", ".join(f"GPU {d} {format_time(ns / 1e3)}" for d, ns in r["gpu_busy_ns"].items()) or "no GPU ops"
+        lines.append(f"  {r['rank']} ({r['source']}): {r['ops']:,} ops, {r['kernels']:,} kernels, busy {busy}")
+    for st in ranks["steps"]:
+        lines.append(f"  step {st['step']}: slowest {st['slowest']} {format_time(st['max_ns'] / 1e3)}, "
+                     f"spread {format_time(st['spread_ns'] / 1e3)} over {st['ranks']} ranks")
+    return lines
+
+
 def _gpu_lines(summary: list[dict[str, object]]) -> list[str]:
     lines = []
     for d in summary:
-        copies = ", ".join(f"{k} {v / 1e6:,.1f} MB" for k, v in d["memcpy_bytes"].items()) or "none"  # type: ignore[attr-defined]
+        copies = ", ".join(f"{k} {_bytes(v)}" for k, v in d["memcpy_bytes"].items()) or "none"  # type: ignore[attr-defined]
+        where = f"{d['report']}: " if d.get("report") and d.get("several") else ""
         lines.append(
-            f"GPU {d['device_id']} ({d['name'] or 'unnamed'}): busy {format_time(d['busy_ns'] / 1e3)} of "  # type: ignore[operator]
+            f"{where}GPU {d['device_id']} ({d['name'] or 'unnamed'}): busy {format_time(d['busy_ns'] / 1e3)} of "  # type: ignore[operator]
             f"{format_time(d['span_ns'] / 1e3)} ({100 * d['idle_share']:.1f}% idle), "  # type: ignore[operator]
             f"{d['kernels']:,} kernels, {d['gpu_ops']:,} GPU ops, memcpy: {copies}")
     return lines
@@ -151,19 +206,21 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
             min_us = parse_time(min_time)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--min-time") from exc
-        report = load(path)
-        averages = report.key_averages(
+        reports = load_many(path) if is_partitioned(path) else [load(path)]
+        parts = [r.key_averages(
             group_by_input_shape=group_by == "shape", group_by_module=group_by == "module",
             group_by_stack_n=stack_depth if group_by == "stack" else 0,
-            top_level_events_only=top_level, device=device)
+            top_level_events_only=top_level, device=device) for r in reports]
+        averages = parts[0] if len(parts) == 1 else merge_averages(parts)
+        ranks = rank_summary(reports) if len(reports) > 1 else None
         try:
             rows = averages.sorted(sort_by, limit, name_regex, min_us)
             text = averages.table(sort_by, limit, name_regex, min_us)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--sort") from exc
-        gpu = report.gpu_summary()
+        gpu = [dict(d, report=r.meta.get("source"), several=len(reports) > 1) for r in reports for d in r.gpu_summary()]
     if as_json:
-        click.echo(json.dumps({"gpu": gpu, "rows": rows.to_pylist()}, indent=1))
+        click.echo(json.dumps({"gpu": gpu, "ranks": ranks, "rows": rows.to_pylist()}, indent=1))
     elif as_csv:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=rows.column_names)
@@ -171,6 +228,9 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
         writer.writerows(rows.to_pylist())
         click.echo(buf.getvalue(), nl=False)
     else:
+        if ranks is not None:
+            for line in _rank_lines(ranks):
+                click.echo(line)
         for line in _gpu_lines(gpu):
             click.echo(line)
         click.echo(text, nl=False)

@@ -6,7 +6,9 @@ only once complete, so a failure never leaves a partial dataset behind.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -62,6 +64,12 @@ class ConversionResult:
             f"({share:.1f}% of GPU time) are attributed to no op, {self.gpu_ops_without_api_call:,} of "
             f"them because their launching API call is not in the capture. Wrote {self.output}."
         )
+
+
+def rank_from_name(source: str) -> int | None:
+    """A rank spelled in a report's file name: ``rank3``, ``rank_3``, ``rank-3``, ``RANK3``."""
+    m = re.search(r"(?:^|[^a-z])rank[_-]?(\d+)", Path(source).stem, re.IGNORECASE)
+    return int(m.group(1)) if m else None
 
 
 def _n(count: int, noun: str) -> str:
@@ -145,6 +153,8 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     say("reading")
     profile = read_profile(source)
     rows_read = profile.rows_read
+    if profile.info.rank is None and (rank := rank_from_name(str(source))) is not None:
+        profile = dataclasses.replace(profile, info=dataclasses.replace(profile.info, rank=rank))
     say("correlating")
     model = correlate(profile)
     del profile  # the raw tables: gone before the output is encoded
@@ -157,7 +167,7 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
         parquet.write(model, tmp, __version__)
         if chrome_trace is not None:
             say("writing trace")
-            chrome.write(from_model(model), chrome_trace)
+            chrome.write(from_model(model), chrome_trace, rank=model.info.rank or 0)
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -198,7 +208,9 @@ def export_chrome_trace(source: str | os.PathLike[str] | Report, dest: str | os.
             start_ns, end_ns = chrome.step_window(report.ops, *steps)
         except ValueError as exc:
             raise ExportError(str(exc)) from exc
-    return chrome.write(report, path, start_ns=start_ns, end_ns=end_ns, processes=processes)
+    rank = report.meta.get("rank")
+    return chrome.write(report, path, start_ns=start_ns, end_ns=end_ns, processes=processes,
+                        rank=int(rank) if rank not in (None, "None") else 0)
 
 
 def convert(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],

@@ -83,3 +83,19 @@ def from_model(model: Model) -> Report:
     meta_t = parquet.meta_table(model.info, model, __version__)
     meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
     return Report(meta, {name: getattr(model, name) for name in parquet.TABLES})
+
+
+def is_partitioned(path: str | os.PathLike[str]) -> bool:
+    """A directory of ``report=<name>/`` datasets (what converting several reports writes)."""
+    p = Path(os.fspath(path))
+    return p.is_dir() and not (p / "meta.parquet").is_file() and any(p.glob("report=*/meta.parquet"))
+
+
+def load_many(path: str | os.PathLike[str]) -> list[Report]:
+    """Every report of a partitioned dataset, by rank where known, then by name."""
+    reports = [load(d) for d in sorted(Path(os.fspath(path)).glob("report=*")) if (d / "meta.parquet").is_file()]
+
+    def key(r: Report) -> tuple[int, str]:
+        rank = r.meta.get("rank")
+        return (int(rank) if rank not in (None, "None") else 1 << 30, str(r.meta.get("source")))
+    return sorted(reports, key=key)

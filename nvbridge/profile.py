@@ -47,6 +47,9 @@ class SourceInfo:
     time_base: TimeBase = "session"
     session_start_utc_ns: int | None = None
     capture_end_ns: int | None = None
+    # torchrun's RANK: from the capture's recorded environment (only that variable is read)
+    # or from the file name (``rank3``, ``rank_3``, ``%q{RANK}`` patterns such as ``..._3``).
+    rank: int | None = None
 
     def describe(self) -> str:
         """One human phrase, e.g. ``Nsight Systems 2026.2.1.210 (export schema 3.25.0)``."""

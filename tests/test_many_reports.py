@@ -53,3 +53,68 @@ def test_unreachable_scheduler_is_one_line(tmp_path: Path) -> None:
     pytest.importorskip("dask.distributed", reason="pip install 'nvbridge[cluster]'")
     with pytest.raises(nvbridge.ExportError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:1"):
         nvbridge.convert([real_db(REPORTS[2])], tmp_path / "x", scheduler="tcp://127.0.0.1:1")
+
+
+def test_cross_rank_summary(tmp_path: Path) -> None:
+    """Per-rank GPU busy time and, per step, the slowest rank and the spread, from raw step ranges."""
+    import json
+    import shutil
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from nvbridge.cli import cli
+    from tests.conftest import SAMPLE_DB
+
+    sources = []
+    for rank, name in enumerate(["cnn_cpu+synthetic_gpu.sqlite", "cnn_cpu.sqlite", "threads_cpu.sqlite"]):
+        dest = tmp_path / f"train_rank{rank}.sqlite"
+        shutil.copyfile(SAMPLE_DB / name, dest)
+        sources.append(dest)
+    assert len(nvbridge.convert(sources, tmp_path / "ds", jobs=2)) == 3
+    result = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [r["rank"] for r in data["ranks"]["ranks"]] == ["rank 0", "rank 1", "rank 2"]
+    kernels = sqlite3.connect(sources[0]).execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    assert [r["kernels"] for r in data["ranks"]["ranks"]] == [kernels, 0, 0]
+    # Independent step times: ProfilerStep ranges straight from each file.
+    raw = {}
+    for rank, src in enumerate(sources):
+        for text, start, end in sqlite3.connect(src).execute(
+                "SELECT text, start, end FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'"):
+            raw.setdefault(int(text.split("#")[1]), {}).setdefault(f"rank {rank}", 0)
+            raw[int(text.split("#")[1])][f"rank {rank}"] += end - start
+    for st in data["ranks"]["steps"]:
+        by_rank = raw[st["step"]]
+        assert st["slowest"] == max(by_rank, key=by_rank.get)
+        assert st["spread_ns"] == max(by_rank.values()) - min(by_rank.values())
+    text = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--limit", "3"]).stdout
+    assert text.startswith("3 reports:\n  rank 0 (train_rank0.sqlite)")
+
+
+def test_duckdb_examples_from_the_readme(tmp_path: Path) -> None:
+    """The README's DuckDB queries run on a converted dataset and agree with nvbridge's tables."""
+    import re
+
+    duckdb = pytest.importorskip("duckdb")
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    queries = re.findall(r"```sql\n(.*?)```", readme, re.S)
+    assert queries
+    sources = [real_db(n) for n in REPORTS[:2]]
+    nvbridge.convert(sources[0], tmp_path / "out")
+    nvbridge.convert(sources, tmp_path / "dataset")
+    con = duckdb.connect()
+    con.execute(f"SET file_search_path = '{tmp_path}'")
+    ran = 0
+    for block in queries:
+        code = "\n".join(line for line in block.splitlines() if not line.strip().startswith("--"))
+        for sql in [q.strip() for q in code.split(";") if q.strip()]:
+            rows = con.execute(sql).fetchall()
+            assert rows, sql
+            ran += 1
+    assert ran >= 2
+    top = con.execute("SELECT name, sum(self_gpu_ns) FROM 'out/ops.parquet' GROUP BY name "
+                      "ORDER BY 2 DESC LIMIT 1").fetchall()[0]
+    ours = nvbridge.load(tmp_path / "out").df("ops").groupby("name").self_gpu_ns.sum().max()
+    assert top[1] == ours

@@ -10,7 +10,15 @@ microseconds with three decimals (exact nanoseconds) relative to ``baseTimeNanos
 Every event line is built column-wise by Arrow string kernels and written straight from the
 Arrow buffer, in batches, into a (gzip) stream: no Python object per event, bounded memory.
 Ranges that cannot nest on their thread (ended on another thread, or crossing a sibling) go to
-a separate ``(async)`` track so every track stays properly nested for strict viewers.
+``(async)`` tracks, and GPU ops overlapping an earlier op of their stream (broken input) to
+``(overlap)`` tracks, so every track stays properly nested for strict viewers. Extra tracks get
+free thread ids below 2**32: Perfetto reads ``pid``/``tid`` as unsigned 32-bit and silently
+merges anything larger into the process's main track.
+
+The header carries what Kineto writes and Holistic Trace Analysis reads: ``schemaVersion``,
+``baseTimeNanoseconds``, ``distributedInfo.rank`` (HTA maps one file to one rank; write one
+trace per process with ``processes=`` and ``rank=`` for a multi-rank report) and
+``deviceProperties``.
 """
 
 from __future__ import annotations
@@ -32,9 +40,8 @@ from nvbridge.readers._arrow import np_col
 
 SUFFIXES = (".json", ".json.gz")
 BATCH_ROWS = 200_000
-# Tracks for ranges that cannot nest on their own thread: tid + this offset.
-ASYNC_TID_OFFSET = 1 << 40
 GPU_CATEGORY = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "graph": "kernel"}
+MAX_TID = (1 << 32) - 1  # Perfetto's JSON importer drops larger (or negative) pid/tid values
 
 
 @dataclass
@@ -85,36 +92,40 @@ def _opt(label: str, values: pa.Array, quote: bool = False) -> pa.Array:
 
 
 class _Writer:
-    """Streams events into the open file: header, batches of lines, footer."""
+    """Streams events into the open file: header, batches of lines, footer.
 
-    def __init__(self, fh: IO[bytes], base_ns: int, meta: dict[str, Any]) -> None:
+    Lines arrive ending in ``,\\n``; each batch's final separator is held back and written
+    before the next batch, so the array ends without a trailing comma and without a dummy event.
+    """
+
+    def __init__(self, fh: IO[bytes], head: dict[str, Any]) -> None:
         self.fh = fh
-        head = {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": base_ns,
-                "traceName": meta.get("source"), "nvbridge": meta}
-        text = json.dumps(head)
+        self.pending = False
+        text = json.dumps(head)  # default separators: HTA finds the rank with r'"rank":\s+(\d+)'
         fh.write(text[:-1].encode() + b', "traceEvents": [\n')
 
-    def lines(self, lines: pa.Array) -> None:
+    def lines(self, lines: pa.Array | pa.ChunkedArray) -> None:
         """Write events; each line already ends with ',\\n'."""
         if len(lines) == 0:
             return
         arr = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
         offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset: arr.offset + len(arr) + 1]
-        data = arr.buffers()[2]
-        self.fh.write(memoryview(data)[int(offsets[0]):int(offsets[-1])])
+        data = memoryview(arr.buffers()[2])[int(offsets[0]):int(offsets[-1])]
+        if self.pending:
+            self.fh.write(b",\n")
+        self.fh.write(data[:-2])
+        self.pending = True
 
-    def close(self, last: dict[str, Any]) -> None:
-        self.fh.write(json.dumps(last).encode() + b"\n]}\n")
+    def close(self) -> None:
+        self.fh.write(b"\n]}\n")
 
 
-def _meta_event(kind: str, pid: int | str, tid: int | None, name: str, sort: int | None = None) -> str:
-    event: dict[str, Any] = {"ph": "M", "name": kind, "pid": pid, "args": {"name": name}}
+def _meta_event(kind: str, pid: int, tid: int | None, args: dict[str, Any]) -> str:
+    """A ``ph: "M"`` event: process_name, process_sort_index, thread_name, thread_sort_index."""
+    event: dict[str, Any] = {"ph": "M", "name": kind, "pid": pid}
     if tid is not None:
         event["tid"] = tid
-    if sort is not None:
-        event = {"ph": "M", "name": kind.replace("_name", "_sort_index"), "pid": pid, "args": {"sort_index": sort}}
-        if tid is not None:
-            event["tid"] = tid
+    event["args"] = args
     return json.dumps(event) + ",\n"
 
 
@@ -131,7 +142,7 @@ def _batch(table: pa.Table, rows: np.ndarray) -> pa.Table:
 
 
 def write(report: Any, dest: str | os.PathLike[str], *, start_ns: int | None = None, end_ns: int | None = None,
-          processes: set[int] | None = None) -> TraceStats:
+          processes: set[int] | None = None, rank: int = 0, world_size: int = 1) -> TraceStats:
     """Write ``report``'s tables as a Chrome trace (``.json`` or ``.json.gz``).
 
     Args:
@@ -139,6 +150,8 @@ def write(report: Any, dest: str | os.PathLike[str], *, start_ns: int | None = N
         dest: output path; a ``.gz`` suffix compresses while streaming.
         start_ns, end_ns: keep only what overlaps this window (report time base).
         processes: keep only these host process ids (and GPU work they launched).
+        rank, world_size: ``distributedInfo`` for Holistic Trace Analysis, which reads one
+            file per rank (rank 0 of 1 for a single-process trace).
     """
     path = Path(dest)
     ops, api, gpu = report.ops, report.api_calls, report.gpu_ops
@@ -149,20 +162,28 @@ def write(report: Any, dest: str | os.PathLike[str], *, start_ns: int | None = N
     origin = int(min((int(s.min()) for s in starts if len(s)), default=0))
     epoch = report.meta.get("session_start_utc_ns") if report.meta.get("time_base") == "session" else None
     base_ns = origin + (int(epoch) if epoch else 0)
+    tracks = _tracks(report, keep_ops, keep_api, keep_gpu)
     stats = TraceStats(path)
+    stats.overlapping_gpu_ops = int((tracks.gpu_lane > 0).sum())
+    meta = {k: v for k, v in report.meta.items()
+            if k.startswith(("source", "kind", "producer", "schema", "time_base", "nvbridge", "dataset"))}
+    devices = [{"id": int(d), "name": n or f"GPU {d}"} for d, n in zip(
+        np_col(report.devices, "device_id", fill=-1).tolist(), report.devices.column("name").to_pylist()) if d >= 0]
+    head = {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": base_ns,
+            "distributedInfo": {"rank": rank, "world_size": world_size},
+            "deviceProperties": devices, "traceName": meta.get("source"), "nvbridge": meta}
     tmp = path.with_name(path.name + ".partial")
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(tmp, "wb") as raw:  # type: ignore[operator]
-            fh = io.BufferedWriter(raw, buffer_size=1 << 20)  # type: ignore[arg-type]
-            writer = _Writer(fh, base_ns, {k: v for k, v in report.meta.items() if k.startswith(
-                ("source", "kind", "producer", "schema", "time_base", "nvbridge", "dataset"))})
-            _metadata(writer, report, keep_ops, keep_api, keep_gpu)
-            _ops(writer, ops, keep_ops, origin, stats)
+        with opener(tmp, "wb") as raw:
+            fh = io.BufferedWriter(raw, buffer_size=1 << 20)
+            writer = _Writer(fh, head)
+            writer.lines(pa.array(tracks.metadata, pa.string()))
+            _ops(writer, ops, keep_ops, tracks.op_tid, origin, stats)
             _api(writer, api, keep_api, origin, stats)
-            _gpu(writer, gpu, keep_gpu, origin, stats)
-            _flows(writer, ops, api, gpu, keep_ops, keep_api, keep_gpu, origin, stats)
-            writer.close({"ph": "M", "name": "process_name", "pid": -1, "args": {"name": "nvbridge"}})
+            _gpu(writer, gpu, keep_gpu, tracks.gpu_tid, origin, stats)
+            _flows(writer, ops, api, gpu, keep_ops, keep_api, keep_gpu, tracks, origin, stats)
+            writer.close()
             fh.flush()
         tmp.replace(path)
     except BaseException:
@@ -202,46 +223,139 @@ def _window(table: pa.Table, start_ns: int | None, end_ns: int | None, processes
     return np.flatnonzero(keep)
 
 
-def _metadata(writer: _Writer, report: Any, keep_ops: np.ndarray, keep_api: np.ndarray,
-              keep_gpu: np.ndarray) -> None:
+def lanes(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Lane per interval (0 = the track itself) such that intervals sharing (key, lane) never
+    overlap: one starting before an earlier interval of its key ends moves a lane down, round
+    after round. Each round is vectorized; rounds = the deepest pile-up (one or two in practice).
+    """
+    lane = np.zeros(len(key), np.int64)
+    todo = np.arange(len(key))
+    level = 0
+    while len(todo) > 1:
+        k, s, e = key[todo], start[todo], end[todo]
+        order = np.lexsort((s, k))
+        k, s, e = k[order], s[order], e[order]
+        group = np.zeros(len(k), np.int64)
+        group[1:] = np.cumsum(k[1:] != k[:-1])
+        lo = int(min(s.min(), e.min()))
+        shift = group * (int(max(s.max(), e.max())) - lo + 1)  # groups never reach into each other
+        reach = np.maximum.accumulate(e - lo + shift)
+        moved = np.zeros(len(k), bool)
+        moved[1:] = (s[1:] - lo + shift[1:]) < reach[:-1]
+        todo = todo[order[moved]]
+        level += 1
+        lane[todo] = level
+    return lane
+
+
+def gpu_tracks(gpu: pa.Table, keep: np.ndarray) -> np.ndarray:
+    """Lane per kept GPU op: 0 on its stream's track, >0 when it overlaps an earlier op of its stream."""
+    key = (np_col(gpu, "device_id", fill=0)[keep] << 32) | np_col(gpu, "stream_id", fill=0)[keep]
+    return lanes(key, np_col(gpu, "start_ns")[keep], np_col(gpu, "end_ns")[keep])
+
+
+@dataclass
+class _Tracks:
+    """Thread id of every kept slice, and the metadata events naming each track."""
+
+    op_tid: np.ndarray
+    gpu_tid: np.ndarray
+    gpu_lane: np.ndarray
+    metadata: list[str]
+
+
+def _tracks(report: Any, keep_ops: np.ndarray, keep_api: np.ndarray, keep_gpu: np.ndarray) -> _Tracks:
+    """Kineto's tracks (pid = OS pid, tid = OS tid; pid = device, tid = stream) plus extra tracks
+    for ranges that cannot nest on their thread and GPU ops overlapping on their stream."""
+    ops, api, gpu = report.ops, report.api_calls, report.gpu_ops
+    o_pid, o_tid = np_col(ops, "process_id")[keep_ops], np_col(ops, "thread_id", fill=0)[keep_ops]
+    a_pid, a_tid = np_col(api, "process_id")[keep_api], np_col(api, "thread_id")[keep_api]
+    g_dev, g_stream = np_col(gpu, "device_id", fill=0)[keep_gpu], np_col(gpu, "stream_id", fill=0)[keep_gpu]
+    unnested = (np_col(ops, "flags")[keep_ops] & (CROSS_THREAD | CROSSING)) != 0
+    o_lane = np.zeros(len(keep_ops), np.int64)
+    o_lane[unnested] = 1 + lanes((o_pid[unnested] << 32) | o_tid[unnested],
+                                 np_col(ops, "start_ns")[keep_ops][unnested], np_col(ops, "end_ns")[keep_ops][unnested])
+    g_lane = gpu_tracks(gpu, keep_gpu)
+
+    host = {(int(p), int(t)) for p, t in zip(o_pid[~unnested].tolist(), o_tid[~unnested].tolist())}
+    host |= set(zip(a_pid.tolist(), a_tid.tolist()))
+    extra_host = sorted(set(zip(o_pid[unnested].tolist(), o_tid[unnested].tolist(), o_lane[unnested].tolist())))
+    streams = set(zip(g_dev[g_lane == 0].tolist(), g_stream[g_lane == 0].tolist()))
+    extra_gpu = sorted(set(zip(g_dev[g_lane > 0].tolist(), g_stream[g_lane > 0].tolist(), g_lane[g_lane > 0].tolist())))
+    used = np.array(sorted({t for _, t in host} | {s for _, s in streams}), np.int64)
+    need = len(extra_host) + len(extra_gpu)
+    free = MAX_TID - np.arange(need + len(used), dtype=np.int64)
+    free = free[~np.isin(free, used)][:need].tolist()
+    host_extra_tid = dict(zip(extra_host, free[:len(extra_host)]))
+    gpu_extra_tid = dict(zip(extra_gpu, free[len(extra_host):]))
+
+    op_tid = o_tid.copy()
+    if unnested.any():
+        op_tid[unnested] = [host_extra_tid[k] for k in zip(o_pid[unnested].tolist(), o_tid[unnested].tolist(),
+                                                            o_lane[unnested].tolist())]
+    gpu_tid = g_stream.copy()
+    if (g_lane > 0).any():
+        moved = g_lane > 0
+        gpu_tid[moved] = [gpu_extra_tid[k] for k in zip(g_dev[moved].tolist(), g_stream[moved].tolist(),
+                                                         g_lane[moved].tolist())]
+    return _Tracks(op_tid, gpu_tid, g_lane, _track_names(report, host, extra_host, host_extra_tid,
+                                                         streams, extra_gpu, gpu_extra_tid))
+
+
+def _track_names(report: Any, host: set[tuple[int, int]], extra_host: list[tuple[int, int, int]],
+                 host_extra_tid: dict[tuple[int, int, int], int], streams: set[tuple[int, int]],
+                 extra_gpu: list[tuple[int, int, int]], gpu_extra_tid: dict[tuple[int, int, int], int]) -> list[str]:
+    """process/thread names and sort indices: host processes first, then GPUs; extra tracks
+    right under the thread or stream they belong to."""
     threads = report.threads.to_pylist()
     names = {(t["process_id"], t["thread_id"]): t.get("thread_name") for t in threads}
     procs = {t["process_id"]: t.get("process_name") for t in threads}
-    used = set(zip(np_col(report.ops, "process_id")[keep_ops].tolist(),
-                   np_col(report.ops, "thread_id", fill=0)[keep_ops].tolist()))
-    used |= set(zip(np_col(report.api_calls, "process_id")[keep_api].tolist(),
-                    np_col(report.api_calls, "thread_id")[keep_api].tolist()))
     out = []
-    for pid in sorted({p for p, _ in used}):
-        out.append(_meta_event("process_name", pid, None, procs.get(pid) or f"process {pid}"))
-        out.append(_meta_event("process_name", pid, None, "", sort=pid))
-    for pid, tid in sorted(used):
-        out.append(_meta_event("thread_name", pid, tid, names.get((pid, tid)) or f"thread {tid}"))
-    devices = dict(zip(np_col(report.devices, "device_id", fill=-1).tolist(), report.devices.column("name").to_pylist()))
-    g = report.gpu_ops
-    streams = set(zip(np_col(g, "device_id", fill=0)[keep_gpu].tolist(), np_col(g, "stream_id", fill=0)[keep_gpu].tolist()))
-    for dev in sorted({d for d, _ in streams}):
+    pids = sorted({p for p, _ in host} | {p for p, _, _ in extra_host})
+    for i, pid in enumerate(pids):
+        out.append(_meta_event("process_name", pid, None, {"name": procs.get(pid) or f"process {pid}"}))
+        out.append(_meta_event("process_sort_index", pid, None, {"sort_index": i}))
+    thread_list = sorted(host | {(p, t) for p, t, _ in extra_host})
+    for i, (pid, tid) in enumerate(thread_list):
+        label = names.get((pid, tid)) or f"thread {tid}"
+        if (pid, tid) in host:
+            out.append(_meta_event("thread_name", pid, tid, {"name": label}))
+            out.append(_meta_event("thread_sort_index", pid, tid, {"sort_index": i * 1000}))
+        for p, t, lane in extra_host:
+            if (p, t) == (pid, tid):
+                new = host_extra_tid[(p, t, lane)]
+                out.append(_meta_event("thread_name", pid, new, {"name": f"{label} (async {lane})"}))
+                out.append(_meta_event("thread_sort_index", pid, new, {"sort_index": i * 1000 + lane}))
+    devices = dict(zip(np_col(report.devices, "device_id", fill=-1).tolist(),
+                       report.devices.column("name").to_pylist()))
+    all_streams = sorted(streams | {(d, s) for d, s, _ in extra_gpu})
+    for dev in sorted({d for d, _ in all_streams}):
         label = f"GPU {dev}" + (f" ({devices[dev]})" if devices.get(dev) else "")
-        out.append(_meta_event("process_name", dev, None, label))
-        out.append(_meta_event("process_name", dev, None, "", sort=-1000 + dev))
-    for dev, stream in sorted(streams):
-        out.append(_meta_event("thread_name", dev, stream, f"stream {stream}"))
-    writer.lines(pa.array(out, pa.string()))
+        out.append(_meta_event("process_name", dev, None, {"name": label}))
+        out.append(_meta_event("process_sort_index", dev, None, {"sort_index": 1_000_000 + dev}))
+    for i, (dev, stream) in enumerate(all_streams):
+        if (dev, stream) in streams:
+            out.append(_meta_event("thread_name", dev, stream, {"name": f"stream {stream}"}))
+            out.append(_meta_event("thread_sort_index", dev, stream, {"sort_index": i * 1000}))
+        for d, s, lane in extra_gpu:
+            if (d, s) == (dev, stream):
+                new = gpu_extra_tid[(d, s, lane)]
+                out.append(_meta_event("thread_name", dev, new, {"name": f"stream {stream} (overlap {lane})"}))
+                out.append(_meta_event("thread_sort_index", dev, new, {"sort_index": i * 1000 + lane}))
+    return out
 
 
-def _ops(writer: _Writer, ops: pa.Table, keep: np.ndarray, origin: int, stats: TraceStats) -> None:
-    flags = np_col(ops, "flags")
+def _ops(writer: _Writer, ops: pa.Table, keep: np.ndarray, op_tid: np.ndarray, origin: int,
+         stats: TraceStats) -> None:
     for lo in _batches(len(keep)):
         idx = keep[lo: lo + BATCH_ROWS]
         t = _batch(ops, idx)
         s, e = np_col(t, "start_ns") - origin, np_col(t, "end_ns") - np_col(t, "start_ns")
         torch_op = pc.or_(pc.is_valid(t.column("seq")), pc.is_valid(t.column("torch_op_id")))
         cat = pc.if_else(torch_op, pa.scalar('"cpu_op"'), pa.scalar('"user_annotation"'))
-        unnested = (flags[idx] & (CROSS_THREAD | CROSSING)) != 0
-        tid = np_col(t, "thread_id", fill=0) + np.where(unnested, ASYNC_TID_OFFSET, 0)
         lines = _join(
             '{"ph":"X","cat":', cat, ',"name":', _escape(t.column("op_name").fill_null("")),
-            ',"pid":', _num(np_col(t, "process_id")), ',"tid":', _num(tid),
+            ',"pid":', _num(np_col(t, "process_id")), ',"tid":', _num(op_tid[lo: lo + BATCH_ROWS]),
             ',"ts":', _us(s), ',"dur":', _us(e),
             ',"args":{"External id":', _num(np_col(t, "op_id")),
             _opt("Sequence number", t.column("seq")), _opt("Fwd thread id", t.column("fwd_tid")),
@@ -269,27 +383,8 @@ def _api(writer: _Writer, api: pa.Table, keep: np.ndarray, origin: int, stats: T
         stats.slices["api_calls"] = stats.slices.get("api_calls", 0) + t.num_rows
 
 
-def gpu_tracks(gpu: pa.Table, keep: np.ndarray) -> np.ndarray:
-    """Stream id per kept GPU op, moving ops that overlap an earlier op of their stream to
-    an ``overlap`` track (stream + 2**32): one track must hold nested or disjoint slices."""
-    dev = np_col(gpu, "device_id", fill=0)[keep]
-    stream = np_col(gpu, "stream_id", fill=0)[keep]
-    s, e = np_col(gpu, "start_ns")[keep], np_col(gpu, "end_ns")[keep]
-    order = np.lexsort((s, stream, dev))
-    s_o, e_o = s[order], e[order]
-    new_track = np.ones(len(order), bool)
-    new_track[1:] = (dev[order][1:] != dev[order][:-1]) | (stream[order][1:] != stream[order][:-1])
-    bounds = list(np.flatnonzero(new_track)) + [len(order)]
-    overlap = np.zeros(len(order), bool)
-    for a, b in zip(bounds[:-1], bounds[1:]):  # one step per (device, stream): a few dozen
-        seen = np.maximum.accumulate(e_o[a:b])
-        overlap[order[a + 1:b]] = s_o[a + 1:b] < seen[:-1]
-    return np.where(overlap, stream + (1 << 32), stream)
-
-
-def _gpu(writer: _Writer, gpu: pa.Table, keep: np.ndarray, origin: int, stats: TraceStats) -> None:
-    tracks = gpu_tracks(gpu, keep)
-    stats.overlapping_gpu_ops = int((tracks >= (1 << 32)).sum())
+def _gpu(writer: _Writer, gpu: pa.Table, keep: np.ndarray, tracks: np.ndarray, origin: int,
+         stats: TraceStats) -> None:
     dev_all = np_col(gpu, "device_id", fill=0)[keep]
     dur_all = (np_col(gpu, "end_ns") - np_col(gpu, "start_ns"))[keep]
     for d in np.unique(dev_all):
@@ -334,9 +429,9 @@ def _flow_lines(cat: str, ids: np.ndarray, pid_s: np.ndarray, tid_s: np.ndarray,
 
 
 def _flows(writer: _Writer, ops: pa.Table, api: pa.Table, gpu: pa.Table, keep_ops: np.ndarray,
-           keep_api: np.ndarray, keep_gpu: np.ndarray, origin: int, stats: TraceStats) -> None:
+           keep_api: np.ndarray, keep_gpu: np.ndarray, track: _Tracks, origin: int, stats: TraceStats) -> None:
     """ac2g ids are gpu_op_id + 1; fwdbwd ids follow after all GPU ops: no collisions."""
-    tracks = gpu_tracks(gpu, keep_gpu)
+    tracks = track.gpu_tid
     api_of = np_col(gpu, "api_call_id", fill=-1)[keep_gpu]
     api_kept = np.zeros(api.num_rows, bool)
     api_kept[keep_api] = True
@@ -354,8 +449,8 @@ def _flows(writer: _Writer, ops: pa.Table, api: pa.Table, gpu: pa.Table, keep_op
     kept[keep_ops] = True
     bwd = np.flatnonzero((fwd >= 0) & kept & kept[np.maximum(fwd, 0)])
     f = fwd[bwd]
-    flags = np_col(ops, "flags")
-    tid = np_col(ops, "thread_id", fill=0) + np.where((flags & (CROSS_THREAD | CROSSING)) != 0, ASYNC_TID_OFFSET, 0)
+    tid = np.zeros(ops.num_rows, np.int64)
+    tid[keep_ops] = track.op_tid
     pid, start = np_col(ops, "process_id"), np_col(ops, "start_ns")
     writer.lines(_flow_lines("fwdbwd", gpu.num_rows + 1 + bwd, pid[f], tid[f], start[f] - origin,
                              pid[bwd], tid[bwd], start[bwd] - origin))

@@ -165,6 +165,7 @@ def _source_info(db: Database) -> SourceInfo:
     return SourceInfo(
         source=db.name,
         kind="nsys",
+        rank=_rank(db),
         producer=meta.get("EXPORT_PRODUCT_NAME", "Nsight Systems").replace("NVIDIA ", ""),
         producer_version=meta.get("EXPORT_PRODUCT_VERSION"),
         schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
@@ -172,6 +173,19 @@ def _source_info(db: Database) -> SourceInfo:
         session_start_utc_ns=start_utc,
         capture_end_ns=capture_end,
     )
+
+
+def _rank(db: Database) -> int | None:
+    """RANK from the captured process environment: that one variable, nothing else is kept."""
+    if not db.has("META_DATA_CAPTURE"):
+        return None
+    rows = db.scalar_rows("SELECT value FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT_VARIABLE%' "
+                          "AND value LIKE 'RANK=%'")
+    for (value,) in rows:
+        text = str(value)[5:]
+        if text.isdigit():
+            return int(text)
+    return None
 
 
 def _nvtx(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:

@@ -1,0 +1,90 @@
+"""``nvbridge plot``: the lanes a picture shows, and that the picture is a real, non-blank PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import nvbridge
+from nvbridge.cli import cli
+from nvbridge.errors import ExportError
+from nvbridge.readers._arrow import np_col
+from tests.conftest import SAMPLE_DB, real_db
+
+pytest.importorskip("matplotlib", reason="plots need matplotlib: pip install -e '.[plot]'")
+from matplotlib import image as mpimg  # noqa: E402
+
+from nvbridge import plot  # noqa: E402
+
+LM = "nvprof-2020-pytorch14-pyprof-lm.sqlite"
+
+
+def _check_png(path: Path, min_width: int = 1000) -> np.ndarray:
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pixels = mpimg.imread(path)
+    height, width = pixels.shape[:2]
+    assert width >= min_width and height >= 200
+    assert float(pixels[..., :3].std()) > 0.05  # not blank
+    return pixels
+
+
+def test_lanes_of_a_cpu_step() -> None:
+    report = nvbridge.load(SAMPLE_DB / "cnn_cpu.sqlite")
+    win = plot.window(report, step=1)
+    lanes = plot.lanes(report, win)
+    ops = report.ops
+    in_step = (np_col(ops, "end_ns") >= win.start_ns) & (np_col(ops, "start_ns") <= win.end_ns)
+    threads = set(zip(np_col(ops, "process_id")[in_step].tolist(), np_col(ops, "thread_id")[in_step].tolist()))
+    assert [(lane.pid, lane.tid) for lane in lanes] == sorted(threads)
+    assert all(lane.kind == "host" and lane.depth >= 2 for lane in lanes)
+
+
+def test_render_cpu_step(tmp_path: Path) -> None:
+    report = nvbridge.load(SAMPLE_DB / "cnn_cpu.sqlite")
+    out = plot.render(report, tmp_path / "step.png", step=1)
+    _check_png(out)
+
+
+def test_gpu_lanes_sit_below_host_lanes(tmp_path: Path) -> None:
+    report = nvbridge.load(real_db(LM))
+    gpu = report.gpu_ops
+    first = int(np_col(gpu, "start_ns").min())
+    win = plot.window(report, start_ns=first, end_ns=first + 20_000_000)
+    lanes = plot.lanes(report, win)
+    kinds = [lane.kind for lane in lanes]
+    assert kinds == sorted(kinds, key=lambda k: k == "gpu")  # host first, then GPU
+    sel = (np_col(gpu, "end_ns") >= win.start_ns) & (np_col(gpu, "start_ns") <= win.end_ns)
+    streams = set(zip(np_col(gpu, "device_id")[sel].tolist(), np_col(gpu, "stream_id")[sel].tolist()))
+    assert [(lane.pid, lane.tid) for lane in lanes if lane.kind == "gpu"] == sorted(streams)
+    assert kinds.count("host") >= 1 and kinds.count("gpu") == len(streams) >= 1
+    pixels = _check_png(plot.render(report, tmp_path / "gpu.png", start_ns=win.start_ns, end_ns=win.end_ns))
+    # More lanes, taller picture: each lane gets its own band.
+    assert pixels.shape[0] > 250
+
+
+def test_idle_gaps_cover_what_the_gpu_does_not() -> None:
+    win = plot.Window(0, 100, "w")
+    gaps = plot._idle(np.array([10, 20, 60]), np.array([30, 25, 70]), win)
+    assert gaps == [(0, 10), (30, 60), (70, 100)]
+    assert plot._idle(np.array([], np.int64), np.array([], np.int64), win) == [(0, 100)]
+
+
+def test_cli_plot(tmp_path: Path) -> None:
+    out = tmp_path / "t.png"
+    result = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "0"])
+    assert result.exit_code == 0, result.output
+    _check_png(out)
+    bad = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "9"])
+    assert bad.exit_code == 1 and "steps" in bad.output and "Traceback" not in bad.output
+    both = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "0",
+                                    "--start", "1ms"])
+    assert both.exit_code == 2
+
+
+def test_empty_window_is_an_error() -> None:
+    report = nvbridge.load(SAMPLE_DB / "cnn_cpu.sqlite")
+    with pytest.raises(ExportError, match="--end"):
+        plot.window(report, start_ns=10, end_ns=5)
