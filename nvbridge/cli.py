@@ -8,8 +8,8 @@ import io
 import json
 import sys
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import click
 import pyarrow.compute as pc
@@ -92,7 +92,8 @@ def _steps(text: str | None) -> tuple[int, int] | None:
     try:
         return int(first), int(last or first)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a step range; write it like 3:5 or 4", param_hint="--steps") from None
+        raise click.BadParameter(f"{text!r} is not a step range; write it like 3:5 or 4",
+                                 param_hint="--steps") from None
 
 
 @cli.command("trace")

@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from nvbridge import __version__
 from nvbridge.correlate import Model, check, correlate
-from nvbridge.errors import ExportError
 from nvbridge.dataset import Report, from_model, load
+from nvbridge.errors import ExportError
 from nvbridge.export import chrome, parquet
 from nvbridge.profile import SourceInfo
 from nvbridge.readers import read_profile
@@ -265,9 +265,9 @@ def _on_dask(address: str, todo: list[tuple[str | os.PathLike[str], Path]], forc
     except ImportError as exc:
         raise ExportError("--scheduler needs Dask; install it with: pip install 'nvbridge[cluster]'") from exc
     try:
-        client = Client(address, timeout="10s")
+        client = Client(address, timeout="10s")  # type: ignore[no-untyped-call]
     except OSError as exc:
         raise ExportError(f"cannot reach the Dask scheduler at {address} ({exc}); check the address.") from exc
     with client:
         futures = client.map(lambda job: convert_one(job[0], job[1], force=force), todo, pure=False)
-        return list(client.gather(futures))
+        return list(client.gather(futures))  # type: ignore[no-untyped-call]

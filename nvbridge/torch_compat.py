@@ -24,7 +24,8 @@ def load_nvprof(path: str | os.PathLike[str]) -> Any:
     Raises:
         ImportError: torch is not installed (``pip install 'nvbridge[torch]'``).
     """
-    from torch.autograd import DeviceType
+    # torch's profiler classes are untyped; keep strict checking for the rest of nvbridge.
+    from torch.autograd import DeviceType  # type: ignore[attr-defined]
     from torch.autograd.profiler_util import EventList, FunctionEvent
 
     report = load(path)
@@ -38,7 +39,8 @@ def load_nvprof(path: str | os.PathLike[str]) -> Any:
     shapes = ops.column("input_shapes").to_pylist()
     stacks = ops.column("stack").to_pylist()
     events = [
-        FunctionEvent(id=i, name=names[i], thread=threads[i], start_us=starts[i], end_us=ends[i],
+        FunctionEvent(  # type: ignore[no-untyped-call]
+            id=i, name=names[i], thread=threads[i], start_us=starts[i], end_us=ends[i],
                       sequence_nr=seqs[i], use_device="cuda", node_id=0, stack=stacks[i] or [],
                       input_shapes=shapes[i] or [])
         for i in range(ops.num_rows)
@@ -55,7 +57,8 @@ def load_nvprof(path: str | os.PathLike[str]) -> Any:
         if op < 0:
             continue
         events[op].append_kernel(name, device, dur)
-        events.append(FunctionEvent(id=ops.num_rows + j, name=name, thread=streams[j], start_us=g_start[j],
+        events.append(FunctionEvent(  # type: ignore[no-untyped-call]
+            id=ops.num_rows + j, name=name, thread=streams[j], start_us=g_start[j],
                                     end_us=g_start[j] + dur, use_device="cuda", node_id=0, stack=[],
                                     input_shapes=[], device_type=DeviceType.CUDA, device_index=device))
     parents = np_col(ops, "parent_id", fill=-1)
@@ -65,6 +68,6 @@ def load_nvprof(path: str | os.PathLike[str]) -> Any:
         events[parents[i]].append_cpu_child(events[i])
     for i in np.flatnonzero(fwd >= 0).tolist():
         events[i].fwd_thread = threads[fwd[i]]
-    result = EventList(events, use_device="cuda")
+    result = EventList(events, use_device="cuda")  # type: ignore[no-untyped-call]
     result._tree_built = True  # the tree comes from nvbridge's per-thread nesting, not time alone
     return result

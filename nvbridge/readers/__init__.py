@@ -7,10 +7,9 @@ so detection looks only at table names, as NVIDIA's PyProf did.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-
-from typing import TYPE_CHECKING
 
 from nvbridge.errors import NotAProfileDatabase
 from nvbridge.profile import RawProfile, SourceKind

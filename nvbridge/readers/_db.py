@@ -287,15 +287,15 @@ class Database:
                 rows = result.fetchall()
             cols: list[list[Any]] = [[row[i] for row in rows] for i in range(len(names))]
             return pa.table([pa.array(c) for c in cols], names=names)
-        conn = getattr(self._local, "adbc", None)
-        if conn is None:
+        adbc_conn: Any = getattr(self._local, "adbc", None)
+        if adbc_conn is None:
             import adbc_driver_sqlite.dbapi as adbc
 
-            conn = self._local.adbc = adbc.connect(_sqlite_uri(self.path))
+            adbc_conn = self._local.adbc = adbc.connect(_sqlite_uri(self.path))
             with self._lock:
-                self._connections.append(conn)
+                self._connections.append(adbc_conn)
         sql = str(query.compile(self.engine, compile_kwargs={"literal_binds": True}))
-        cur = conn.cursor()
+        cur = adbc_conn.cursor()
         try:
             # One batch for the whole result: ADBC infers column types from the first batch, and
             # many small batches cost more than the rows themselves (1.4 s vs 2.6 s for 2M rows).

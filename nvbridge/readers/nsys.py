@@ -15,11 +15,11 @@ import pyarrow.compute as pc
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import (
     concat_gpu_ops,
-    dense_ids,
     constant,
-    prefixed,
+    dense_ids,
     lookup,
     np_col,
+    prefixed,
     resolve_strings,
     set_column,
 )

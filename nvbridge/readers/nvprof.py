@@ -21,9 +21,9 @@ from nvbridge.readers._arrow import (
     blob_u32,
     concat_gpu_ops,
     constant,
-    prefixed,
     lookup,
     np_col,
+    prefixed,
     resolve_strings,
     set_column,
 )
