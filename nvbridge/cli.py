@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from nvbridge import __version__
 from nvbridge.analysis import format_time, merge_averages, parse_time, rank_summary
 from nvbridge.convert import Progress, convert, export_chrome_trace
-from nvbridge.dataset import is_partitioned, load, load_many
+from nvbridge.dataset import Report, is_partitioned, load, load_many
 from nvbridge.errors import NvbridgeError
 
 
@@ -85,6 +85,19 @@ def convert_cmd(inputs: tuple[Path, ...], output: Path, chrome_trace: Path | Non
             click.echo(result.describe())
 
 
+def _window(report: Report, start: str | None, end: str | None) -> tuple[int | None, int | None]:
+    """--start/--end (times from the report's first event) -> absolute ns in the report's time base."""
+    try:
+        start_us = parse_time(start) if start else None
+        end_us = parse_time(end) if end else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
+    origin = min((int(pc.min(t.column("start_ns")).as_py()) for t in (report.ops, report.api_calls, report.gpu_ops)
+                  if t.num_rows), default=0)
+    return (None if start_us is None else origin + int(start_us * 1e3),
+            None if end_us is None else origin + int(end_us * 1e3))
+
+
 def _steps(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -108,18 +121,10 @@ def trace_cmd(path: Path, output: Path, start: str | None, end: str | None, step
     """Write a Chrome/Perfetto trace of a report or dataset (Kineto conventions, flows included)."""
     step_range = _steps(steps)
     with _errors():
-        try:
-            start_us = parse_time(start) if start else None
-            end_us = parse_time(end) if end else None
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
         report = load(path)
-        origin = min((int(pc.min(t.column("start_ns")).as_py()) for t in (report.ops, report.api_calls,
-                      report.gpu_ops) if t.num_rows), default=0)
-        stats = export_chrome_trace(
-            report, output, start_ns=None if start_us is None else origin + int(start_us * 1e3),
-            end_ns=None if end_us is None else origin + int(end_us * 1e3), steps=step_range,
-            processes=set(processes) or None)
+        start_ns, end_ns = _window(report, start, end)
+        stats = export_chrome_trace(report, output, start_ns=start_ns, end_ns=end_ns, steps=step_range,
+                                    processes=set(processes) or None)
     parts = ", ".join(f"{v:,} {k}" for k, v in {**stats.slices, **stats.flows}.items())
     click.echo(f"Wrote {output}: {parts}.")
     if stats.overlapping_gpu_ops:
@@ -140,17 +145,9 @@ def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end:
     with _errors():
         from nvbridge import plot
 
-        try:
-            start_us = parse_time(start) if start else None
-            end_us = parse_time(end) if end else None
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
         report = load(path)
-        origin = min((int(pc.min(t.column("start_ns")).as_py()) for t in (report.ops, report.api_calls,
-                      report.gpu_ops) if t.num_rows), default=0)
-        plot.render(report, output, step=step,
-                    start_ns=None if start_us is None else origin + int(start_us * 1e3),
-                    end_ns=None if end_us is None else origin + int(end_us * 1e3))
+        start_ns, end_ns = _window(report, start, end)
+        plot.render(report, output, step=step, start_ns=start_ns, end_ns=end_ns)
     click.echo(f"Wrote {output}.")
 
 
