@@ -46,17 +46,21 @@ class _Globals:
         self.original_engine: Any = None
         self.thread_modes = threading.local()
 
-    def acquire(self, modules: bool, emitter: _nvtx_lib.Emitter) -> None:
-        """Install module hooks (if asked) and the Function.apply wrapper on first use."""
+    def acquire(self, modules: bool, python: bool, emitter: _nvtx_lib.Emitter) -> None:
+        """Install module hooks (if asked) and, for the python backend, the apply/engine wrappers."""
         with self.lock:
             if modules:
                 if self.module_users == 0:
                     self.module_hooks = ModuleHooks(emitter.push, emitter.pop)
                 self.module_users += 1
+            if not python:
+                return  # torch's native ranges cover custom Functions and backward nodes
             if self.apply_users == 0:
+                # A classmethod in torch <= 2.13, a C classmethod_descriptor from 2.14 on: keep
+                # the exact object to put back, and call it through the descriptor protocol.
                 self.original_apply = torch.autograd.Function.__dict__["apply"]
                 torch.autograd.Function.apply = classmethod(  # type: ignore[method-assign,assignment]
-                    _wrapped_apply(self.original_apply.__func__, emitter, self.thread_modes)
+                    _wrapped_apply(self.original_apply, emitter, self.thread_modes)
                 )
                 if ENGINE_HOOKABLE:
                     self.original_engine = getattr(torch.autograd, _ENGINE_ATTR)
@@ -64,7 +68,7 @@ class _Globals:
                     setattr(torch.autograd, _ENGINE_ATTR, wrapped)
             self.apply_users += 1
 
-    def release(self, modules: bool) -> None:
+    def release(self, modules: bool, python: bool) -> None:
         """Undo :meth:`acquire`; the last user uninstalls."""
         with self.lock:
             if modules:
@@ -72,6 +76,8 @@ class _Globals:
                 if self.module_users == 0 and self.module_hooks is not None:
                     self.module_hooks.remove()
                     self.module_hooks = None
+            if not python:
+                return
             self.apply_users -= 1
             if self.apply_users == 0:
                 torch.autograd.Function.apply = self.original_apply  # type: ignore[method-assign]
@@ -107,20 +113,19 @@ def _wrapped_engine(
     return wrapper
 
 
-def _wrapped_apply(
-    apply: Callable[..., Any], emitter: _nvtx_lib.Emitter, thread_modes: threading.local
-) -> Callable[..., Any]:
+def _wrapped_apply(apply: Any, emitter: _nvtx_lib.Emitter, thread_modes: threading.local) -> Callable[..., Any]:
     """Custom autograd.Function calls get ``MyFn, seq = N, op_id = K`` like torch's record."""
     peek = torch._C._autograd._get_sequence_nr
+    bind = apply.__get__  # classmethod or classmethod_descriptor: bind(None, cls) -> bound apply
 
-    @functools.wraps(apply)
+    @functools.wraps(getattr(apply, "__func__", apply))
     def wrapper(cls: type, *args: Any, **kwargs: Any) -> Any:
         mode = getattr(thread_modes, "dispatch", None)
         if mode is None:  # thread not annotated by the python backend (native emits its own)
-            return apply(cls, *args, **kwargs)
+            return bind(None, cls)(*args, **kwargs)
         emitter.push(forward_name(cls.__name__, peek(), next_op_id()))
         try:
-            return apply(cls, *args, **kwargs)
+            return bind(None, cls)(*args, **kwargs)
         finally:
             emitter.pop()
             mode.last_peek = peek()
@@ -129,6 +134,12 @@ def _wrapped_apply(
 
 
 _GLOBALS = _Globals()
+
+
+def _thread_annotated() -> bool:
+    """An emit_nvtx instance (python mode or torch's native state) already covers this thread."""
+    local = _GLOBALS.thread_modes
+    return getattr(local, "dispatch", None) is not None or bool(getattr(local, "native", False))
 
 
 def _native_available() -> bool:
@@ -178,6 +189,7 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         self._step = 0
         self._step_open = False
         self._globals_held = False
+        self._python_held = False
 
     def __enter__(self) -> emit_nvtx:
         if not self.enabled:
@@ -187,10 +199,10 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         self._entered = True
         if not _nvtx_lib.collector_attached():
             return self  # nothing would record: stay free
-        if getattr(_GLOBALS.thread_modes, "dispatch", None) is not None:
+        if _thread_annotated():
             # Another instance already annotates this thread (e.g. a decorated function called
-            # inside a ``with`` block): a second mode would emit every op twice. Only step()
-            # does anything here.
+            # inside a ``with`` block): a second mode (or a python mode under torch's native
+            # ranges) would emit every op twice. Only step() does anything here.
             self._emitter = _nvtx_lib.load_emitter()
             self.active_backend = "nested"
             return self
@@ -249,6 +261,7 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         if use_native:
             self._native_on = _enable_native(self.record_shapes)
             self.active_backend = "native" if self._native_on else "python"
+            _GLOBALS.thread_modes.native = self._native_on
         else:
             self.active_backend = "python"
         if not self._native_on:
@@ -268,7 +281,8 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
             dispatch.__enter__()  # type: ignore[no-untyped-call]
             self._modes.append(dispatch)
             _GLOBALS.thread_modes.dispatch = dispatch
-        _GLOBALS.acquire(self.modules, self._emitter)
+        self._python_held = not self._native_on
+        _GLOBALS.acquire(self.modules, self._python_held, self._emitter)
         self._globals_held = True
 
     def _uninstall(self) -> None:
@@ -278,13 +292,14 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
             self._emitter.pop()
         if self._globals_held:
             self._globals_held = False
-            _GLOBALS.release(self.modules)
+            _GLOBALS.release(self.modules, self._python_held)
         if self._modes:
             _GLOBALS.thread_modes.dispatch = None
         while self._modes:
             self._modes.pop().__exit__(None, None, None)
         if self._native_on:
             self._native_on = False
+            _GLOBALS.thread_modes.native = False
             getattr(torch.autograd, "_disable_profiler")()  # noqa: B009 - private torch API
         self.active_backend = "off"
 

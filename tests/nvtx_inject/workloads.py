@@ -94,7 +94,7 @@ def profiler_events(prof: Any) -> list[dict[str, Any]]:
 def scenario_profiled(record_shapes: bool) -> dict[str, Any]:
     state = setup()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        with emit_nvtx(record_shapes=record_shapes) as nv:
+        with emit_nvtx(record_shapes=record_shapes, backend="python") as nv:
             train(2, nv, custom=True, state=state)
     return {"tid": threading.get_native_id(), "events": profiler_events(prof)}
 
@@ -107,7 +107,7 @@ def scenario_transformer() -> dict[str, Any]:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
     tokens = torch.randint(0, 50, (2, 8))
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        with emit_nvtx(record_shapes=True) as nv:
+        with emit_nvtx(record_shapes=True, backend="python") as nv:
             for _ in range(2):
                 nv.step()
                 opt.zero_grad()
@@ -120,7 +120,7 @@ def scenario_transformer() -> dict[str, Any]:
 
 def scenario_double_backward() -> dict[str, Any]:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        with emit_nvtx():
+        with emit_nvtx(backend="python"):
             x = torch.randn(3, requires_grad=True)
             y = (x * x).sum()
             (g,) = torch.autograd.grad(y, x, create_graph=True)
@@ -133,7 +133,7 @@ def scenario_threads() -> dict[str, Any]:
 
     def worker(name: str) -> None:
         tids[name] = threading.get_native_id()
-        with emit_nvtx():
+        with emit_nvtx(backend="python"):
             with annotate.range(f"thread {name}"):
                 train(1, None)
 
@@ -151,15 +151,18 @@ def scenario_cross_thread() -> dict[str, Any]:
 
     def worker() -> None:
         box["tid"] = threading.get_native_id()
-        with emit_nvtx():
+        with emit_nvtx(backend="python"):
             box["loss"] = torch.nn.functional.cross_entropy(model(x), target)
 
     thread = threading.Thread(target=worker)
     thread.start()
     thread.join()
-    with emit_nvtx():
+    with emit_nvtx(backend="python"):
         box["loss"].backward()
     return {"tid": threading.get_native_id(), "worker": box["tid"]}
+
+
+_ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
 
 
 def _state() -> dict[str, Any]:
@@ -171,7 +174,9 @@ def _state() -> dict[str, Any]:
         "function_modes": torch._C._len_torch_function_stack(),
         "module_pre_hooks": len(module_mod._global_forward_pre_hooks),
         "module_hooks": len(module_mod._global_forward_hooks),
-        "apply_is_original": "wrapper" not in repr(torch.autograd.Function.__dict__["apply"].__func__),
+        # Identity with the object saved at import: works whether apply is a classmethod (2.13)
+        # or a C descriptor (2.14), and a functools.wraps copy would not pass.
+        "apply_is_original": torch.autograd.Function.__dict__["apply"] is _ORIGINAL_APPLY,
     }
 
 
@@ -186,7 +191,7 @@ def scenario_exception() -> dict[str, Any]:
 
     handle = model.head.register_forward_pre_hook(bad_hook)
     try:
-        with emit_nvtx() as nv:
+        with emit_nvtx(backend="python") as nv:
             nv.step()
             with annotate.range("user range"):
                 model(x)
@@ -204,7 +209,7 @@ def scenario_exception() -> dict[str, Any]:
             raise ValueError("boom in backward")
 
     try:
-        with emit_nvtx():
+        with emit_nvtx(backend="python"):
             model(x).sum().backward()  # a clean backward first  # type: ignore[no-untyped-call]
             Bad.apply(torch.ones(2, requires_grad=True)).sum().backward()  # type: ignore[no-untyped-call]
     except ValueError as exc:
@@ -214,7 +219,7 @@ def scenario_exception() -> dict[str, Any]:
 
 def scenario_disabled() -> dict[str, Any]:
     before = _state()
-    with emit_nvtx(enabled=False) as nv:
+    with emit_nvtx(enabled=False, backend="python") as nv:
         during = _state()
         nv.step()
         train(1, None)
@@ -222,7 +227,7 @@ def scenario_disabled() -> dict[str, Any]:
 
 
 def scenario_reentry() -> dict[str, Any]:
-    nv = emit_nvtx()
+    nv = emit_nvtx(backend="python")
     message = ""
     with nv:
         try:
@@ -233,14 +238,14 @@ def scenario_reentry() -> dict[str, Any]:
         torch.ones(2) + 1
     decorated_calls = []
 
-    @emit_nvtx()
+    @emit_nvtx(backend="python")
     def decorated() -> None:
         decorated_calls.append(torch._C._len_torch_dispatch_stack())
         torch.ones(2) * 3
 
     decorated()
     decorated()
-    with emit_nvtx():
+    with emit_nvtx(backend="python"):
         decorated()  # nested on the same thread: must not emit each op twice
         torch.ones(2) - 1
     return {"message": message, "decorated_modes": decorated_calls, "after": _state()}
