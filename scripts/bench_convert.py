@@ -3,18 +3,30 @@
 
     python scripts/bench_convert.py                       # 2M NVTX rows, nsys 2026.2 export
     python scripts/bench_convert.py --nvtx-rows 2000000 --nvtx-rows 10000000   # + scaling line
+    python scripts/bench_convert.py --skip-nsys --nvprof-tiles none              # quick
 
 For each size, the tiled database is built once (scripts/make_large_db.py) into the cache
 directory (default bench_out/, git-ignored) and reused by later runs; ``--clean`` deletes it
-afterwards. Then, on that same file, with the page cache warmed first, three subprocesses run
+afterwards. Then, on that same file, with the page cache warmed first, these subprocesses run
 one after the other, each timed (wall, CPU) with its own peak RSS (``os.wait4``, which covers
 the process and the children it reaped):
 
   floor    a plain Python ``sqlite3`` loop iterating every row of the columns nvbridge reads
            (taken from the readers' Column declarations, so it follows them)
-  nvbridge ``python -m nvbridge convert DB -o TMP`` (Parquet written to a temporary directory)
+  convert  ``python -m nvbridge convert DB -o TMP`` (Parquet written to a temporary directory)
+  summary  ``python -m nvbridge summary TMP`` on the dataset convert just wrote
+  trace    ``python -m nvbridge trace DB -o TMP/trace.json.gz`` (Chrome trace of the whole report)
   nsys     ``nsys stats -q -r nvtxkernsum -f csv`` on a copy of DB (nsys may add tables to
            its input), skipped with a note when ``nsys`` is not on PATH
+
+Then, once per run:
+
+  - ``nvbridge summary`` on a dataset converted from the real report ``--real-summary``
+    (default the nsys 2026.2 FSDP export, the largest real report), on its own line;
+  - torch's ``torch.autograd.profiler.load_nvprof`` against ``nvbridge convert`` and
+    ``nvbridge.load_nvprof`` on the real nvprof report tiled ``--nvprof-tiles`` times (default
+    1, 10 and 100), each in a subprocess killed after ``--timeout`` seconds (printed "timeout"),
+    with the ratio torch/nvbridge at each tiling.
 
 Everything but the cached database lives in a temporary directory removed at the end.
 """
@@ -27,9 +39,11 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +53,29 @@ sys.path.insert(0, str(HERE))
 import make_large_db  # noqa: E402
 
 DEFAULT_SOURCE = ROOT.parent / "shared" / "real_db" / "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
+DEFAULT_NVPROF = ROOT.parent / "shared" / "real_db" / "nvprof-2020-pytorch14-pyprof-lm.sqlite"
 DEFAULT_CACHE = ROOT / "bench_out"
+TWO_GB = 2048.0
+
+# Both print: events, seconds inside the load call, seconds importing (torch for both).
+TORCH_CODE = """
+import sys, time, warnings
+warnings.simplefilter("ignore")
+t0 = time.perf_counter()
+from torch.autograd.profiler import load_nvprof
+t1 = time.perf_counter()
+events = load_nvprof(sys.argv[1])
+print(len(events), time.perf_counter() - t1, t1 - t0)
+"""
+NVBRIDGE_LOAD_CODE = """
+import sys, time
+t0 = time.perf_counter()
+import torch.autograd.profiler_util
+import nvbridge
+t1 = time.perf_counter()
+events = nvbridge.load_nvprof(sys.argv[1])
+print(len(events), time.perf_counter() - t1, t1 - t0)
+"""
 
 FLOOR_CODE = """
 import json, sqlite3, sys
@@ -59,6 +95,7 @@ class Run:
     cpu: float
     rss_mb: float
     note: str = ""
+    timed_out: bool = False
 
 
 def floor_queries(db: Path) -> list[str]:
@@ -123,12 +160,26 @@ with open(sys.argv[1], "w") as fh:
 """
 
 
-def run(tool: str, cmd: list[str], stdout: Path) -> tuple[Run, int, str]:
-    """Run ``cmd``: wall time, user+sys CPU and peak RSS of it and the children it reaped."""
+def run(tool: str, cmd: list[str], stdout: Path, timeout: float | None = None) -> tuple[Run, int, str]:
+    """Run ``cmd``: wall time, user+sys CPU and peak RSS of it and the children it reaped.
+
+    Past ``timeout`` seconds the launcher and the command (one process group) are killed and
+    the Run comes back with ``timed_out`` set.
+    """
     usage = stdout.with_suffix(".usage.json")
     with stdout.open("wb") as out, tempfile.TemporaryFile() as err:
-        subprocess.run([sys.executable, "-c", LAUNCHER_CODE, str(usage), *cmd],
-                       stdout=out, stderr=err, check=True)
+        proc = subprocess.Popen([sys.executable, "-c", LAUNCHER_CODE, str(usage), *cmd],
+                                stdout=out, stderr=err, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            usage.unlink(missing_ok=True)
+            return Run(tool, float(timeout or 0), float("nan"), float("nan"),
+                       f"timeout (killed after {timeout:.0f} s)", timed_out=True), -1, "timeout"
+        if proc.returncode:
+            raise subprocess.CalledProcessError(proc.returncode, cmd)
         err.seek(0)
         errors = err.read().decode(errors="replace")
     u = json.loads(usage.read_text())
@@ -190,7 +241,25 @@ def bench(db: Path, repeat: int, skip_nsys: bool) -> list[Run]:
             m = re.search(r"([\d,]+) rows in ([\d.]+) s", text)
             mb = sum(f.stat().st_size for f in out.iterdir()) / 1e6
             r.note = (f"{m.group(1)} rows, {m.group(2)} s in-process, " if m else "") + f"{mb:.0f} MB Parquet"
+            keep(r)
+
+            r, rc, err = run("nvbridge summary", [sys.executable, "-m", "nvbridge", "summary", str(out)],
+                             tmp / "summary.txt")
+            if rc:
+                raise SystemExit(f"nvbridge summary failed ({rc}): {err}")
+            lines = (tmp / "summary.txt").read_text().count("\n")
+            r.note = f"on the dataset just written, {lines} lines printed"
             shutil.rmtree(out)
+            keep(r)
+
+            trace = tmp / "trace.json.gz"
+            r, rc, err = run("nvbridge trace", [sys.executable, "-m", "nvbridge", "trace", str(db),
+                                                "-o", str(trace)], tmp / "trace.txt")
+            if rc:
+                raise SystemExit(f"nvbridge trace failed ({rc}): {err}")
+            r.note = (f"{trace.stat().st_size / 1e6:.0f} MB .json.gz, peak "
+                      + ("under 2 GB" if r.rss_mb < TWO_GB else "OVER 2 GB (issue 4 wants < 2 GB)"))
+            trace.unlink()
             keep(r)
 
             if nsys:
@@ -224,12 +293,18 @@ def version(cmd: list[str]) -> str:
         return "absent"
 
 
+def row(r: Run, width: int = 24) -> str:
+    if r.timed_out:
+        return f"{r.tool:<{width}}{'timeout':>9}{'-':>9}{'-':>13}  {r.note}"
+    return f"{r.tool:<{width}}{r.wall:>9.2f}{r.cpu:>9.2f}{r.rss_mb:>13.0f}  {r.note}"
+
+
 def table(runs: list[Run]) -> str:
-    by = {r.tool.split()[0]: r for r in runs}
+    by = {r.tool: r for r in runs}
     lines = [f"{'tool':<24}{'wall s':>9}{'cpu s':>9}{'peak RSS MB':>13}  notes"]
     for r in runs:
-        lines.append(f"{r.tool:<24}{r.wall:>9.2f}{r.cpu:>9.2f}{r.rss_mb:>13.0f}  {r.note}")
-    nvb, flo, nsy = by.get("nvbridge"), by.get("floor"), by.get("nsys")
+        lines.append(row(r))
+    nvb, flo, nsy = by.get("nvbridge convert"), by.get("floor (sqlite3 loop)"), by.get("nsys stats nvtxkernsum")
     if nvb and flo:
         lines.append(f"ratio nvbridge/floor: {nvb.wall / flo.wall:.2f}x wall, "
                      f"{nvb.rss_mb / flo.rss_mb:.2f}x peak RSS")
@@ -237,6 +312,103 @@ def table(runs: list[Run]) -> str:
         lines.append(f"ratio nsys/nvbridge:  {nsy.wall / nvb.wall:.2f}x wall, "
                      f"{nsy.rss_mb / nvb.rss_mb:.2f}x peak RSS")
     return "\n".join(lines)
+
+
+def real_summary(source: Path, repeat: int) -> str:
+    """``nvbridge summary`` on a dataset converted from a real report (issue 3: < 2 s)."""
+    with tempfile.TemporaryDirectory(prefix="nvbridge-bench-") as tmp_s:
+        tmp = Path(tmp_s)
+        out = tmp / "dataset"
+        subprocess.run([sys.executable, "-m", "nvbridge", "convert", str(source), "-o", str(out),
+                        "--force", "--quiet"], check=True)
+        for f in out.rglob("*"):
+            if f.is_file():
+                warm(f)
+        best: Run | None = None
+        for _ in range(max(repeat, 1)):
+            r, rc, err = run("nvbridge summary", [sys.executable, "-m", "nvbridge", "summary", str(out)],
+                             tmp / "summary.txt")
+            if rc:
+                raise SystemExit(f"nvbridge summary failed ({rc}): {err}")
+            if best is None or r.wall < best.wall:
+                best = r
+        assert best is not None
+    verdict = "under" if best.wall < 2 else "OVER"
+    return (f"nvbridge summary on the dataset of real {source.name}: {best.wall:.2f} s wall, "
+            f"{best.cpu:.2f} s CPU, {best.rss_mb:.0f} MB peak RSS ({verdict} issue 3's 2 s)")
+
+
+def nvprof_bench(source: Path, tile_counts: list[int], cache: Path, timeout: float) -> None:
+    """torch's load_nvprof against nvbridge convert and nvbridge.load_nvprof, per tiling."""
+    import sqlite3
+
+    try:
+        import importlib.util
+        has_torch = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        has_torch = False
+    print(f"\n== torch load_nvprof vs nvbridge on {source.name} tiled {tile_counts} "
+          f"(timeout {timeout:.0f} s each)")
+    if not has_torch:
+        print("note: torch not installed; only nvbridge convert is timed (pip install 'nvbridge[torch]')")
+    width = 26
+    summary: list[str] = []
+    for tiles in tile_counts:
+        db = cache / f"{source.stem}.x{tiles}.sqlite"
+        if db.exists():
+            print(f"using cached {db}")
+        else:
+            make_large_db.build(source, db, tiles=tiles)
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        markers = make_large_db.nvtx_rows(conn, "nvprof")
+        conn.close()
+        print(f"-- x{tiles}: {markers:,} MARKER rows ({markers // 2:,} ranges), "
+              f"{db.stat().st_size / 1e6:.1f} MB")
+        print(f"{'tool':<{width}}{'wall s':>9}{'cpu s':>9}{'peak RSS MB':>13}  notes")
+        with tempfile.TemporaryDirectory(prefix="nvbridge-bench-") as tmp_s:
+            tmp = Path(tmp_s)
+            warm(db)
+            results: dict[str, Run] = {}
+            cases = [("nvbridge convert", [sys.executable, "-m", "nvbridge", "convert", str(db),
+                                           "-o", str(tmp / "ds"), "--force"])]
+            if has_torch:
+                cases += [("nvbridge.load_nvprof", [sys.executable, "-c", NVBRIDGE_LOAD_CODE, str(db)]),
+                          ("torch load_nvprof", [sys.executable, "-c", TORCH_CODE, str(db)])]
+            for tool, cmd in cases:
+                out = tmp / (tool.replace(" ", "_") + ".txt")
+                r, rc, err = run(tool, cmd, out, timeout=timeout)
+                if r.timed_out:
+                    pass
+                elif rc:
+                    last = err.strip().splitlines()[-1] if err.strip() else ""
+                    r.note = f"FAILED rc={rc}: {last}"
+                elif tool == "nvbridge convert":
+                    m = re.search(r"([\d,]+) rows in ([\d.]+) s", out.read_text())
+                    r.note = f"{m.group(1)} rows, {m.group(2)} s in-process" if m else ""
+                else:
+                    n, inside, imports = out.read_text().split()
+                    r.note = f"{int(n):,} events, {float(inside):.2f} s in the call, {float(imports):.2f} s imports"
+                results[tool] = r
+                print(row(r, width), flush=True)
+        torch_r = results.get("torch load_nvprof")
+        if torch_r is None:
+            continue
+        parts = []
+        for other in ("nvbridge convert", "nvbridge.load_nvprof"):
+            o = results[other]
+            if o.timed_out or o.note.startswith("FAILED"):
+                parts.append(f"vs {other}: n/a")
+            elif torch_r.timed_out:
+                parts.append(f"vs {other}: > {torch_r.wall / o.wall:.1f}x (torch timed out)")
+            elif torch_r.note.startswith("FAILED"):
+                parts.append(f"vs {other}: n/a (torch failed)")
+            else:
+                parts.append(f"vs {other}: {torch_r.wall / o.wall:.2f}x")
+        line = f"ratio torch/nvbridge at x{tiles} ({markers:,} markers): " + ", ".join(parts)
+        print(line)
+        summary.append(line)
+    if len(summary) > 1:
+        print("\n" + "\n".join(summary))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,8 +421,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool; the fastest is reported")
     ap.add_argument("--skip-nsys", action="store_true", help="do not run nsys stats")
     ap.add_argument("--clean", action="store_true", help="delete the tiled databases afterwards (cached ones too)")
+    ap.add_argument("--real-summary", type=Path, default=DEFAULT_SOURCE, metavar="REPORT",
+                    help="real report whose converted dataset 'nvbridge summary' is timed on "
+                         "(default the nsys 2026.2 FSDP export, the largest real one)")
+    ap.add_argument("--nvprof-source", type=Path, default=DEFAULT_NVPROF, help="real nvprof report to tile")
+    ap.add_argument("--nvprof-tiles", default="1,10,100", metavar="K,K,...",
+                    help="tilings of the nvprof report for torch's load_nvprof vs nvbridge "
+                         "(default 1,10,100; 'none' skips)")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds before a torch/nvbridge nvprof run is killed (default 600)")
     args = ap.parse_args(argv)
+    t_start = time.perf_counter()
     sizes = args.nvtx_rows or [2_000_000]
+    tiles_nvprof = ([] if args.nvprof_tiles.strip().lower() in ("", "none", "0")
+                    else [int(x) for x in args.nvprof_tiles.split(",") if x.strip()])
     if not args.source.is_file():
         raise SystemExit(f"{args.source}: no such file (pass --source)")
     print(f"source {args.source.name}; python {platform.python_version()}, {os.cpu_count()} CPUs, "
@@ -264,18 +448,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n== {n:,} NVTX rows requested: {db.name}, {tiles} tiles, "
                   f"{db.stat().st_size / 1e6:.0f} MB")
             runs = bench(db, args.repeat, args.skip_nsys)
-            print(table(runs))
+            print(table(runs), flush=True)
             results.append((n, runs))
+        if len(results) >= 2:
+            (n0, r0), (n1, r1) = results[0], results[-1]
+            a = {r.tool: r for r in r0}
+            parts = [f"{t} {r.wall / a[t].wall:.2f}x time, {r.rss_mb / a[t].rss_mb:.2f}x RSS"
+                     for t, r in ((r.tool, r) for r in r1) if t in a]
+            print(f"\nscaling {n0:,} -> {n1:,} NVTX rows ({n1 / n0:.1f}x rows): " + "; ".join(parts))
+        if args.real_summary.is_file():
+            print("\n" + real_summary(args.real_summary, args.repeat), flush=True)
+        else:
+            print(f"\nnote: {args.real_summary}: no such file, real-report summary skipped")
+        if tiles_nvprof:
+            if args.nvprof_source.is_file():
+                made += [args.cache_dir / f"{args.nvprof_source.stem}.x{k}.sqlite" for k in tiles_nvprof]
+                nvprof_bench(args.nvprof_source, tiles_nvprof, args.cache_dir, args.timeout)
+            else:
+                print(f"\nnote: {args.nvprof_source}: no such file, torch load_nvprof comparison skipped")
     finally:
         if args.clean:
             for db in made:
                 db.unlink(missing_ok=True)
-    if len(results) >= 2:
-        (n0, r0), (n1, r1) = results[0], results[-1]
-        a = {r.tool: r for r in r0}
-        parts = [f"{t.split()[0]} {r.wall / a[t].wall:.2f}x time, {r.rss_mb / a[t].rss_mb:.2f}x RSS"
-                 for t, r in ((r.tool, r) for r in r1) if t in a]
-        print(f"\nscaling {n0:,} -> {n1:,} NVTX rows ({n1 / n0:.1f}x rows): " + "; ".join(parts))
+    print(f"\nwhole run: {time.perf_counter() - t_start:.0f} s")
     return 0
 
 

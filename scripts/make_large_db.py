@@ -8,8 +8,9 @@ The schema and every non-event table (StringIds, ThreadNames, PROCESSES, META_*,
 ANALYSIS_DETAILS, nvprof's StringTable, ...) are copied once, through SQLite's backup API.
 The event tables are then repeated K times inside SQLite (``INSERT ... SELECT`` over a
 recursive CTE of tile numbers), tile ``i`` shifted by ``i * (event span + 1 us)`` so tiles
-never overlap, with correlation ids (and nsys ``rangeId``, nvprof marker ``id`` and ``_id_``)
-shifted past the source's maximum so they stay unique per process. nsys'
+never overlap, with correlation ids (nvprof's MEMCPY ``runtimeCorrelationId`` too; nsys ``rangeId``,
+nvprof marker ``id`` and ``_id_``) shifted past the source's maximum so they stay unique per
+process (nvprof's start and end marker rows keep sharing one ``id``; 0 stays 0). nsys'
 ANALYSIS_DETAILS.stopTime/duration move to the new end.
 
 Tiles reuse the source's processes, threads and strings, so converting the result gives
@@ -51,6 +52,7 @@ TIME_COLUMNS = frozenset({
 # tables + 1), so tile i's ids lie above every id of tiles < i.
 ID_GROUPS = {
     "correlationId": "corr",  # nsys and nvprof: API call <-> GPU op, unique per process
+    "runtimeCorrelationId": "corr",  # nvprof MEMCPY: the runtime call's correlationId (0: none)
     "rangeId": "range",       # nsys NVTX start/end ranges
 }
 NVPROF_MARKER_ID = "id"       # nvprof: start and end rows of one range share it
