@@ -50,10 +50,17 @@ class Model:
 
 
 def _sum_by(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 group sums (index -1 is dropped)."""
-    out = np.zeros(n, np.int64)
+    """Exact int64 group sums (index -1 is dropped).
+
+    bincount sums in float64, exact while every partial sum stays below 2**53 (104 days of
+    nanoseconds); beyond that, the slower integer path.
+    """
     keep = index >= 0
-    np.add.at(out, index[keep], values[keep])
+    idx, vals = index[keep], values[keep]
+    if len(vals) == 0 or (vals.min() >= 0 and int(vals.sum()) < 2**53):
+        return np.rint(np.bincount(idx, weights=vals, minlength=n)).astype(np.int64)
+    out = np.zeros(n, np.int64)
+    np.add.at(out, idx, vals)
     return out
 
 
@@ -211,9 +218,13 @@ def correlate(profile: RawProfile) -> Model:
     np.minimum.at(g_first, g_op[has], g_start[has])
     np.maximum.at(g_last, g_op[has], g_end[has])
     total_gpu, total_count = self_gpu.copy(), self_count.copy()
+    # Roll subtree totals up one level at a time; only ops with GPU work below them move.
+    carrying = np.flatnonzero((tree_parent_all >= 0) & (self_count > 0))
     for d in range(int(depth.max(initial=0)), 0, -1):
-        kids = np.flatnonzero((depth == d) & (tree_parent_all >= 0))
+        level = carrying[depth[carrying] == d]
+        kids = level[total_count[level] > 0]
         up = tree_parent_all[kids]
+        carrying = np.union1d(carrying[depth[carrying] != d], up[tree_parent_all[up] >= 0])
         np.add.at(total_gpu, up, total_gpu[kids])
         np.add.at(total_count, up, total_count[kids])
         np.minimum.at(g_first, up, g_first[kids])
