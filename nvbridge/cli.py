@@ -6,6 +6,7 @@ import contextlib
 import csv
 import io
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -235,5 +236,23 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="nvbridge")
+    """Console-script entry point.
+
+    After the command finishes, the process exits without tearing down the interpreter: freeing
+    millions of table rows one buffer at a time took 0.3-0.4 s after a large conversion, and
+    every file is already closed and every output flushed by then.
+    """
+    try:
+        cli(prog_name="nvbridge", standalone_mode=False)
+        code = 0
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -263,7 +263,7 @@ def correlate(profile: RawProfile) -> Model:
     api_calls = pa.table({
         "api_call_id": pa.array(api_pos),
         "op_id": pa.array(api_op, mask=api_op < 0),
-        "name": api.column("name").cast(pa.string()),
+        "name": api.column("name").cast(DICT_STR),
         "kind": api.column("kind"),
         "process_id": api.column("process_id"),
         "thread_id": api.column("thread_id"),
