@@ -12,8 +12,8 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -96,6 +96,24 @@ def _check_file(path: Path) -> None:
 def _sqlite_uri(path: Path) -> str:
     """A read-only SQLite URI for ``path`` (percent-encoded, so odd file names work)."""
     return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+
+
+class _Results(Mapping[str, pa.Table]):
+    """Tables that may still be reading: an item waits for its own query only."""
+
+    def __init__(self, items: dict[str, Any]) -> None:
+        self._items = items
+
+    def __getitem__(self, key: str) -> pa.Table:
+        item = self._items[key]
+        table: pa.Table = item.result() if isinstance(item, Future) else item
+        return table
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 class Database:
@@ -256,26 +274,28 @@ class Database:
             return pa.table({c.field: pa.array([], _ARROW_TYPES[c.type]) for c in columns})
         return self.read(self.select(table, columns, where), columns)
 
-    def read_many(self, requests: dict[str, tuple[str, Sequence[Column], sa.ColumnElement[bool] | None]],
-                  ) -> dict[str, pa.Table]:
-        """Several :meth:`read_table` calls, run two at a time on a local SQLite file.
+    @contextlib.contextmanager
+    def reading(self, requests: dict[str, tuple[str, Sequence[Column], sa.ColumnElement[bool] | None]],
+                ) -> Iterator[Mapping[str, pa.Table]]:
+        """Start every :meth:`read_table` at once, two at a time, and hand back a mapping whose
+        items wait for their own query only.
 
-        SQLite scans release the GIL in ADBC, so the big tables (NVTX, API calls, kernels)
-        read concurrently on two cores. Queries are built here, in the calling thread.
+        SQLite scans release the GIL in ADBC: list the largest table first, and the caller can
+        process the small ones while it is still being read. Queries are built here, in the
+        calling thread; absent tables read as zero rows.
         """
-        queries = {}
-        for key, (table, columns, where) in requests.items():
-            if table in self.table_names:
-                queries[key] = (self.select(table, columns, where), columns)
-        out = {key: self.read_table(table, columns) for key, (table, columns, _) in requests.items()
-               if key not in queries}
-        if self.path is None or len(queries) < 2:
-            out.update({key: self.read(q, cols) for key, (q, cols) in queries.items()})
-            return out
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = {key: pool.submit(self.read, q, cols) for key, (q, cols) in queries.items()}
-            out.update({key: f.result() for key, f in futures.items()})
-        return out
+        results: dict[str, Any] = {}
+        pool = ThreadPoolExecutor(max_workers=2) if self.path is not None else None
+        try:
+            for key, (table, columns, where) in requests.items():
+                if table not in self.table_names or pool is None:
+                    results[key] = self.read_table(table, columns, where)
+                else:
+                    results[key] = pool.submit(self.read, self.select(table, columns, where), columns)
+            yield _Results(results)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
 
     def scalar_rows(self, sql: str) -> list[tuple[Any, ...]]:
         """A small query (metadata, enums) through SQLAlchemy."""

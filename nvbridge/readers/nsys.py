@@ -8,6 +8,8 @@ absent optional column its default. Names are resolved through ``StringIds`` in 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -120,23 +122,24 @@ def read(db: Database) -> RawProfile:
     if db.has("NVTX_EVENTS"):
         wanted = (*RANGE_TYPES, NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)
         nvtx_filter = db.table("NVTX_EVENTS").c.eventType.in_(wanted)
-    raw = db.read_many({
-        "nvtx": ("NVTX_EVENTS", NVTX, nvtx_filter),
+    with db.reading({
+        "nvtx": ("NVTX_EVENTS", NVTX, nvtx_filter),  # the largest: first, on its own worker
+        "strings": ("StringIds", STRINGS, None),
         "runtime": ("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME, None),
         "kernel": ("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL, None),
         "memcpy": ("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY, None),
         "memset": ("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET, None),
         "graph": ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", GRAPH_TRACE, None),
         "sync": ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", SYNC, None),
-        "strings": ("StringIds", STRINGS, None),
-    })
-    strings = raw["strings"]
-    ranges, marks, thread_names = _nvtx(raw["nvtx"], strings)
-    api = _api_calls(raw["runtime"], strings)
-    gpu = _gpu_ops(raw, strings)
-    syncs = raw["sync"]
-    syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
-    syncs = syncs.drop_columns(["sync_type_id"])
+    }) as raw:
+        # API calls and GPU ops are processed while NVTX_EVENTS is still being read.
+        strings = raw["strings"]
+        api = _api_calls(raw["runtime"], strings)
+        gpu = _gpu_ops(raw, strings)
+        syncs = raw["sync"]
+        syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
+        syncs = syncs.drop_columns(["sync_type_id"])
+        ranges, marks, thread_names = _nvtx(raw["nvtx"], strings)
     threads = _threads(db, strings, ranges, api, thread_names)
     rows = sum(t.num_rows for t in (ranges, marks, api, gpu, syncs))
     return RawProfile(info, ranges, marks, api, gpu, syncs, threads, _devices(db), rows)
@@ -282,7 +285,7 @@ def _api_calls(api: pa.Table, strings: pa.Table) -> pa.Table:
     })
 
 
-def _gpu_ops(raw: dict[str, pa.Table], strings: pa.Table) -> pa.Table:
+def _gpu_ops(raw: Mapping[str, pa.Table], strings: pa.Table) -> pa.Table:
     parts: list[pa.Table] = []
     k = raw["kernel"]
     k = set_column(k, "name", resolve_strings(strings, np_col(k, "name_id", fill=-1)))
