@@ -292,6 +292,9 @@ class Database:
                     results[key] = self.read_table(table, columns, where)
                 else:
                     results[key] = pool.submit(self.read, self.select(table, columns, where), columns)
+            # pyarrow imports pandas (when installed) on its first array conversion, 0.3 s:
+            # pay that now, while the scans run with the GIL released, not after them.
+            pa.array([0])
             yield _Results(results)
         finally:
             if pool is not None:
