@@ -325,8 +325,8 @@ if "ops" in sys.argv[4:]:
         for _ in range(20000):
             x.add(1)
         before = rss()
-        for _ in range(200000):
-            x.add(1)                               # 200k distinct names: seq and op_id differ
+        for _ in range(1000000):
+            x.add(1)                               # 1M distinct names: seq and op_id differ
     out["emit_nvtx"] = ["ops", rss() - before]
 json.dump(out, open(sys.argv[1], "w"))
 """
