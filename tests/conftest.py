@@ -48,3 +48,14 @@ def raw(path: Path, sql: str) -> list[tuple[object, ...]]:
 @pytest.fixture(params=ALL_FILES)
 def any_real_db(request: pytest.FixtureRequest) -> Iterator[Path]:
     yield real_db(request.param)
+
+
+@pytest.fixture(scope="session")
+def injection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test NVTX collector (tests/nvtx_inject/inject.c), compiled once per session."""
+    from tests.nvtx_inject.nvtx_log import build_injection
+
+    try:
+        return build_injection(tmp_path_factory.mktemp("inject"))
+    except FileNotFoundError:
+        pytest.skip("gcc is needed to build the test NVTX collector")

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch", reason="emit_nvtx needs torch (pip install 'nvbridge[torch]')")
 
 from nvbridge.annotate import _nvtx_lib  # noqa: E402
-from tests.nvtx_inject.nvtx_log import NvtxLog, Range, build_injection, run_scenario  # noqa: E402
+from tests.nvtx_inject.nvtx_log import NvtxLog, Range, profiler_ops, run_scenario  # noqa: E402
 
 # Loading a library is not an NVTX call, so probing here leaves this process uninitialised.
 HAVE_CTYPES = _nvtx_lib._ctypes_emitter() is not None
@@ -35,14 +35,6 @@ OP = re.compile(
 )
 BACKWARD = re.compile(r"^(?P<node>\w+), stashed seq = (?P<seq>\d+), fwd_tid = (?P<tid>\d+)$")
 MODULE = re.compile(r"^nn\.Module: (?:(?P<path>\S+) )?\((?P<cls>\w+)\)$")
-
-
-@pytest.fixture(scope="session")
-def injection(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_injection(tmp_path_factory.mktemp("inject"))
-    except FileNotFoundError:
-        pytest.skip("gcc is needed to build the test NVTX collector")
 
 
 @pytest.fixture(scope="session")
@@ -65,22 +57,6 @@ def op_key(r: Range) -> tuple[str, int]:
     m = OP.match(r.name)
     assert m, r.name
     return m["op"], int(m["seq"]) if m["seq"] else -1
-
-
-def profiler_ops(events: list[dict[str, Any]]) -> list[tuple[str, int]]:
-    """torch.profiler's view of the ops our dispatch mode intercepted, in order.
-
-    The profiler records a ``PythonDispatchMode`` child under each intercepted op. ``aten::detach``
-    is the exception: the mode sees it, but the profiler shows only torch's inner ``detach``
-    record below it (with or without the mode marker), so that record stands for its parent.
-    """
-    out = []
-    for e in events:
-        if e["name"] == "detach" and e["parent"] == "aten::detach":
-            out.append((e["parent"], e["parent_seq"]))
-        elif e["intercepted"] and "::" in e["name"] and not e["name"].startswith("profiler::"):
-            out.append((e["name"], e["seq"]))
-    return out
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ if torch.version.cuda is None:
     )
 
 from nvbridge.annotate import _nvtx_lib  # noqa: E402
-from tests.nvtx_inject.nvtx_log import NvtxLog, Range, build_injection, run_scenario  # noqa: E402
+from tests.nvtx_inject.nvtx_log import NvtxLog, Range, run_scenario  # noqa: E402
 
 if _nvtx_lib._ctypes_emitter() is None and _nvtx_lib._nvtx_package_emitter() is None:
     pytest.skip(
@@ -224,14 +224,6 @@ def _code(scenario: str) -> str:
     run = f"facts = SCENARIOS[{scenario!r}]()\n"
     run += "facts['tid'] = threading.get_native_id()\n"
     return WORKLOAD + run + "open(sys.argv[1], 'w').write(json.dumps(facts))\n"
-
-
-@pytest.fixture(scope="session")
-def injection(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        return build_injection(tmp_path_factory.mktemp("inject_native"))
-    except FileNotFoundError:
-        pytest.skip("gcc is needed to build the test NVTX collector")
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,7 @@ pytest.importorskip("torch", reason="emit_nvtx needs torch (pip install 'nvbridg
 
 import nvbridge  # noqa: E402
 from nvbridge.annotate import _nvtx_lib  # noqa: E402
+from tests.nvtx_inject.nvtx_log import profiler_ops  # noqa: E402
 
 pytestmark = pytest.mark.nsys
 
@@ -176,18 +177,6 @@ def op_key(text: str) -> tuple[str, int]:
     m = OP.match(text)
     assert m, text
     return m["op"], int(m["seq"]) if m["seq"] else -1
-
-
-def profiler_ops(events: list[dict[str, Any]]) -> list[tuple[str, int]]:
-    """torch.profiler's ops that emit_nvtx's dispatch mode intercepted, in order (as in
-    tests/test_annotate.py: ``aten::detach`` shows only as its inner ``detach`` record)."""
-    out = []
-    for e in events:
-        if e["name"] == "detach" and e["parent"] == "aten::detach":
-            out.append((e["parent"], e["parent_seq"]))
-        elif e["intercepted"] and "::" in e["name"] and not e["name"].startswith("profiler::"):
-            out.append((e["name"], e["seq"]))
-    return out
 
 
 def test_every_range_is_closed_on_the_workload_thread(recording: Recording) -> None:

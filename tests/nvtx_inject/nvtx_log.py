@@ -118,3 +118,19 @@ def run_scenario(injection: Path | None, scenario: str, workdir: Path, code: str
         raise AssertionError(f"{scenario} failed:\n{proc.stdout}\n{proc.stderr}")
     facts = json.loads(out_path.read_text()) if out_path.exists() else None
     return parse_log(log_path), facts
+
+
+def profiler_ops(events: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """torch.profiler's view of the ops our dispatch mode intercepted, in order.
+
+    The profiler records a ``PythonDispatchMode`` child under each intercepted op. ``aten::detach``
+    is the exception: the mode sees it, but the profiler shows only torch's inner ``detach``
+    record below it (with or without the mode marker), so that record stands for its parent.
+    """
+    out = []
+    for e in events:
+        if e["name"] == "detach" and e["parent"] == "aten::detach":
+            out.append((e["parent"], e["parent_seq"]))
+        elif e["intercepted"] and "::" in e["name"] and not e["name"].startswith("profiler::"):
+            out.append((e["name"], e["seq"]))
+    return out
