@@ -134,3 +134,13 @@ def profiler_ops(events: list[dict[str, Any]]) -> list[tuple[str, int]]:
         elif e["intercepted"] and "::" in e["name"] and not e["name"].startswith("profiler::"):
             out.append((e["name"], e["seq"]))
     return out
+
+
+# Module ranges of the test workloads' Net (two steps): the same in every backend and collector.
+NET_MODULE_RANGES = {
+    "nn.Module: (Net)": 2,
+    "nn.Module: features (Sequential)": 2,
+    "nn.Module: features.0 (Conv2d)": 2,
+    "nn.Module: features.1 (ReLU)": 2,
+    "nn.Module: head (Linear)": 2,
+}
