@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from nvbridge import __version__
 from nvbridge.analysis import format_time, merge_averages, parse_time, rank_summary
-from nvbridge.convert import Progress, convert, export_chrome_trace
+from nvbridge.convert import Progress, convert, estimate_rows, export_chrome_trace
 from nvbridge.dataset import Report, is_partitioned, load, load_many
 from nvbridge.errors import NvbridgeError
 
@@ -39,19 +39,32 @@ def _errors() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, label: str) -> Iterator[Progress | None]:
-    """A spinner with the current stage on stderr, only on a terminal."""
+def _progress(enabled: bool, label: str, total_rows: int) -> Iterator[Progress | None]:
+    """On a terminal: stage, rows done of the estimate, rows/s and time left, on stderr."""
     if not enabled:
         yield None
         return
-    from rich.console import Console
-    from rich.progress import Progress as Bar
-    from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+    import time
 
-    with Bar(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-             console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label)
-        yield lambda stage: bar.update(task, description=f"{label}: {stage}")
+    from rich.console import Console
+    from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    with Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+             TextColumn("{task.completed:,.0f}/{task.total:,.0f} rows"), TextColumn("{task.fields[rate]}"),
+             TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=max(total_rows, 1), rate="")
+        start = time.perf_counter()
+
+        def update(stage: str, rows: int) -> None:
+            bar.update(task, description=f"{label}: {stage}", advance=rows)
+            done, total = bar.tasks[task].completed, bar.tasks[task].total or 1
+            elapsed = time.perf_counter() - start
+            if done and elapsed > 0:
+                rate = done / elapsed
+                left = max(total - done, 0) / rate
+                bar.update(task, rate=f"{rate:,.0f} rows/s, about {left:,.0f} s left")
+        yield update
 
 
 @click.group()
@@ -75,7 +88,8 @@ def convert_cmd(inputs: tuple[Path, ...], output: Path, chrome_trace: Path | Non
                 scheduler: str | None, quiet: bool) -> None:
     """Convert profiler databases (Nsight Systems or nvprof SQLite) into a Parquet dataset."""
     show = not quiet and sys.stderr.isatty()
-    with _errors(), _progress(show, "converting") as progress:
+    total = sum(estimate_rows(p) for p in inputs) if show else 0
+    with _errors(), _progress(show, "converting", total) as progress:
         results = convert(list(inputs), output, force=force, progress=progress, chrome_trace=chrome_trace,
                           jobs=jobs, scheduler=scheduler)
     skipped = len(inputs) - len(results)

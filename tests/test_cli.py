@@ -165,3 +165,23 @@ def test_python_module_entry_point(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "nvbridge", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("nvbridge, version ")
     assert shutil.which("nvbridge") is not None
+
+
+def test_progress_reports_stages_and_rows(tmp_path: Path) -> None:
+    """The terminal display gets every stage, and the rows it advances add up to the estimate,
+    which is the exact event-row count for an unfiltered export."""
+    import nvbridge
+    from nvbridge.convert import estimate_rows
+
+    src = real_db(FSDP)
+    tables = ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+              "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    con = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    counted = sum(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables)
+    con.close()
+    assert estimate_rows(src) == counted
+    seen: list[tuple[str, int]] = []
+    nvbridge.convert(src, tmp_path / "out", progress=lambda stage, rows: seen.append((stage, rows)))
+    assert [s for s, _ in seen] == ["reading", "correlating", "writing", "done"]
+    assert sum(r for _, r in seen) == counted
+    assert estimate_rows(tmp_path / "nothing.sqlite") == 0
