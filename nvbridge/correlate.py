@@ -157,6 +157,7 @@ def correlate(profile: RawProfile) -> Model:
     # correlation below (two cores), and join before the PyTorch columns are attached.
     pool = ThreadPoolExecutor(max_workers=1)
     parsing = pool.submit(names.parse, r.column("name"))
+    pool.shutdown(wait=False)  # the submitted parse still runs; nothing is left behind on errors
 
     lo = int(min((int(t.min()) for t in times if len(t)), default=0))
     hi = max(capture_end, int(r_end.max(initial=0)))
@@ -303,7 +304,6 @@ def correlate(profile: RawProfile) -> Model:
     gpu_ops = pa.table(gpu_cols)
 
     ops = semantics.annotate(ops, parsing.result())
-    pool.shutdown()
     return Model(info, ops, api_calls, gpu_ops, _marks(profile), _syncs(profile, api, a_key),
                  _threads(profile), _devices(profile, gpu_ops))
 
