@@ -69,15 +69,7 @@ def no_sync(*args, **kwargs):
 
 torch.cuda.synchronize = no_sync  # torch's own emit_nvtx calls it and fails without a GPU
 
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.features = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU())
-        self.head = torch.nn.Linear(2 * 6 * 6, 3)
-
-    def forward(self, x):
-        return self.head(self.features(x).flatten(1))
+from tests.nvtx_inject.workloads import Net  # the Net whose ranges NET_MODULE_RANGES lists
 
 
 class Double(torch.autograd.Function):

@@ -55,15 +55,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from nvbridge.annotate import emit_nvtx
 
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.features = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU())
-        self.head = torch.nn.Linear(2 * 6 * 6, 3)
-
-    def forward(self, x):
-        return self.head(self.features(x).flatten(1))
+from tests.nvtx_inject.workloads import Net  # the Net whose ranges NET_MODULE_RANGES lists
 
 
 torch.set_num_threads(1)
