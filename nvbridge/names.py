@@ -89,26 +89,15 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     first_bytes = _first_bytes(names)
     module_path = pa.nulls(n, pa.string())
     op_name = op
-    rows = _rows_starting(names, first_bytes, "nn.Module: ")
-    if len(rows):
-        module = pc.extract_regex(names.take(pa.array(rows)), MODULE)
-        is_module = np.zeros(n, dtype=bool)
-        is_module[rows] = np.asarray(module.is_valid().to_numpy(zero_copy_only=False))
-        if is_module.any():
-            module = module.filter(module.is_valid())
-            mask = pa.array(is_module)
-            module_path = pc.replace_with_mask(module_path, mask, module.field("path"))
-            module_op = pc.binary_join_element_wise("nn.Module:", module.field("type"), " ")
-            op_name = pc.replace_with_mask(op, mask, module_op)
+    mask, module = _match_prefixed(names, first_bytes, "nn.Module: ", MODULE)
+    if module is not None:
+        module_path = pc.replace_with_mask(module_path, mask, module.field("path"))
+        module_op = pc.binary_join_element_wise("nn.Module:", module.field("type"), " ")
+        op_name = pc.replace_with_mask(op, mask, module_op)
     step_no = pa.nulls(n, pa.int64())
-    rows = _rows_starting(names, first_bytes, "ProfilerStep#")
-    if len(rows):
-        step = pc.extract_regex(names.take(pa.array(rows)), STEP)
-        found = np.zeros(n, dtype=bool)
-        found[rows] = np.asarray(step.is_valid().to_numpy(zero_copy_only=False))
-        if found.any():
-            step = step.filter(step.is_valid()).field("step").cast(pa.int64())
-            step_no = pc.replace_with_mask(step_no, pa.array(found), step)
+    mask, step = _match_prefixed(names, first_bytes, "ProfilerStep#", STEP)
+    if step is not None:
+        step_no = pc.replace_with_mask(step_no, mask, step.field("step").cast(pa.int64()))
 
     out: dict[str, Any] = {
         "op_name": op_name,
@@ -126,6 +115,21 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     if len(pyprof):
         _pyprof(names, pyprof, out)
     return pa.table(out, schema=PARSED_SCHEMA)
+
+
+def _match_prefixed(names: pa.Array, first_bytes: np.ndarray, prefix: str, pattern: str,
+                    ) -> tuple[pa.Array, pa.StructArray | None]:
+    """(mask of names matching ``pattern``, their matches in row order), trying the regular
+    expression only on names that start with ``prefix``; the matches are None when none match."""
+    rows = _rows_starting(names, first_bytes, prefix)
+    if not len(rows):
+        return pa.array(np.zeros(len(names), dtype=bool)), None
+    found = pc.extract_regex(names.take(pa.array(rows)), pattern)
+    mask = np.zeros(len(names), dtype=bool)
+    mask[rows] = np.asarray(found.is_valid().to_numpy(zero_copy_only=False))
+    if not mask.any():
+        return pa.array(mask), None
+    return pa.array(mask), found.filter(found.is_valid())
 
 
 def _rows_starting(names: pa.Array, first_bytes: np.ndarray, prefix: str) -> np.ndarray:
