@@ -6,7 +6,9 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +45,21 @@ def raw(path: Path, sql: str) -> list[tuple[object, ...]]:
         return con.execute(sql).fetchall()
     finally:
         con.close()
+
+
+def subtree_kernel_ns(ops: Any, gpu: Any) -> np.ndarray:
+    """Kernel ns launched in each op's subtree (ops, gpu: pandas frames of a report), walking
+    every kernel up its chain of parents: the independent side of inclusive-time comparisons."""
+    parent = ops.parent_id.fillna(-1).astype(np.int64).to_numpy()
+    kernels = gpu[(gpu.kind == "kernel") & gpu.op_id.notna()]
+    at = kernels.op_id.astype(np.int64).to_numpy()
+    dur = (kernels.end_ns - kernels.start_ns).to_numpy()
+    acc = np.zeros(len(ops), np.int64)
+    while len(at):
+        np.add.at(acc, at, dur)
+        up = parent[at]
+        at, dur = up[up >= 0], dur[up >= 0]
+    return acc
 
 
 @pytest.fixture(params=ALL_FILES)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import nvbridge
-from tests.conftest import real_db
+from tests.conftest import real_db, subtree_kernel_ns
 
 NSYS = shutil.which("nsys")
 WITH_NVTX_AND_KERNELS = [
@@ -58,16 +58,8 @@ def nvtxkernsum(path: Path, workdir: Path) -> dict[tuple[str, int, int], int]:
 
 def inclusive_kernel_ns(report: nvbridge.Report) -> dict[tuple[str, int, int], int]:
     """Kernel ns of each op's subtree, summed per (domain:name, pid, tid), from nvbridge's tables."""
-    ops, gpu = report.df("ops"), report.df("gpu_ops")
-    parent = ops.parent_id.fillna(-1).astype(np.int64).to_numpy()
-    kernels = gpu[(gpu.kind == "kernel") & gpu.op_id.notna()]
-    at = kernels.op_id.astype(np.int64).to_numpy()
-    dur = (kernels.end_ns - kernels.start_ns).to_numpy()
-    acc = np.zeros(len(ops), np.int64)
-    while len(at):
-        np.add.at(acc, at, dur)
-        up = parent[at]
-        at, dur = up[up >= 0], dur[up >= 0]
+    ops = report.df("ops")
+    acc = subtree_kernel_ns(ops, report.df("gpu_ops"))
     # NVIDIA names a range "domain:text" when the domain's name is known.
     names = np.where(ops.domain.notna(), ops.domain.fillna("") + ":" + ops["name"], ops["name"])
     totals: dict[tuple[str, int, int], int] = defaultdict(int)

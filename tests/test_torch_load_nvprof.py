@@ -16,11 +16,10 @@ import os
 import struct
 import warnings
 
-import numpy as np
 import pytest
 
 import nvbridge
-from tests.conftest import raw, real_db
+from tests.conftest import raw, real_db, subtree_kernel_ns
 
 
 def _torch_load_nvprof():  # type: ignore[no-untyped-def]
@@ -41,15 +40,8 @@ def test_kernel_attribution_agrees_with_torch_where_torch_is_right() -> None:
     torch_ns = {(int(e.time_range.start), e.name): sum(k.duration for k in e.kernels) for e in events}
 
     report = nvbridge.load(path)
-    ops, gpu = report.df("ops"), report.df("gpu_ops")
-    parent = ops.parent_id.fillna(-1).astype(np.int64).to_numpy()
-    kernels = gpu[gpu.kind == "kernel"]
-    acc = np.zeros(len(ops), np.int64)
-    at, dur = kernels.op_id.astype(np.int64).to_numpy(), (kernels.end_ns - kernels.start_ns).to_numpy()
-    while len(at):
-        np.add.at(acc, at, dur)
-        up = parent[at]
-        at, dur = up[up >= 0], dur[up >= 0]
+    ops = report.df("ops")
+    acc = subtree_kernel_ns(ops, report.df("gpu_ops"))
     ours = {(int(s), n): int(a) for s, n, a in zip(ops.start_ns, ops["name"], acc)}
     assert ours.keys() == torch_ns.keys()
     assert len(ours) == 683
