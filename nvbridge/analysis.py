@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.correlate import sum_by
 from nvbridge.readers._arrow import np_col
 
 GroupBy = Literal["name", "shape", "module", "stack"]
@@ -29,15 +30,16 @@ TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 
 def gpu_time_by_op(ops: pa.Table, gpu_ops: pa.Table, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(self, total) GPU ns per op row, from gpu_ops, optionally of one device."""
-    n = ops.num_rows
+    """(self, total) GPU ns per op row, optionally of one device.
+
+    Over all devices these are the conversion's own ``self_gpu_ns`` / ``total_gpu_ns``; for one
+    device they are summed again from that device's GPU ops and rolled up the op tree.
+    """
+    if device is None:
+        return np_col(ops, "self_gpu_ns"), np_col(ops, "total_gpu_ns")
     op = np_col(gpu_ops, "op_id", fill=-1)
-    dur = np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns")
-    keep = op >= 0
-    if device is not None:
-        keep &= np_col(gpu_ops, "device_id", fill=-1) == device
-    self_ns = np.zeros(n, np.int64)
-    np.add.at(self_ns, op[keep], dur[keep])
+    op = np.where(np_col(gpu_ops, "device_id", fill=-1) == device, op, -1)
+    self_ns = sum_by(op, np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns"), ops.num_rows)
     total = self_ns.copy()
     parent, depth = np_col(ops, "parent_id", fill=-1), np_col(ops, "depth")
     for d in range(int(depth.max(initial=0)), 0, -1):

@@ -49,7 +49,7 @@ class Model:
     devices: pa.Table
 
 
-def _sum_by(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+def sum_by(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Exact int64 group sums (index -1 is dropped).
 
     bincount sums in float64, exact while every partial sum stays below 2**53 (104 days of
@@ -208,10 +208,10 @@ def correlate(profile: RawProfile) -> Model:
     # --- self and total times ----------------------------------------------------------
     dur = r_end - r_start
     tree_parent_all = np.where(in_tree, parent, -1)
-    self_gpu = _sum_by(g_op, g_dur, n)
+    self_gpu = sum_by(g_op, g_dur, n)
     self_count = np.bincount(g_op[g_op >= 0], minlength=n).astype(np.int64)
     api_count = np.bincount(api_op[api_op >= 0], minlength=n).astype(np.int64)
-    child_cpu = _sum_by(tree_parent_all, dur, n)
+    child_cpu = sum_by(tree_parent_all, dur, n)
     big = np.iinfo(np.int64).max
     g_first = np.full(n, big, np.int64)
     g_last = np.full(n, -big, np.int64)
