@@ -185,3 +185,23 @@ def test_progress_reports_stages_and_rows(tmp_path: Path) -> None:
     assert [s for s, _ in seen] == ["reading", "correlating", "writing", "done"]
     assert sum(r for _, r in seen) == counted
     assert estimate_rows(tmp_path / "nothing.sqlite") == 0
+
+
+def test_untyped_columns_read_like_declared_ones(tmp_path: Path) -> None:
+    """NVTX_EVENTS declared without column types (textId is NULL in its first rows): ConnectorX
+    cannot type it, the stdlib driver reads it, and the dataset equals the original's."""
+    src = tmp_path / "untyped.sqlite"
+    shutil.copy(real_db(FSDP), src)
+    con = sqlite3.connect(src)
+    cols = [r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")]
+    con.execute(f"CREATE TABLE untyped ({', '.join(cols)})")  # no declared types at all
+    con.execute(f"INSERT INTO untyped SELECT {', '.join(cols)} FROM NVTX_EVENTS")
+    con.execute("DROP TABLE NVTX_EVENTS")
+    con.execute("ALTER TABLE untyped RENAME TO NVTX_EVENTS")
+    con.commit()
+    con.close()
+    assert run("convert", str(real_db(FSDP)), "-o", str(tmp_path / "a"), "--quiet")[0] == 0
+    code, _, err = run("convert", str(src), "-o", str(tmp_path / "b"), "--quiet")
+    assert code == 0, err
+    a, b = pq.read_table(tmp_path / "a" / "ops.parquet"), pq.read_table(tmp_path / "b" / "ops.parquet")
+    assert b.num_rows == 17_113 and b.equals(a)

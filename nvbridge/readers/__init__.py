@@ -17,7 +17,7 @@ from nvbridge.profile import RawProfile, SourceKind
 if TYPE_CHECKING:
     from nvbridge.readers._db import Database
 
-# SQLAlchemy and the ADBC driver load only when a database is opened: reading a converted
+# SQLAlchemy and ConnectorX load only when a database is opened: reading a converted
 # dataset (``nvbridge summary out/``) never pays for them.
 __all__ = ["detect", "read_profile"]
 

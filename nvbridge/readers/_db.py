@@ -1,8 +1,9 @@
 """Read-only access to a profiler database, and the one place database errors are translated.
 
 SQLAlchemy reflects the tables and builds every query, so any SQLAlchemy URL works as input.
-Bulk rows of a local SQLite file travel through ADBC straight into Arrow (measured about 2x
-faster than a Python ``sqlite3`` loop); other URLs fall back to SQLAlchemy's cursor.
+Bulk rows of a local SQLite file travel through ConnectorX (Rust, GIL released) straight into
+Arrow: measured 3x faster than a Python ``sqlite3`` loop and 1.7x faster than ADBC's SQLite
+driver; other URLs fall back to SQLAlchemy's cursor.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -98,6 +98,15 @@ def _sqlite_uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
 
 
+class _FastPathFailed(Exception):
+    """ConnectorX could not read a query: text that is not UTF-8, a column it cannot type, or
+    a damaged file. The stdlib driver then reads it, or reports what is wrong."""
+
+
+def _lenient_text(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.text_factory = lambda raw: raw.decode("utf-8", "replace")
+
+
 class _Results(Mapping[str, pa.Table]):
     """Tables that may still be reading: an item waits for its own query only."""
 
@@ -145,10 +154,9 @@ class Database:
                 "sqlite+pysqlite:///" + _sqlite_uri(self.path).replace("?", "?uri=true&", 1)
             )
         self.engine = sa.create_engine(url)
-        # One ADBC connection per reading thread (SQLite connections are not shared).
-        self._local = threading.local()
-        self._connections: list[Any] = []
-        self._lock = threading.Lock()
+        if self.path is not None:
+            # Text that is not UTF-8 (a corrupted NVTX message) reads with U+FFFD, not an error.
+            sa.event.listen(self.engine, "connect", _lenient_text)
         with self.translate_errors():
             self._tables: dict[str, sa.TableClause] = {}
             self._inspector = sa.inspect(self.engine)
@@ -156,10 +164,7 @@ class Database:
             self._columns: dict[str, frozenset[str]] = {}
 
     def close(self) -> None:
-        """Release the connections (ADBC and SQLAlchemy)."""
-        for conn in self._connections:
-            conn.close()
-        self._connections.clear()
+        """Release SQLAlchemy's connections (each ConnectorX read opens and closes its own)."""
         self.engine.dispose()
 
     def __enter__(self) -> Database:
@@ -180,11 +185,6 @@ class Database:
                     f"{self.name} is not an SQLite database; export the profile with "
                     "`nsys export --type sqlite` or `nvprof -o profile.sqlite`."
                 ) from exc
-            raise DamagedDatabase(
-                f"{self.name} cannot be read ({detail}); the file is damaged, export it again."
-            ) from exc
-        except OSError as exc:  # ADBC reports SQLite errors as OSError subclasses
-            detail = str(exc).splitlines()[0]
             raise DamagedDatabase(
                 f"{self.name} cannot be read ({detail}); the file is damaged, export it again."
             ) from exc
@@ -210,12 +210,17 @@ class Database:
         return self._tables[name]
 
     def select(
-        self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None = None
+        self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None = None, *,
+        plain: bool = False,
     ) -> sa.Select[Any]:
-        """Build a SELECT of ``columns`` from ``table``, defaulting the ones it lacks.
+        """Build a SELECT of ``columns`` from ``table``.
 
-        Text columns are read as ``coalesce(x, '')`` plus an ``x IS NULL`` flag: ADBC infers a
-        column's type from its first rows, and a NULL there would type a text column INT64.
+        By default every column is cast to its type and an absent optional column is selected as
+        its default. ``plain`` selects the present columns as they are, for ConnectorX, which
+        types a result column by its declared type (an expression has none).
+
+        Raises:
+            MissingTable: a required column is absent.
         """
         t = self.table(table)
         present = self.columns(table)
@@ -228,51 +233,40 @@ class Database:
                     f"{self.name}: table {table} has no column {col.raw}; this export is "
                     "incomplete, export it again without --tables filters."
                 )
+            elif plain:
+                continue
             else:
                 raw = sa.literal(col.default) if col.default is not None else sa.null()
-            if col.type == "str":
-                exprs.append(sa.func.coalesce(sa.cast(raw, sa.Text), "").label(col.field))
-                isnull: Any = raw.is_(None) if col.raw in present else sa.literal(col.default is None)
-                exprs.append(sa.cast(isnull, sa.Integer).label(col.field + "__isnull"))
-            elif col.type == "bytes":
-                exprs.append(raw.label(col.field))
-            else:
-                exprs.append(sa.cast(raw, _SA_TYPES[col.type]).label(col.field))
+            exprs.append((raw if plain or col.type == "bytes" else sa.cast(raw, _SA_TYPES[col.type])).label(col.field))
         query = sa.select(*exprs).select_from(t)
         return query.where(where) if where is not None else query
-
-    def read(self, query: sa.Select[Any], columns: Sequence[Column]) -> pa.Table:
-        """Run ``query`` (built by :meth:`select`) and return an Arrow table of ``columns``."""
-        with self.translate_errors():
-            raw = self._fetch(query)
-        arrays: list[pa.Array] = []
-        for col in columns:
-            typ = _ARROW_TYPES[col.type]
-            arr = raw.column(col.field).combine_chunks()
-            if len(arr) == 0:  # no rows: ADBC could not infer the type
-                arrays.append(pa.array([], typ))
-                continue
-            if col.type == "str":
-                isnull = raw.column(col.field + "__isnull").combine_chunks()
-                arr = arr.cast(typ)
-                valid = pa.compute.equal(isnull, 0).fill_null(False)
-                if arr.offset == 0 and valid.offset == 0 and arr.null_count == 0:
-                    # Put the NULLs back by attaching a validity bitmap: no copy of the text.
-                    arr = pa.Array.from_buffers(typ, len(arr), [valid.buffers()[1], *arr.buffers()[1:]])
-                else:
-                    arr = pa.compute.if_else(valid, arr, pa.scalar(None, typ))
-            elif arr.type != typ:
-                arr = arr.cast(typ)
-            arrays.append(arr)
-        return pa.table(arrays, names=[c.field for c in columns])
 
     def read_table(
         self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None = None
     ) -> pa.Table:
-        """``read(select(...))`` in one call; an absent table reads as zero rows."""
+        """Read ``columns`` of ``table`` into an Arrow table; an absent table reads as zero rows."""
         if table not in self.table_names:
             return pa.table({c.field: pa.array([], _ARROW_TYPES[c.type]) for c in columns})
-        return self.read(self.select(table, columns, where), columns)
+        if self.path is None:
+            return self._read_generic(self.select(table, columns, where), columns)
+        present = self.columns(table)
+        query = self.select(table, columns, where, plain=True)
+        with self.translate_errors():
+            try:
+                raw = self._fetch_sqlite(str(query.compile(self.engine, compile_kwargs={"literal_binds": True})))
+            except _FastPathFailed:  # rare: the slower cursor path reads it or names the damage
+                return self._read_generic(self.select(table, columns, where), columns)
+        arrays: list[pa.Array | pa.ChunkedArray] = []
+        for col in columns:
+            typ = _ARROW_TYPES[col.type]
+            if col.raw not in present:
+                arrays.append(pa.repeat(pa.scalar(col.default, typ), raw.num_rows))
+            elif raw.num_rows == 0:  # nothing to type the column by
+                arrays.append(pa.array([], typ))
+            else:  # one chunk per column: every later NumPy view is then zero-copy
+                arr = raw.column(col.field).combine_chunks()
+                arrays.append(arr if arr.type == typ else arr.cast(typ))
+        return pa.table(arrays, names=[c.field for c in columns])
 
     @contextlib.contextmanager
     def reading(self, requests: dict[str, tuple[str, Sequence[Column], sa.ColumnElement[bool] | None]],
@@ -280,8 +274,8 @@ class Database:
         """Start every :meth:`read_table` at once, two at a time, and hand back a mapping whose
         items wait for their own query only.
 
-        SQLite scans release the GIL in ADBC: list the largest table first, and the caller can
-        process the small ones while it is still being read. Queries are built here, in the
+        SQLite scans release the GIL in ConnectorX: list the largest table first, and the caller
+        can process the small ones while it is still being read. Queries are built here, in the
         calling thread; absent tables read as zero rows.
         """
         results: dict[str, Any] = {}
@@ -291,7 +285,7 @@ class Database:
                 if table not in self.table_names or pool is None:
                     results[key] = self.read_table(table, columns, where)
                 else:
-                    results[key] = pool.submit(self.read, self.select(table, columns, where), columns)
+                    results[key] = pool.submit(self.read_table, table, columns, where)
             # pyarrow imports pandas (when installed) on its first array conversion, 0.3 s:
             # pay that now, while the scans run with the GIL released, not after them.
             pa.array([0])
@@ -305,28 +299,25 @@ class Database:
         with self.translate_errors(), self.engine.connect() as conn:
             return [tuple(r) for r in conn.execute(sa.text(sql))]
 
-    def _fetch(self, query: sa.Select[Any]) -> pa.Table:
-        if self.path is None:
-            with self.engine.connect() as conn:
-                result = conn.execute(query)
-                names = list(result.keys())
-                rows = result.fetchall()
-            cols: list[list[Any]] = [[row[i] for row in rows] for i in range(len(names))]
-            return pa.table([pa.array(c) for c in cols], names=names)
-        adbc_conn: Any = getattr(self._local, "adbc", None)
-        if adbc_conn is None:
-            import adbc_driver_sqlite.dbapi as adbc
+    def _read_generic(self, query: sa.Select[Any], columns: Sequence[Column]) -> pa.Table:
+        """Any SQLAlchemy database: rows through its cursor."""
+        with self.translate_errors(), self.engine.connect() as conn:
+            result = conn.execute(query)
+            names = list(result.keys())
+            rows = result.fetchall()
+        raw = {name: [row[i] for row in rows] for i, name in enumerate(names)}
+        return pa.table([pa.array(raw[c.field], _ARROW_TYPES[c.type]) for c in columns],
+                        names=[c.field for c in columns])
 
-            adbc_conn = self._local.adbc = adbc.connect(_sqlite_uri(self.path))
-            with self._lock:
-                self._connections.append(adbc_conn)
-        sql = str(query.compile(self.engine, compile_kwargs={"literal_binds": True}))
-        cur = adbc_conn.cursor()
+    def _fetch_sqlite(self, sql: str) -> pa.Table:
+        import connectorx as cx
+
+        assert self.path is not None
+        # ConnectorX percent-decodes the path once and opens it with SQLite's URI flag, so a
+        # quoted read-only URI keeps odd file names working and the file untouched.
+        url = "sqlite://" + urllib.parse.quote(_sqlite_uri(self.path))
         try:
-            # One batch for the whole result: ADBC infers column types from the first batch, and
-            # many small batches cost more than the rows themselves (1.4 s vs 2.6 s for 2M rows).
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(1 << 30)})
-            cur.execute(sql)
-            return cur.fetch_arrow_table()
-        finally:
-            cur.close()
+            table: pa.Table = cx.read_sql(url, sql, return_type="arrow")
+        except RuntimeError as exc:  # ConnectorX reports every failure as RuntimeError
+            raise _FastPathFailed from exc
+        return table
