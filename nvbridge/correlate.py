@@ -98,14 +98,34 @@ def _lookup_keys(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
 def _correlation_keys(api_proc: np.ndarray, api_corr: np.ndarray, gpu_proc: np.ndarray,
                       gpu_corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One int64 key per (process, correlation id); ids repeat across processes."""
-    procs, inverse = np.unique(np.concatenate([api_proc, gpu_proc]), return_inverse=True)
-    inverse = inverse.ravel()
+    # Dense process indices by hashing: a handful of processes over millions of rows.
+    enc = pa.array(np.concatenate([api_proc, gpu_proc])).dictionary_encode()
+    inverse = np.asarray(enc.indices.to_numpy(zero_copy_only=False), np.int64)
     width = int(max(api_corr.max(initial=0), gpu_corr.max(initial=0))) + 2
-    if len(procs) * width >= 2**62:
+    if len(enc.dictionary) * width >= 2**62:
         raise CorrelationError("correlation ids too large to key; please report this file")
     a = inverse[: len(api_proc)] * width + api_corr + 1
     g = inverse[len(api_proc):] * width + gpu_corr + 1
     return a, g
+
+
+def _match_gpu_ops(api: pa.Table, gpu: pa.Table,
+                   ) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """GPU ops -> API call by (process, correlation id).
+
+    Returns the GPU ops sorted by start, their start and end, each API call's key, and each GPU
+    op's API call position (-1 without one).
+    """
+    g_start, g_end = np_col(gpu, "start_ns"), np_col(gpu, "end_ns")
+    g_order = np.argsort(g_start, kind="stable")
+    gpu = gpu.take(pa.array(g_order))
+    g_start, g_end = g_start[g_order], g_end[g_order]
+    g_corr = np_col(gpu, "correlation_id", fill=-1)
+    a_corr = np_col(api, "correlation_id", fill=-1)
+    a_key, g_key = _correlation_keys(np_col(api, "process_key", fill=0), a_corr,
+                                     np_col(gpu, "process_key", fill=0), g_corr)
+    g_api = _lookup_keys(np.where(a_corr >= 0, a_key, -1), g_key)
+    return gpu, g_start, g_end, a_key, np.where(g_corr >= 0, g_api, -1)
 
 
 def correlate(profile: RawProfile) -> Model:
@@ -153,11 +173,12 @@ def correlate(profile: RawProfile) -> Model:
         r_start, r_end, r_thread = r_start[order], r_end[order], r_thread[order]
         flags, cross = flags[order], cross[order]
 
-    # Name parsing is Arrow string work that releases the GIL: run it beside the numeric
-    # correlation below (two cores), and join before the PyTorch columns are attached.
-    pool = ThreadPoolExecutor(max_workers=1)
+    # Name parsing (Arrow string work) and the GPU-op matching (Arrow take, NumPy sorts) release
+    # the GIL: run them beside the range forest below (two cores), and join when needed.
+    pool = ThreadPoolExecutor(max_workers=2)
     parsing = pool.submit(names.parse, r.column("name"))
-    pool.shutdown(wait=False)  # the submitted parse still runs; nothing is left behind on errors
+    matching = pool.submit(_match_gpu_ops, api, gpu)
+    pool.shutdown(wait=False)  # the submitted work still runs; nothing is left behind on errors
 
     lo = int(min((int(t.min()) for t in times if len(t)), default=0))
     hi = max(capture_end, int(r_end.max(initial=0)))
@@ -190,20 +211,10 @@ def correlate(profile: RawProfile) -> Model:
     # 2M ranges make each of these 16 MB: drop what the rest does not need.
     del forest, host, tree_idx, candidates, r_thread, api_thread, cross, outside
 
-    # --- GPU ops -> API call by (process, correlation id) ----------------------------
-    g_start, g_end = np_col(gpu, "start_ns"), np_col(gpu, "end_ns")
-    g_order = np.lexsort((g_start,))
-    gpu = gpu.take(pa.array(g_order))
-    g_start, g_end = g_start[g_order], g_end[g_order]
-    g_corr = np_col(gpu, "correlation_id", fill=-1)
-    a_key, g_key = _correlation_keys(np_col(api, "process_key", fill=0), np_col(api, "correlation_id", fill=-1),
-                                     np_col(gpu, "process_key", fill=0), g_corr)
-    g_api = _lookup_keys(np.where(np_col(api, "correlation_id", fill=-1) >= 0, a_key, -1), g_key)
-    g_api = np.where(g_corr >= 0, g_api, -1)
+    gpu, g_start, g_end, a_key, g_api = matching.result()
     g_op = _through(api_op, g_api)
     g_dur = g_end - g_start
     g_flags = np.where(g_api < 0, NO_API_CALL, 0).astype(np.int64)
-    del g_key, g_corr
 
     # --- self and total times ----------------------------------------------------------
     dur = r_end - r_start
@@ -219,13 +230,15 @@ def correlate(profile: RawProfile) -> Model:
     np.minimum.at(g_first, g_op[has], g_start[has])
     np.maximum.at(g_last, g_op[has], g_end[has])
     total_gpu, total_count = self_gpu.copy(), self_count.copy()
-    # Roll subtree totals up one level at a time; only ops with GPU work below them move.
-    carrying = np.flatnonzero((tree_parent_all >= 0) & (self_count > 0))
+    # Roll subtree totals up one level at a time, deepest first. One stable sort by depth
+    # (a radix sort on int16) groups every level; only ops with GPU work below them move.
+    tree_kids = np.flatnonzero(tree_parent_all >= 0)
+    by_depth = tree_kids[np.argsort(np.minimum(depth[tree_kids], 2**15 - 1).astype(np.int16), kind="stable")]
+    bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
     for d in range(int(depth.max(initial=0)), 0, -1):
-        level = carrying[depth[carrying] == d]
+        level = by_depth[bounds[d]:bounds[d + 1]]
         kids = level[total_count[level] > 0]
         up = tree_parent_all[kids]
-        carrying = np.union1d(carrying[depth[carrying] != d], up[tree_parent_all[up] >= 0])
         np.add.at(total_gpu, up, total_gpu[kids])
         np.add.at(total_count, up, total_count[kids])
         np.minimum.at(g_first, up, g_first[kids])
