@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,12 +190,15 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     model = correlate(profile)
     del profile  # the raw tables: gone before the output is encoded
     pa.default_memory_pool().release_unused()
-    check(model)
     report("writing", round(expected * STAGE_SHARE["correlating"]))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        parquet.write(model, tmp, __version__)
+        # The invariants are checked while the files encode; nothing is published unless they hold.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            checking = pool.submit(check, model)
+            parquet.write(model, tmp, __version__)
+            checking.result()
         if chrome_trace is not None:
             report("writing trace", 0)
             chrome.write(from_model(model), chrome_trace, rank=model.info.rank or 0)
@@ -280,9 +284,13 @@ def convert(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     if scheduler is not None:
         return _on_dask(scheduler, todo, force)
     if jobs > 1 and len(todo) > 1:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # Fresh workers, never a fork of this process: a forked child inherits ConnectorX's
+        # connection pool without the threads that serve it, and its first read hangs.
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method)) as pool:
             futures = [pool.submit(convert_one, s, dest, force=force) for s, dest in todo]
             results = []
             for (s, _), f in zip(todo, futures):
