@@ -1,16 +1,22 @@
 """Microseconds emit_nvtx adds per op and per training step, against no annotation and torch.profiler.
 
-Usage: ``python scripts/bench_annotate.py [--ops N] [--steps N]``. All modes run in one process:
+Usage: ``python scripts/bench_annotate.py [--ops N] [--steps N] [--repeat N]``. All modes run in one
+process, in two phases:
 
-1. ``baseline``: no annotation.
-2. ``emit_nvtx, no collector``: what a run pays when nsys is not attached (nothing is installed).
-3. ``torch.profiler (CPU)``: torch's own in-process profiler, for scale.
-4. ``emit_nvtx python, collector``: with a collector attached. Under ``nsys profile`` that is
-   Nsight Systems itself; otherwise the test collector (tests/nvtx_inject/inject.c) is compiled
-   and attached here, writing its log to /dev/null.
+1. No collector: ``baseline`` (no annotation), ``emit_nvtx, no collector`` (what a run pays when
+   nsys is not attached: nothing is installed) and ``torch.profiler (CPU)``, for scale.
+2. Collector attached: ``emit_nvtx python, <collector>`` and ``baseline, collector phase`` again.
+   Under ``nsys profile`` the collector is Nsight Systems itself; otherwise the test collector
+   (tests/nvtx_inject/inject.c) is compiled and attached here, writing its log to /dev/null.
 
 Order matters: NVTX reads NVTX_INJECTION64_PATH at its first call, so the collector is attached
 only after the modes that must run without one.
+
+How each number is taken (the machine may be shared, and the first pass after a full
+``gc.collect()`` runs slower while memory is faulted back in): within a phase the modes take
+turns, round after round; each round collects garbage, enters the mode fresh, runs the workload
+once untimed and then once timed. A mode's number is the median of its ``--repeat`` timed runs,
+and the collector rows' "added" column is against the baseline measured in the same rounds.
 """
 
 from __future__ import annotations
@@ -75,16 +81,20 @@ def train_step() -> Callable[[], None]:
     return run
 
 
-def timed(ctx: Callable[[], AbstractContextManager[object]], body: Callable[[], None], repeat: int) -> float:
-    """Median seconds of ``body`` inside a fresh ``ctx()``, over ``repeat`` runs."""
-    samples = []
+def timed(
+    modes: dict[str, Callable[[], AbstractContextManager[object]]], body: Callable[[], None], repeat: int
+) -> dict[str, float]:
+    """Median seconds of one steady-state ``body()`` per mode, the modes taking turns each round."""
+    samples: dict[str, list[float]] = {name: [] for name in modes}
     for _ in range(repeat):
-        gc.collect()
-        with ctx():
-            start = time.perf_counter()
-            body()
-            samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        for name, ctx in modes.items():
+            gc.collect()
+            with ctx():
+                body()  # untimed: first pass in a fresh context, memory faulted back in
+                start = time.perf_counter()
+                body()
+                samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def count_ranges(body: Callable[[], None]) -> int:
@@ -137,8 +147,8 @@ def main() -> None:
     results: dict[tuple[str, str], float] = {}
     for wname, (body, _) in workloads.items():
         body()  # warm up
-        for mname, ctx in modes.items():
-            results[(wname, mname)] = timed(ctx, body, args.repeat)
+        for mname, seconds in timed(modes, body, args.repeat).items():
+            results[(wname, mname)] = seconds
 
     collector = "nsys" if under_tool else "test collector (inject.c)"
     if saved is not None:
@@ -148,26 +158,35 @@ def main() -> None:
         os.environ["NVTX_INJECTION64_PATH"] = str(lib)
         os.environ["NVBRIDGE_NVTX_LOG"] = os.devnull
     with_collector = f"emit_nvtx python, {collector}"
+    rebase = "baseline, collector phase"
+    collector_modes: dict[str, Callable[[], AbstractContextManager[object]]] = {
+        rebase: nullcontext,
+        with_collector: lambda: emit_nvtx(backend="python"),
+    }
     # The native backend exists only where torch was built with CUDA (no GPU needed to run it).
     native = f"emit_nvtx native, {collector}" if torch.version.cuda else None
+    if native:
+        collector_modes[native] = lambda: emit_nvtx(backend="native")
     for wname, (body, _) in workloads.items():
-        results[(wname, with_collector)] = timed(lambda: emit_nvtx(backend="python"), body, args.repeat)
-        if native:
-            results[(wname, native)] = timed(lambda: emit_nvtx(backend="native"), body, args.repeat)
+        for mname, seconds in timed(collector_modes, body, args.repeat).items():
+            results[(wname, mname)] = seconds
     ranges_per_step = count_ranges(train_step())
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, median of {args.repeat} runs")
     print(f"{'workload':<20} {'mode':<42} {'us/unit':>10} {'added us/unit':>14}")
     for wname, (_, units) in workloads.items():
-        base = results[(wname, "baseline")] / units * 1e6
-        for mname in [*modes, with_collector, *([native] if native else [])]:
-            per = results[(wname, mname)] / units * 1e6
-            print(f"{wname:<20} {mname:<42} {per:>10.2f} {per - base:>14.2f}")
-    step_added = (results[("training step", with_collector)] - results[("training step", "baseline")]) / args.steps
+        for phase, base_name in ((modes, "baseline"), (collector_modes, rebase)):
+            base = results[(wname, base_name)] / units * 1e6
+            for mname in phase:
+                per = results[(wname, mname)] / units * 1e6
+                print(f"{wname:<20} {mname:<42} {per:>10.2f} {per - base:>14.2f}")
+    step_added = (results[("training step", with_collector)] - results[("training step", rebase)]) / args.steps
     print(f"training step: {ranges_per_step} ranges/step, {step_added / ranges_per_step * 1e6:.2f} us added per range")
     if not native:
-        print(f"native backend: not measured, torch {torch.__version__} is a CPU build (docs/annotate.md "
-              "gives numbers measured with torch 2.14.1+cu130)")
+        print(
+            f"native backend: not measured, torch {torch.__version__} is a CPU build (docs/annotate.md "
+            "gives numbers measured with torch 2.14.1+cu130)"
+        )
 
 
 if __name__ == "__main__":

@@ -192,6 +192,10 @@ def test_threads_each_get_their_own_ranges(runs: Any) -> None:
         assert len(backward) >= 7
         assert {int(m["tid"]) for m in backward if m} == {tid}
         assert any(r.name.startswith("aten::addmm, seq = ") for r in mine)
+        # module ranges (process-wide) carry full paths on each thread: one step of Net
+        assert Counter(r.name for r in mine if r.name.startswith("nn.Module:")) == {
+            name: count // 2 for name, count in NET_MODULE_RANGES.items()
+        }
     assert facts["tid"] not in {r.tid for r in log.ranges}
     assert not log.unclosed
 
@@ -217,6 +221,7 @@ def test_exception_leaves_nothing_open_or_installed(runs: Any) -> None:
     assert facts["errors"] == ["boom in head", "boom in backward"]
     assert facts["after"] == facts["before"]
     assert facts["after"]["dispatch_modes"] == 0 and facts["after"]["module_hooks"] == 0
+    assert facts["after"]["module_call_is_original"]
     assert not log.unclosed
     assert log.pushes == log.pops
     assert len(log.named("BadBackward")) == 1  # the node whose apply raised was still ranged
@@ -233,6 +238,7 @@ def test_reentry_raises_and_decorator_installs_per_call(runs: Any) -> None:
     log, facts = runs["reentry"]
     assert facts["message"] == "NVTX annotation context manager is not reentrant"
     assert facts["after"]["dispatch_modes"] == 0 and facts["after"]["apply_is_original"]
+    assert facts["after"]["module_call_is_original"]
     ops = [op_key(r)[0] for r in log.ranges]
     # with-block, two decorated calls, then a decorated call nested in a with-block
     assert ops == ["aten::ones", "aten::add"] + ["aten::ones", "aten::mul"] * 3 + ["aten::ones", "aten::sub"]

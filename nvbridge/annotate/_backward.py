@@ -1,29 +1,53 @@
-"""Backward node ranges: hooks around each autograd node's apply, installed per backward call.
+"""Backward node ranges: a pre-hook on each autograd node, installed per backward call.
 
 Why hooks and not a dispatch mode: a backward node is not an op; torch's engine calls its
-``apply`` and the aten ops it runs nest inside. ``Node.register_prehook`` and ``register_hook``
-run on the thread executing the node, immediately around apply, so a push in the pre-hook and a
-pop in the post-hook bracket exactly the node's work on the right thread. Hooks are registered by
-walking the graph from the roots when ``backward()``/``autograd.grad`` is called, and removed when
-it returns, so nothing lingers on the graph. The post-hook is skipped if apply raises; the ranges
-left open on the calling thread are popped when the backward call unwinds.
+``apply`` and the aten ops it runs nest inside. ``Node.register_prehook`` runs on the thread
+executing the node, immediately before apply. Hooks are registered by walking the graph from the
+roots when ``backward()``/``autograd.grad`` is called, and removed when it returns, so nothing
+lingers on the graph.
+
+One hook per node, not two: registering a hook and having the engine call it are the expensive
+parts (about 2 us each on a 2-CPU machine, more than the NVTX calls), so a node's range is closed
+by the next thing that happens on the backward call's own thread instead of by a post-hook: the
+next node's pre-hook (which pops, then pushes its own), the graph task's first final callback
+(queued by the first pre-hook, so it runs before callbacks such as DDP's), or the backward call
+returning or raising. On that thread nodes never nest, so the ranges are the same sequence; each
+one ends when the engine moves on rather than when apply returns, so it also covers the node's
+post-hooks and the engine summing gradients that flow into the same input (torch's own
+``autograd::engine::evaluate_function`` range covers those too). Nodes that run on other threads
+(CUDA device threads) or in a nested graph task (reentrant backward inside a node) get an exact
+post-hook, registered from their pre-hook.
+
+Forward thread ids: ``tag_root_outputs`` marks the output nodes of each root module call with
+the thread that ran it (one metadata write per call). While no thread but the one calling
+``backward()`` ever marked nodes, every node's ``fwd_tid`` is that thread and nothing is read;
+otherwise the marks are resolved here, as the walk of the node graph from each marked output in
+the order the calls returned (see :func:`_forward_tids`).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterable
+from threading import get_ident
 from typing import Any
 
 import torch
 
-from nvbridge.annotate._names import backward_name
+__all__ = ["run_backward_with_ranges", "tag_root_outputs"]
 
-__all__ = ["FWD_TID_KEY", "run_backward_with_ranges", "tag_new_nodes"]
-
-FWD_TID_KEY = "nvbridge.fwd_tid"
+ROOT_KEY = "nvbridge.root_call"  # node.metadata key: (call order, first seq, native tid)
 
 _NO_SEQ = (1 << 64) - 1  # AccumulateGrad & co. carry UINT64_MAX: torch prints no seq for them
+
+_graph_task_id: Callable[[], int] = torch._C._current_graph_task_id
+_current_node: Callable[[], Any] = torch._C._current_autograd_node
+_queue_callback: Callable[[Callable[[], None]], None] = torch.autograd.Variable._execution_engine.queue_callback
+_root_calls = itertools.count()
+# Native ids of the threads whose root module calls marked nodes. While it holds no thread but
+# the one calling backward(), every node's fwd_tid is that thread and no metadata is read.
+_tagging_tids: set[int] = set()
 
 
 def _root_nodes(roots: Iterable[Any]) -> list[Any]:
@@ -32,6 +56,8 @@ def _root_nodes(roots: Iterable[Any]) -> list[Any]:
     for root in roots:
         if isinstance(root, (list, tuple)):
             nodes.extend(_root_nodes(root))
+        elif isinstance(root, dict):
+            nodes.extend(_root_nodes(list(root.values())))
         elif isinstance(root, torch.Tensor):
             if root.grad_fn is not None:
                 nodes.append(root.grad_fn)
@@ -40,23 +66,16 @@ def _root_nodes(roots: Iterable[Any]) -> list[Any]:
     return nodes
 
 
-def tag_new_nodes(output: Any, first_seq: int, tid: int) -> None:
-    """Record the creating thread on every node reachable from ``output`` made since first_seq.
+def tag_root_outputs(output: Any, first_seq: int, tid: int) -> None:
+    """Mark the nodes a root module call returned with its thread, for backward ranges' fwd_tid.
 
-    Called when a root module's forward returns; nodes created outside modules (the loss) are
-    left untagged and default to the thread that calls backward().
+    Called when a root module's forward returns (grad mode on). Nodes created outside modules
+    (the loss) carry no mark and default to the thread that calls backward().
     """
-    stack = _root_nodes([output] if not isinstance(output, dict) else list(output.values()))
-    while stack:
-        node = stack.pop()
-        seq = node._sequence_nr()
-        if seq < first_seq or seq >= _NO_SEQ:
-            continue
-        metadata = node.metadata
-        if FWD_TID_KEY in metadata:
-            continue
-        metadata[FWD_TID_KEY] = tid
-        stack.extend(n for n, _ in node.next_functions if n is not None)
+    _tagging_tids.add(tid)
+    mark = (next(_root_calls), first_seq, tid)
+    for node in _root_nodes([output]):
+        node.metadata.setdefault(ROOT_KEY, mark)
 
 
 def _walk(roots: Iterable[Any]) -> list[Any]:
@@ -71,17 +90,49 @@ def _walk(roots: Iterable[Any]) -> list[Any]:
             continue
         seen.add(key)
         nodes.append(node)
-        stack.extend(n for n, _ in node.next_functions if n is not None)
+        for next_node, _ in node.next_functions:
+            if next_node is not None:
+                stack.append(next_node)
     return nodes
 
 
-def _node_label(node: Any, default_tid: int) -> str:
-    """``AddmmBackward0, stashed seq = 5, fwd_tid = 123`` for one node."""
+def _forward_tids(nodes: list[Any]) -> dict[int, int]:
+    """id(node) -> native id of the thread whose root module call made it, for marked calls.
+
+    Root calls are taken in the order they returned; each claims the nodes reachable from its
+    outputs that it created (seq at or above its first seq) and no earlier call claimed.
+    """
+    marked = []
+    for node in nodes:
+        mark = node.metadata.get(ROOT_KEY)
+        if mark is not None:
+            marked.append((mark, node))
+    marked.sort(key=lambda item: item[0][0])
+    claimed: dict[int, int] = {}
+    for (_, first_seq, tid), root in marked:
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            seq = node._sequence_nr()
+            if seq < first_seq or seq >= _NO_SEQ or id(node) in claimed:
+                continue
+            claimed[id(node)] = tid
+            for next_node, _ in node.next_functions:
+                if next_node is not None:
+                    stack.append(next_node)
+    return claimed
+
+
+def _node_label(node: Any, tid: int) -> bytes:
+    """``AddmmBackward0, stashed seq = 5, fwd_tid = 123`` for one node, as ASCII bytes.
+
+    Formatted here on bytes (the hot path); ``_names.backward_name`` documents the grammar.
+    """
     seq = node._sequence_nr()
+    name: bytes = node.name().encode("ascii", "replace")
     if seq < 0 or seq >= _NO_SEQ:
-        return backward_name(node.name(), None, None)
-    tid = node.metadata.get(FWD_TID_KEY, default_tid)
-    return backward_name(node.name(), seq, tid)
+        return name
+    return b"%s, stashed seq = %d, fwd_tid = %d" % (name, seq, tid)
 
 
 def run_backward_with_ranges(
@@ -89,7 +140,7 @@ def run_backward_with_ranges(
     roots: Iterable[Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    push: Callable[[str], object],
+    push: Callable[[bytes], object],
     pop: Callable[[], object],
 ) -> Any:
     """Call ``func(*args, **kwargs)``, a backward entry, with a range around every node it runs.
@@ -100,37 +151,55 @@ def run_backward_with_ranges(
         roots: Tensors or GradientEdges backward starts from (nested lists allowed).
         args: Positional arguments for ``func``.
         kwargs: Keyword arguments for ``func``.
-        push: Pushes an NVTX range on the calling thread.
+        push: Pushes an NVTX range named by ASCII bytes on the calling thread.
         pop: Pops one.
 
     Returns:
         Whatever ``func`` returns.
     """
-    caller = threading.get_native_id()
-    open_here = [0]  # ranges pushed on the calling thread and not yet popped
+    caller = get_ident()
+    # [node range open on the caller thread, graph task id of this call]
+    state: list[Any] = [False, None]
+    exact: list[Any] = []  # handles of post-hooks added for nodes run elsewhere
 
-    def make_hooks(label: str) -> tuple[Callable[..., None], Callable[..., None]]:
-        def pre(grad_outputs: Any) -> None:
-            push(label)
-            if threading.get_native_id() == caller:
-                open_here[0] += 1
-
-        def post(grad_inputs: Any, grad_outputs: Any) -> None:
+    def close() -> None:
+        """Final callback of the graph task: the last node's range ends with the engine's work."""
+        if state[0] and get_ident() == caller:
+            state[0] = False
             pop()
-            if threading.get_native_id() == caller:
-                open_here[0] -= 1
 
-        return pre, post
+    def post(grad_inputs: Any, grad_outputs: Any) -> None:
+        pop()
 
     handles = []
     try:
-        for node in _walk(_root_nodes(roots)):
-            pre, post = make_hooks(_node_label(node, caller))
+        default_tid = threading.get_native_id()
+        nodes = _walk(_root_nodes(roots))
+        tids = _forward_tids(nodes) if not _tagging_tids <= {default_tid} else {}
+        for node in nodes:
+
+            def pre(grad_outputs: Any, label: bytes = _node_label(node, tids.get(id(node), default_tid))) -> None:
+                if get_ident() == caller:
+                    task = _graph_task_id()
+                    if state[1] is None:
+                        state[1] = task
+                        _queue_callback(close)
+                    if task == state[1]:
+                        if state[0]:
+                            pop()  # the previous node on this thread has finished
+                        state[0] = True
+                        push(label)
+                        return
+                push(label)
+                exact.append(_current_node().register_hook(post))
+
             handles.append(node.register_prehook(pre))
-            handles.append(node.register_hook(post))
         return func(*args, **kwargs)
     finally:
         for handle in handles:
             handle.remove()
-        for _ in range(open_here[0]):
+        for handle in exact:
+            handle.remove()
+        if state[0]:
+            state[0] = False
             pop()

@@ -43,11 +43,28 @@ class NvtxDroppedWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Emitter:
-    """The two calls the annotation layer needs, plus where they come from (for messages)."""
+    """The calls the annotation layer needs, plus where they come from (for messages).
+
+    ``push_ascii`` takes the message already encoded as ASCII bytes; with the C API it is the
+    ctypes function itself, so the hot paths (ops, modules, backward nodes) call C with no
+    Python frame in between. Emitters without one get a decoding wrapper from :meth:`ascii_push`.
+    """
 
     push: Callable[[str], object]
     pop: Callable[[], object]
     source: str
+    push_ascii: Callable[[bytes], object] | None = None
+
+    def ascii_push(self) -> Callable[[bytes], object]:
+        """Push taking ASCII bytes: ``push_ascii`` when there is one, else ``push`` after decoding."""
+        if self.push_ascii is not None:
+            return self.push_ascii
+        push = self.push
+
+        def push_decoded(message: bytes) -> object:
+            return push(message.decode("ascii", "replace"))
+
+        return push_decoded
 
 
 def collector_attached() -> bool:
@@ -90,7 +107,7 @@ def _ctypes_emitter() -> Emitter | None:
         def push(message: str, _push: Callable[[bytes], int] = push_a) -> int:
             return _push(message.encode("ascii", "replace"))
 
-        return Emitter(push=push, pop=pop_fn, source=f"ctypes:{path}")
+        return Emitter(push=push, pop=pop_fn, source=f"ctypes:{path}", push_ascii=push_a)
     return None
 
 
@@ -136,7 +153,7 @@ def _noop(*_args: object) -> None:
     """Stands in for push/pop when nothing can emit."""
 
 
-NOOP = Emitter(push=_noop, pop=_noop, source="none")
+NOOP = Emitter(push=_noop, pop=_noop, source="none", push_ascii=_noop)
 
 _cached: Emitter | None = None
 _warned = False

@@ -2,8 +2,16 @@
 
 Why two modes: the dispatch mode sees every aten op that reaches a kernel, forward and backward,
 with its real aten name (``aten::addmm``), which is what torch's own NVTX ranges show. It cannot
-see ``backward()`` being called; the function mode can, and that is where backward node hooks are
-installed (see ``_backward.py``) and where nodes learn which thread created them.
+see ``backward()`` being called; the function mode can, and on torch older than 2.3 (no
+``torch.autograd._engine_run_backward`` to wrap, see ``_session.py``) that is where backward node
+hooks are installed (see ``_backward.py``).
+
+Cost: torch's own work to call a Python dispatch mode (box the arguments, find the mode, parse
+them again when the op is called from Python) is most of the price of an op range, 3-8 us on a
+2-CPU machine, and nothing here can lower it. What the mode adds on top is kept small: names are
+formatted as bytes from prefixes computed once per overload and handed straight to the ctypes
+``nvtxRangePushA``, the per-overload cache is keyed by ``id()`` (an OpOverload hashes in Python),
+and the op is called through ``OpOverload._op``, skipping ``OpOverload.__call__``'s frame.
 
 Sequence numbers must equal torch's (``Dispatcher::sequenceNumberForRunningRecordFunction``): an
 op gets ``seq = peek()`` taken *before* its autograd kernel ran, if the call's dispatch keys hold
@@ -66,13 +74,21 @@ def _shape(value: Any) -> list[int]:
 
 
 class _SchemaInfo:
-    """Per-overload facts computed once: name, argument names and defaults, seq eligibility."""
+    """Per-overload facts computed once: name prefixes, argument names and defaults, seq eligibility."""
 
-    __slots__ = ("arg_names", "defaults", "kind", "name", "seq_capable")
+    __slots__ = ("arg_names", "call", "defaults", "func", "kind", "name", "plain_prefix", "seq_capable", "seq_prefix")
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         schema = func._schema
+        self.func = func  # keeps the overload alive, so its id() stays this entry's key
+        # OpOverload.__call__ is ``self._op(*args, **kwargs)``; calling _op skips that Python
+        # frame. Subclasses that override __call__ (TorchBindOpOverload) are called as they are.
+        plain = type(func).__call__ is torch._ops.OpOverload.__call__ and hasattr(func, "_op")
+        self.call: Callable[..., Any] = func._op if plain else func
         self.name: str = schema.name
+        encoded = self.name.encode("ascii", "replace")
+        self.seq_prefix = encoded + b", seq = "
+        self.plain_prefix = encoded + b", op_id = "
         self.arg_names = [a.name for a in schema.arguments]
         self.defaults = [a.default_value if a.has_default_value() else None for a in schema.arguments]
         base = self.name.split("::", 1)[-1]
@@ -90,11 +106,27 @@ class _SchemaInfo:
         return out
 
 
-_schemas: dict[Any, _SchemaInfo] = {}
+# Keyed by id(): hashing an OpOverload runs a Python __hash__ on every op. Each entry holds its
+# overload, and torch never frees overloads anyway, so an id is never reused for another one.
+_schemas: dict[int, _SchemaInfo] = {}
+_schema_for = _schemas.get
+
+
+def _new_schema(func: torch._ops.OpOverload) -> _SchemaInfo:
+    info = _schemas[id(func)] = _SchemaInfo(func)
+    return info
 
 
 class OpDispatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """One aten op = one NVTX range, named in torch's grammar. One instance per thread."""
+    """One aten op = one NVTX range, named in torch's grammar. One instance per thread.
+
+    Args:
+        push: Pushes a range named by ASCII bytes (the ctypes ``nvtxRangePushA`` itself).
+        pop: Pops it.
+        record_shapes: Append ``sizes = [...]`` to every op name.
+        push_text: Pushes a range named by a str (record_function labels); default: ``push``
+            after encoding.
+    """
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -102,10 +134,17 @@ class OpDispatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # and costs ~1 us per op; this mode never runs under torch.compile tracing.
         return False
 
-    def __init__(self, push: Callable[[str], object], pop: Callable[[], object], record_shapes: bool) -> None:
+    def __init__(
+        self,
+        push: Callable[[bytes], object],
+        pop: Callable[[], object],
+        record_shapes: bool,
+        push_text: Callable[[str], object] | None = None,
+    ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._push = push
         self._pop = pop
+        self._push_text = push_text or (lambda text: push(text.encode("ascii", "replace")))
         self._record_shapes = record_shapes
         self.last_peek = _peek()
 
@@ -116,29 +155,25 @@ class OpDispatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        # Hot path (runs for every op): formatting is inlined; forward_name() documents it.
-        if kwargs is None:
-            kwargs = {}
-        info = _schemas.get(func)
-        if info is None:
-            info = _schemas[func] = _SchemaInfo(func)
-        if info.kind != _PLAIN:
-            return self._scope(info.kind, func, args, kwargs)
+        # Hot path (runs for every op): formatting is inlined and works on bytes; forward_name()
+        # documents the grammar.
+        info = _schema_for(id(func)) or _new_schema(func)
+        if info.kind:
+            return self._scope(info.kind, func, args, kwargs or {})
         if (
             info.seq_capable
             and _grad_enabled()
-            and ((args and isinstance(args[0], _Tensor)) or _has_tensor(args, kwargs))
+            and ((args and isinstance(args[0], _Tensor)) or _has_tensor(args, kwargs or {}))
         ):
             peek = _peek()
-            seq = peek - 1 if peek > self.last_peek else peek
-            name = f"{info.name}, seq = {seq}, op_id = {next_op_id()}"
+            name = b"%s%d, op_id = %d" % (info.seq_prefix, peek - 1 if peek > self.last_peek else peek, next_op_id())
         else:
-            name = f"{info.name}, op_id = {next_op_id()}"
+            name = b"%s%d" % (info.plain_prefix, next_op_id())
         if self._record_shapes:
-            name += ", sizes = " + sizes_text(info.sizes(args, kwargs))
+            name += b", sizes = " + sizes_text(info.sizes(args, kwargs or {})).encode()
         self._push(name)
         try:
-            return func(*args, **kwargs)
+            return info.call(*args, **kwargs) if kwargs else info.call(*args)
         finally:
             self._pop()
             self.last_peek = _peek()
@@ -147,7 +182,7 @@ class OpDispatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """record_function scopes become one range named by their label."""
         if kind == _SCOPE_ENTER:
             result = func(*args, **kwargs)
-            self._push(str(args[0]) if args else "record_function")
+            self._push_text(str(args[0]) if args else "record_function")
             return result
         self._pop()
         return func(*args, **kwargs)

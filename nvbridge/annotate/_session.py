@@ -2,9 +2,9 @@
 
 What is per thread and what is global: TorchDispatchMode/TorchFunctionMode stacks are
 thread-local, so each thread that should be annotated enters its own ``emit_nvtx`` (a second
-Python thread does ``with nvbridge.emit_nvtx(): ...`` in its body). Module hooks and the
-``autograd.Function.apply`` wrapper are process-wide; they are reference-counted across active
-instances so two threads do not install them twice.
+Python thread does ``with nvbridge.emit_nvtx(): ...`` in its body). The ``Module.__call__``,
+``autograd.Function.apply`` and backward-engine wrappers are process-wide; they are
+reference-counted across active instances so two threads do not install them twice.
 
 When no collector is attached (``NVTX_INJECTION64_PATH`` unset) nothing is installed at all:
 entering costs a dictionary lookup and ops run at full speed.
@@ -22,7 +22,7 @@ import torch
 
 from nvbridge.annotate import _nvtx_lib
 from nvbridge.annotate._backward import run_backward_with_ranges
-from nvbridge.annotate._modules import ModuleHooks
+from nvbridge.annotate._modules import ModuleRanges
 from nvbridge.annotate._names import forward_name, step_name
 from nvbridge.annotate._ops import BackwardCallMode, OpDispatchMode, next_op_id
 
@@ -40,18 +40,18 @@ class _Globals:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.module_users = 0
-        self.module_hooks: ModuleHooks | None = None
+        self.module_ranges: ModuleRanges | None = None
         self.apply_users = 0
         self.original_apply: Any = None
         self.original_engine: Any = None
         self.thread_modes = threading.local()
 
     def acquire(self, modules: bool, python: bool, emitter: _nvtx_lib.Emitter) -> None:
-        """Install module hooks (if asked) and, for the python backend, the apply/engine wrappers."""
+        """Install module ranges (if asked) and, for the python backend, the apply/engine wrappers."""
         with self.lock:
             if modules:
                 if self.module_users == 0:
-                    self.module_hooks = ModuleHooks(emitter.push, emitter.pop)
+                    self.module_ranges = ModuleRanges(emitter.ascii_push(), emitter.pop)
                 self.module_users += 1
             if not python:
                 return  # torch's native ranges cover custom Functions and backward nodes
@@ -73,9 +73,9 @@ class _Globals:
         with self.lock:
             if modules:
                 self.module_users -= 1
-                if self.module_users == 0 and self.module_hooks is not None:
-                    self.module_hooks.remove()
-                    self.module_hooks = None
+                if self.module_users == 0 and self.module_ranges is not None:
+                    self.module_ranges.remove()
+                    self.module_ranges = None
             if not python:
                 return
             self.apply_users -= 1
@@ -99,6 +99,7 @@ def _wrapped_engine(
 ) -> Callable[..., Any]:
     """Backward calls on annotated threads get a range per node; other threads pass through."""
     peek = torch._C._autograd._get_sequence_nr
+    push, pop = emitter.ascii_push(), emitter.pop
 
     @functools.wraps(engine)
     def wrapper(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
@@ -106,7 +107,7 @@ def _wrapped_engine(
         if mode is None:
             return engine(t_outputs, *args, **kwargs)
         try:
-            return run_backward_with_ranges(engine, [t_outputs], (t_outputs, *args), kwargs, emitter.push, emitter.pop)
+            return run_backward_with_ranges(engine, [t_outputs], (t_outputs, *args), kwargs, push, pop)
         finally:
             mode.last_peek = peek()
 
@@ -266,14 +267,14 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
             self.active_backend = "python"
         if not self._native_on:
             emitter = self._emitter
-            dispatch = OpDispatchMode(emitter.push, emitter.pop, self.record_shapes)
+            dispatch = OpDispatchMode(emitter.ascii_push(), emitter.pop, self.record_shapes, emitter.push)
 
             if not ENGINE_HOOKABLE:
 
                 def on_backward(
                     func: Callable[..., Any], roots: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
                 ) -> Any:
-                    return run_backward_with_ranges(func, roots, args, kwargs, emitter.push, emitter.pop)
+                    return run_backward_with_ranges(func, roots, args, kwargs, emitter.ascii_push(), emitter.pop)
 
                 function = BackwardCallMode(on_backward, dispatch)
                 function.__enter__()  # type: ignore[no-untyped-call]

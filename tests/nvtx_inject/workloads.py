@@ -163,6 +163,7 @@ def scenario_cross_thread() -> dict[str, Any]:
 
 
 _ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
+_ORIGINAL_MODULE_CALL = torch.nn.Module.__dict__["__call__"]
 
 
 def _state() -> dict[str, Any]:
@@ -177,6 +178,8 @@ def _state() -> dict[str, Any]:
         # Identity with the object saved at import: works whether apply is a classmethod (2.13)
         # or a C descriptor (2.14), and a functools.wraps copy would not pass.
         "apply_is_original": torch.autograd.Function.__dict__["apply"] is _ORIGINAL_APPLY,
+        # module ranges wrap Module.__call__ while annotation is on
+        "module_call_is_original": torch.nn.Module.__dict__["__call__"] is _ORIGINAL_MODULE_CALL,
     }
 
 
