@@ -263,8 +263,11 @@ class Database:
                 arrays.append(pa.repeat(pa.scalar(col.default, typ), raw.num_rows))
             elif raw.num_rows == 0:  # nothing to type the column by
                 arrays.append(pa.array([], typ))
-            else:  # one chunk per column: every later NumPy view is then zero-copy
-                arr = raw.column(col.field).combine_chunks()
+            else:
+                # Numbers in one chunk, so every later NumPy view is zero-copy; text stays in
+                # ConnectorX's chunks (Arrow kernels and Parquet take them as they are).
+                arr = raw.column(col.field)
+                arr = arr.combine_chunks() if col.type != "str" else arr
                 arrays.append(arr if arr.type == typ else arr.cast(typ))
         return pa.table(arrays, names=[c.field for c in columns])
 

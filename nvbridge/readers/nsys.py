@@ -196,10 +196,10 @@ def _rank(db: Database) -> int | None:
     return None
 
 
-def _text(ev: pa.Table, strings: pa.Table) -> pa.Array:
+def _text(ev: pa.Table, strings: pa.Table) -> pa.ChunkedArray:
     """NVTX messages; registered strings (NCCL's, for one) come by id. coalesce is 5x faster
     than a masked replace of the few rows that need it."""
-    text = ev.column("text").combine_chunks()
+    text = ev.column("text")
     text_id = ev.column("text_id")
     if text_id.null_count < len(text_id):
         text = pc.coalesce(text, resolve_strings(strings, np_col(ev, "text_id", fill=-1)).cast(pa.string()))
