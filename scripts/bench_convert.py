@@ -418,7 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real export to tile")
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
                     help="where tiled databases are built and reused (default bench_out/)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per tool; the fastest is reported")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="rounds (each runs every tool once, in turn); each tool's fastest is reported. The VM's "
+                         "speed drifts by up to 25%% between runs: best of three keeps floor and convert comparable")
     ap.add_argument("--skip-nsys", action="store_true", help="do not run nsys stats")
     ap.add_argument("--clean", action="store_true", help="delete the tiled databases afterwards (cached ones too)")
     ap.add_argument("--real-summary", type=Path, default=DEFAULT_SOURCE, metavar="REPORT",
