@@ -205,3 +205,16 @@ def test_untyped_columns_read_like_declared_ones(tmp_path: Path) -> None:
     assert code == 0, err
     a, b = pq.read_table(tmp_path / "a" / "ops.parquet"), pq.read_table(tmp_path / "b" / "ops.parquet")
     assert b.num_rows == 17_113 and b.equals(a)
+
+
+def test_odd_file_names(tmp_path: Path) -> None:
+    """Spaces, '#', '?' and '%' in the path survive the read-only URI the bulk reader opens."""
+    odd = tmp_path / "a b#c?d" / "r 100%20.sqlite"
+    odd.parent.mkdir()
+    shutil.copy(real_db(FSDP), odd)
+    before = hashlib.sha256(odd.read_bytes()).hexdigest()
+    code, out, err = run("convert", str(odd), "-o", str(tmp_path / "o"))
+    assert code == 0, err
+    assert "17,113 ops (NVTX ranges)" in out
+    assert hashlib.sha256(odd.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in odd.parent.iterdir()) == [odd.name]  # no journal or WAL left beside it

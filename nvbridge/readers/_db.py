@@ -150,10 +150,15 @@ class Database:
         if self.path is not None:
             _check_file(self.path)
             self.name = self.path.name
-            url = sa.make_url(
-                "sqlite+pysqlite:///" + _sqlite_uri(self.path).replace("?", "?uri=true&", 1)
+            uri = _sqlite_uri(self.path)
+            # The connection comes from a creator, not a URL string: SQLAlchemy would decode the
+            # percent-escapes, and a '#' or '?' in the path would then end it early.
+            self.engine = sa.create_engine(
+                "sqlite+pysqlite://",
+                creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False),
             )
-        self.engine = sa.create_engine(url)
+        else:
+            self.engine = sa.create_engine(url)
         if self.path is not None:
             # Text that is not UTF-8 (a corrupted NVTX message) reads with U+FFFD, not an error.
             sa.event.listen(self.engine, "connect", _lenient_text)
