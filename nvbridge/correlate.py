@@ -109,23 +109,26 @@ def _correlation_keys(api_proc: np.ndarray, api_corr: np.ndarray, gpu_proc: np.n
     return a, g
 
 
-def _match_gpu_ops(api: pa.Table, gpu: pa.Table,
-                   ) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _api_by_correlation(api: pa.Table, procs: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """Position of the API call with each row's (process, correlation id), or -1. The API keys
+    and the rows' keys come from one call, so they share one process numbering and width."""
+    a_corr = np_col(api, "correlation_id", fill=-1)
+    a_key, key = _correlation_keys(np_col(api, "process_key", fill=0), a_corr, procs, corr)
+    found = _lookup_keys(np.where(a_corr >= 0, a_key, -1), key)
+    return np.where(corr >= 0, found, -1)
+
+
+def _match_gpu_ops(api: pa.Table, gpu: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
     """GPU ops -> API call by (process, correlation id).
 
-    Returns the GPU ops sorted by start, their start and end, each API call's key, and each GPU
-    op's API call position (-1 without one).
+    Returns the GPU ops sorted by start, their start and end, and each GPU op's API call
+    position (-1 without one).
     """
     g_start, g_end = np_col(gpu, "start_ns"), np_col(gpu, "end_ns")
     g_order = np.argsort(g_start, kind="stable")
     gpu = gpu.take(pa.array(g_order))
-    g_start, g_end = g_start[g_order], g_end[g_order]
-    g_corr = np_col(gpu, "correlation_id", fill=-1)
-    a_corr = np_col(api, "correlation_id", fill=-1)
-    a_key, g_key = _correlation_keys(np_col(api, "process_key", fill=0), a_corr,
-                                     np_col(gpu, "process_key", fill=0), g_corr)
-    g_api = _lookup_keys(np.where(a_corr >= 0, a_key, -1), g_key)
-    return gpu, g_start, g_end, a_key, np.where(g_corr >= 0, g_api, -1)
+    g_api = _api_by_correlation(api, np_col(gpu, "process_key", fill=0), np_col(gpu, "correlation_id", fill=-1))
+    return gpu, g_start[g_order], g_end[g_order], g_api
 
 
 def correlate(profile: RawProfile) -> Model:
@@ -211,7 +214,7 @@ def correlate(profile: RawProfile) -> Model:
     # 2M ranges make each of these 16 MB: drop what the rest does not need.
     del forest, host, tree_idx, candidates, r_thread, api_thread, cross, outside
 
-    gpu, g_start, g_end, a_key, g_api = matching.result()
+    gpu, g_start, g_end, g_api = matching.result()
     g_op = _through(api_op, g_api)
     g_dur = g_end - g_start
     g_flags = np.where(g_api < 0, NO_API_CALL, 0).astype(np.int64)
@@ -317,7 +320,7 @@ def correlate(profile: RawProfile) -> Model:
     gpu_ops = pa.table(gpu_cols)
 
     ops = semantics.annotate(ops, parsing.result())
-    return Model(info, ops, api_calls, gpu_ops, _marks(profile), _syncs(profile, api, a_key),
+    return Model(info, ops, api_calls, gpu_ops, _marks(profile), _syncs(profile, api),
                  _threads(profile), _devices(profile, gpu_ops))
 
 
@@ -326,13 +329,9 @@ def _marks(profile: RawProfile) -> pa.Table:
     return m.sort_by([("ts_ns", "ascending")])
 
 
-def _syncs(profile: RawProfile, api: pa.Table, a_key: np.ndarray) -> pa.Table:
+def _syncs(profile: RawProfile, api: pa.Table) -> pa.Table:
     s = profile.syncs
-    corr = np_col(s, "correlation_id", fill=-1)
-    procs = np_col(s, "process_key", fill=0)
-    _, s_key = _correlation_keys(np_col(api, "process_key", fill=0), np_col(api, "correlation_id", fill=-1),
-                                 procs, corr)
-    s_api = np.where(corr >= 0, _lookup_keys(a_key, s_key), -1)
+    s_api = _api_by_correlation(api, np_col(s, "process_key", fill=0), np_col(s, "correlation_id", fill=-1))
     out = s.append_column("api_call_id", pa.array(s_api, mask=s_api < 0))
     return out.sort_by([("start_ns", "ascending")])
 
