@@ -12,7 +12,7 @@ import contextlib
 import os
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,11 +157,10 @@ class Database:
                 "sqlite+pysqlite://",
                 creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False),
             )
-        else:
-            self.engine = sa.create_engine(url)
-        if self.path is not None:
             # Text that is not UTF-8 (a corrupted NVTX message) reads with U+FFFD, not an error.
             sa.event.listen(self.engine, "connect", _lenient_text)
+        else:
+            self.engine = sa.create_engine(url)
         with self.translate_errors():
             self._tables: dict[str, sa.TableClause] = {}
             self._inspector = sa.inspect(self.engine)
@@ -250,31 +249,45 @@ class Database:
         self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None = None
     ) -> pa.Table:
         """Read ``columns`` of ``table`` into an Arrow table; an absent table reads as zero rows."""
+        return self._prepare(table, columns, where)()
+
+    def _prepare(
+        self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None
+    ) -> Callable[[], pa.Table]:
+        """Do the SQLAlchemy work of a read (reflection, building and compiling the query) now,
+        in the calling thread; the returned call only fetches rows and may run on a worker."""
         if table not in self.table_names:
-            return pa.table({c.field: pa.array([], _ARROW_TYPES[c.type]) for c in columns})
+            empty = pa.table({c.field: pa.array([], _ARROW_TYPES[c.type]) for c in columns})
+            return lambda: empty
+        generic = self.select(table, columns, where)
         if self.path is None:
-            return self._read_generic(self.select(table, columns, where), columns)
+            return lambda: self._read_generic(generic, columns)
         present = self.columns(table)
-        query = self.select(table, columns, where, plain=True)
-        with self.translate_errors():
-            try:
-                raw = self._fetch_sqlite(str(query.compile(self.engine, compile_kwargs={"literal_binds": True})))
-            except _FastPathFailed:  # rare: the slower cursor path reads it or names the damage
-                return self._read_generic(self.select(table, columns, where), columns)
-        arrays: list[pa.Array | pa.ChunkedArray] = []
-        for col in columns:
-            typ = _ARROW_TYPES[col.type]
-            if col.raw not in present:
-                arrays.append(pa.repeat(pa.scalar(col.default, typ), raw.num_rows))
-            elif raw.num_rows == 0:  # nothing to type the column by
-                arrays.append(pa.array([], typ))
-            else:
-                # Numbers in one chunk, so every later NumPy view is zero-copy; text stays in
-                # ConnectorX's chunks (Arrow kernels and Parquet take them as they are).
-                arr = raw.column(col.field)
-                arr = arr.combine_chunks() if col.type != "str" else arr
-                arrays.append(arr if arr.type == typ else arr.cast(typ))
-        return pa.table(arrays, names=[c.field for c in columns])
+        sql = str(self.select(table, columns, where, plain=True).compile(
+            self.engine, compile_kwargs={"literal_binds": True}))
+
+        def fetch() -> pa.Table:
+            with self.translate_errors():
+                try:
+                    raw = self._fetch_sqlite(sql)
+                except _FastPathFailed:  # rare: the slower cursor path reads it or names the damage
+                    return self._read_generic(generic, columns)
+            arrays: list[pa.Array | pa.ChunkedArray] = []
+            for col in columns:
+                typ = _ARROW_TYPES[col.type]
+                if col.raw not in present:
+                    arrays.append(pa.repeat(pa.scalar(col.default, typ), raw.num_rows))
+                elif raw.num_rows == 0:  # nothing to type the column by
+                    arrays.append(pa.array([], typ))
+                else:
+                    # Numbers in one chunk, so every later NumPy view is zero-copy; text stays in
+                    # ConnectorX's chunks (Arrow kernels and Parquet take them as they are).
+                    arr = raw.column(col.field)
+                    arr = arr.combine_chunks() if col.type != "str" else arr
+                    arrays.append(arr if arr.type == typ else arr.cast(typ))
+            return pa.table(arrays, names=[c.field for c in columns])
+
+        return fetch
 
     @contextlib.contextmanager
     def reading(self, requests: dict[str, tuple[str, Sequence[Column], sa.ColumnElement[bool] | None]],
@@ -290,10 +303,8 @@ class Database:
         pool = ThreadPoolExecutor(max_workers=2) if self.path is not None else None
         try:
             for key, (table, columns, where) in requests.items():
-                if table not in self.table_names or pool is None:
-                    results[key] = self.read_table(table, columns, where)
-                else:
-                    results[key] = pool.submit(self.read_table, table, columns, where)
+                fetch = self._prepare(table, columns, where)
+                results[key] = pool.submit(fetch) if pool is not None else fetch()
             # pyarrow imports pandas (when installed) on its first array conversion, 0.3 s:
             # pay that now, while the scans run with the GIL released, not after them.
             pa.array([0])
