@@ -14,6 +14,7 @@ Pure: no I/O, no SQLAlchemy, no torch. Rules (DESIGN.md, "Attribution rules"):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -131,8 +132,425 @@ def _match_gpu_ops(api: pa.Table, gpu: pa.Table) -> tuple[pa.Table, np.ndarray, 
     return gpu, g_start[g_order], g_end[g_order], g_api
 
 
+RANGES_SCHEMA = pa.schema([
+    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()), ("domain", DICT_STR),
+    ("domain_id", pa.int64()), ("process_id", pa.int64()), ("thread_id", pa.int64()),
+    ("thread_key", pa.int64()), ("end_thread_key", pa.int64()), ("style", DICT_STR),
+])
+# Per-op sums a range still open at a window's end carries into the next window.
+_SUMS = ("self_gpu", "self_count", "api_count", "child_cpu", "total_gpu", "total_count")
+_BIG = np.iinfo(np.int64).max
+
+
+def capture_end(info: SourceInfo, hi: int) -> int:
+    """Where ranges never closed are clamped: the capture's end, or the latest time seen
+    (``hi``: range starts, API call starts and ends), whichever is later."""
+    return max(info.capture_end_ns if info.capture_end_ns is not None else hi, hi)
+
+
+@dataclass(slots=True)
+class _Open:
+    """Tree ranges still open at a window's end, carried into the next window."""
+
+    raw: pa.Table
+    op_id: np.ndarray
+    sums: dict[str, np.ndarray]
+    gpu_first: np.ndarray
+    gpu_last: np.ndarray
+    parsed: pa.Table
+    links: semantics.Links
+
+
+class Correlator:
+    """The engine, fed one window of ranges at a time in start order.
+
+    API calls and GPU ops are whole-report tables (numbers and dictionary-encoded names, so
+    compact); ranges, which carry every op name, stream through in windows. A window's ranges
+    are those that start before its ``cut``; the ranges still open at the cut stay, as the
+    innermost open ranges of their threads, for the next window, so every rule holds across
+    windows exactly as in one pass. Those rows are emitted when they close, after rows of
+    later ops: op ids follow (start, thread, -end) order, row order follows closing windows.
+
+    Args:
+        info: what the reader detected.
+        api, gpu: the profile's API calls and GPU ops (RawProfile columns).
+        capture_end: where never-closed ranges are clamped (:func:`capture_end`).
+    """
+
+    def __init__(self, info: SourceInfo, api: pa.Table, gpu: pa.Table, capture_end: int) -> None:
+        self.info = info
+        self.capture_end = capture_end
+        self.api = api
+        self.gpu, self._g_start, self._g_end, self._g_api = _match_gpu_ops(api, gpu)
+        a_start = np_col(api, "start_ns")
+        self._a_end = np_col(api, "end_ns")
+        # API calls are taken in start order (exports are nearly sorted; the sort is stable).
+        self._a_order = np.argsort(a_start, kind="stable")
+        self._a_start = a_start[self._a_order]
+        self._a_key = np_col(api, "thread_key")[self._a_order]
+        rank = np.empty(len(a_start), np.int64)
+        rank[self._a_order] = np.arange(len(a_start))
+        # GPU ops grouped by their API call's rank: a window's API calls own one slice of them.
+        g_rank = np.where(self._g_api >= 0, rank[np.maximum(self._g_api, 0)] if len(rank) else -1, -1)
+        has_api = np.flatnonzero(g_rank >= 0)
+        self._g_by_rank = has_api[np.argsort(g_rank[has_api], kind="stable")]
+        self._g_rank_sorted = g_rank[self._g_by_rank]
+        self._api_done = 0
+        self.api_op = np.full(api.num_rows, -1, np.int64)
+        self.g_op = np.full(gpu.num_rows, -1, np.int64)
+        self._next_id = 0
+        self._emitted = np.zeros(0, bool)
+        self._self_gpu_sum = 0
+        self._forward = semantics.ForwardIndex()
+        self._open: _Open | None = None
+        self._last_cut: int | None = None
+        self._done = False
+        self._pool = ThreadPoolExecutor(max_workers=1)
+
+    @property
+    def ops_count(self) -> int:
+        return self._next_id
+
+    def add(self, ranges: pa.Table, cut: int | None) -> pa.Table:
+        """Correlate ``ranges`` (every range starting before ``cut``; None: the rest of the
+        report) with the API calls that start before ``cut``; returns the finished ops rows.
+
+        Raises:
+            CorrelationError: a range starts before the previous cut (the caller falls back
+                to one window), or an invariant is broken.
+        """
+        info = self.info
+        cap = self.capture_end
+        new = ranges.select(RANGES_SCHEMA.names).cast(RANGES_SCHEMA)
+        m = new.num_rows
+        s_new = np_col(new, "start_ns")
+        if self._last_cut is not None and m and int(s_new.min()) < self._last_cut:
+            raise NotInStartOrder("ranges are not in start order across windows")
+        if cut is not None and m and int(s_new.max()) >= cut:
+            raise CorrelationError("a window holds a range starting at or after its cut")
+        raw_end = new.column("end_ns").combine_chunks()
+        e_new = np.maximum(np.asarray(raw_end.fill_null(cap).to_numpy(zero_copy_only=False)), s_new)
+        open_end = np.asarray(raw_end.is_null().to_numpy(zero_copy_only=False))
+        if info.kind == "nsys" and info.capture_end_ns is not None:
+            # Some exporters store a never-closed range's end as the capture end itself.
+            open_end |= np.asarray(raw_end.fill_null(0).to_numpy(zero_copy_only=False)) == info.capture_end_ns
+        del raw_end
+        # Output order: by start, thread, longer first, push order. Exports list NVTX rows in
+        # that order already, so the reorder (a copy of every name) is usually skipped.
+        new_key = np_col(new, "thread_key")
+        if not _in_output_order(s_new, e_new, new_key):
+            order = np.lexsort((np.arange(m), -e_new, new_key, s_new))
+            new = new.take(pa.array(order))
+            s_new, e_new, open_end, new_key = s_new[order], e_new[order], open_end[order], new_key[order]
+        # Name parsing (Arrow string work, GIL released) runs beside the forest below.
+        parsing = self._pool.submit(names.parse, new.column("name"))
+
+        prev = self._open
+        k = 0 if prev is None else len(prev.op_id)
+        n = k + m
+        raw = new if prev is None else pa.concat_tables([prev.raw, new])
+        op_id = np.arange(self._next_id, self._next_id + m, dtype=np.int64)
+        self._next_id += m
+        flags = np.where(open_end, OPEN_AT_END, 0).astype(np.int64)
+        cross_new = np.asarray(new.column("end_thread_key").is_valid().to_numpy(zero_copy_only=False))
+        flags[cross_new] |= CROSS_THREAD
+        if prev is not None:
+            op_id = np.concatenate([prev.op_id, op_id])
+            r_start = np.concatenate([np_col(prev.raw, "start_ns"), s_new])
+            # Carried ranges are tree ranges: only OPEN_AT_END can be set on them.
+            p_end = prev.raw.column("end_ns").combine_chunks()
+            p_open = np.asarray(p_end.is_null().to_numpy(zero_copy_only=False))
+            if info.kind == "nsys" and info.capture_end_ns is not None:
+                p_open |= np.asarray(p_end.fill_null(0).to_numpy(zero_copy_only=False)) == info.capture_end_ns
+            p_e = np.maximum(np.asarray(p_end.fill_null(cap).to_numpy(zero_copy_only=False)), r_start[:k])
+            r_end = np.concatenate([p_e, e_new])
+            flags = np.concatenate([np.where(p_open, OPEN_AT_END, 0).astype(np.int64), flags])
+            cross = np.concatenate([np.zeros(k, bool), cross_new])
+            r_key = np.concatenate([np_col(prev.raw, "thread_key"), new_key])
+        else:
+            r_start, r_end, cross, r_key = s_new, e_new, cross_new, new_key
+        del s_new, e_new, open_end, cross_new, new_key
+
+        # This window's API calls: those starting before the cut, in start order.
+        a0 = self._api_done
+        a1 = len(self._a_start) if cut is None else int(np.searchsorted(self._a_start, cut, "left"))
+        self._api_done = a1
+        api_rows = self._a_order[a0:a1]
+        a_start = self._a_start[a0:a1]
+        a_end = np.maximum(self._a_end[api_rows], a_start)
+        a_key = self._a_key[a0:a1]
+
+        # Dense thread indices by hashing (no sort): any order serves the per-thread keys.
+        keys = np.concatenate([r_key, a_key])
+        tinv = np.asarray(pa.array(keys).dictionary_encode().indices.to_numpy(zero_copy_only=False)).astype(np.int64)
+        r_thread, api_thread = tinv[:n], tinv[n:]
+        del keys, tinv
+
+        times = [t for t in (r_start, a_start, a_end) if len(t)]
+        lo = int(min((int(t.min()) for t in times), default=0))
+        hi = max(cap, int(r_end.max(initial=0)), int(a_end.max(initial=0)))
+        # The forest wants (thread, start, -end) order; tree_idx maps its rows to window rows.
+        candidates = np.flatnonzero(~cross)
+        tree_idx = candidates[np.argsort(r_thread[candidates], kind="stable")]
+        forest = Forest(r_thread[tree_idx], r_start[tree_idx], r_end[tree_idx], lo, hi)
+        flags[tree_idx[forest.crossing]] |= CROSSING
+        in_tree = np.zeros(n, bool)
+        in_tree[tree_idx[~forest.crossing]] = True
+        if k and not in_tree[:k].all():
+            raise CorrelationError("a range carried between windows left the tree")
+
+        parent = np.full(n, -1, np.int64)
+        depth = np.zeros(n, np.int64)
+        parent[tree_idx] = _through(tree_idx, forest.parent)
+        depth[tree_idx] = forest.depth
+        # Ranges outside the tree hang under the innermost tree range containing them.
+        outside = np.flatnonzero(~in_tree)
+        if len(outside):
+            host = forest.innermost(r_thread[outside], r_start[outside], r_end[outside])
+            parent[outside] = _through(tree_idx, host)
+            depth[outside] = np.where(host >= 0, _through(forest.depth, host) + 1, 0)
+
+        # --- API calls -> innermost range on their thread; GPU ops -> their API call's range ---
+        host = forest.innermost(api_thread, a_start, a_end)
+        api_local = _through(tree_idx, host)
+        self.api_op[api_rows] = _through(op_id, api_local)
+        del forest, host, tree_idx, candidates, r_thread, api_thread, outside
+        g0, g1 = np.searchsorted(self._g_rank_sorted, [a0, a1], "left")
+        g_rows = self._g_by_rank[g0:g1]
+        g_local = api_local[self._g_rank_sorted[g0:g1] - a0]
+        self.g_op[g_rows] = _through(op_id, g_local)
+        g_start, g_end = self._g_start[g_rows], self._g_end[g_rows]
+
+        # --- this window's sums, rolled up its tree; carried ranges add what they had -------
+        dur = r_end - r_start
+        tree_parent = np.where(in_tree, parent, -1)
+        sums = {
+            "self_gpu": sum_by(g_local, g_end - g_start, n),
+            "self_count": np.bincount(g_local[g_local >= 0], minlength=n).astype(np.int64),
+            "api_count": np.bincount(api_local[api_local >= 0], minlength=n).astype(np.int64),
+            # A carried range's duration already counted in its parent's when it was new.
+            "child_cpu": sum_by(np.where(np.arange(n) >= k, tree_parent, -1), dur, n),
+        }
+        g_first = np.full(n, _BIG, np.int64)
+        g_last = np.full(n, -_BIG, np.int64)
+        has = g_local >= 0
+        np.minimum.at(g_first, g_local[has], g_start[has])
+        np.maximum.at(g_last, g_local[has], g_end[has])
+        total_gpu, total_count = sums["self_gpu"].copy(), sums["self_count"].copy()
+        # Roll subtree totals up one level at a time, deepest first. One stable sort by depth
+        # (a radix sort on int16) groups every level; only ops with GPU work below them move.
+        tree_kids = np.flatnonzero(tree_parent >= 0)
+        by_depth = tree_kids[np.argsort(np.minimum(depth[tree_kids], 2**15 - 1).astype(np.int16), kind="stable")]
+        bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
+        for d in range(int(depth.max(initial=0)), 0, -1):
+            level = by_depth[bounds[d]:bounds[d + 1]]
+            kids = level[total_count[level] > 0]
+            up = tree_parent[kids]
+            np.add.at(total_gpu, up, total_gpu[kids])
+            np.add.at(total_count, up, total_count[kids])
+            np.minimum.at(g_first, up, g_first[kids])
+            np.maximum.at(g_last, up, g_last[kids])
+        sums["total_gpu"], sums["total_count"] = total_gpu, total_count
+        if prev is not None:
+            for name in _SUMS:
+                sums[name][:k] += prev.sums[name]
+            g_first[:k] = np.minimum(g_first[:k], prev.gpu_first)
+            g_last[:k] = np.maximum(g_last[:k], prev.gpu_last)
+
+        # --- PyTorch columns ------------------------------------------------------------
+        pid = np_col(raw, "process_id", fill=0)
+        tid = np_col(raw, "thread_id", fill=-1)
+        parsed = parsing.result()
+        if prev is not None:
+            parsed = pa.concat_tables([prev.parsed, parsed])
+        torch_cols, state, links = semantics.annotate(
+            parent, depth, pid, tid, r_start, op_id, parsed, self._forward, None if prev is None else prev.links)
+
+        # --- emit what has closed; carry the tree ranges that may still contain later work --
+        keep = in_tree & (r_end >= cut) if cut is not None else np.zeros(n, bool)
+        emit = np.flatnonzero(~keep)
+        carry = np.flatnonzero(keep)
+        parent_id = _through(op_id, parent)
+        self._check(op_id, parent_id, in_tree, r_start, r_end, parent, dur - sums["child_cpu"], sums, emit)
+        has_gpu = total_count > 0
+        numeric = {
+            "op_id": op_id, "parent_id": parent_id, "depth": depth, "process_id": pid,
+            "start_ns": r_start, "end_ns": r_end, "self_cpu_ns": np.where(in_tree, dur - sums["child_cpu"], dur),
+            "total_cpu_ns": dur, "self_gpu_ns": sums["self_gpu"], "total_gpu_ns": total_gpu,
+            "gpu_op_count": sums["self_count"], "total_gpu_op_count": total_count,
+            "api_call_count": sums["api_count"], "flags": flags,
+        }
+        all_rows = len(emit) == n
+        idx = None if all_rows else pa.array(emit)
+
+        def pick(col: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+            return col if idx is None else col.take(idx)
+
+        def num(name: str) -> np.ndarray:
+            a = numeric[name]
+            return a if all_rows else a[emit]
+
+        e_parent = num("parent_id")
+        g_f, g_l, e_has = (g_first, g_last, has_gpu) if all_rows else (g_first[emit], g_last[emit], has_gpu[emit])
+        out = pa.table({
+            "op_id": pa.array(num("op_id")),
+            "parent_id": pa.array(e_parent, mask=e_parent < 0),
+            "depth": pa.array(num("depth")),
+            "name": pick(raw.column("name")),
+            "domain": pick(raw.column("domain")),
+            "domain_id": pick(raw.column("domain_id")),
+            "process_id": pa.array(num("process_id")),
+            "thread_id": pick(raw.column("thread_id")),
+            "start_ns": pa.array(num("start_ns")),
+            "end_ns": pa.array(num("end_ns")),
+            "self_cpu_ns": pa.array(num("self_cpu_ns")),
+            "total_cpu_ns": pa.array(num("total_cpu_ns")),
+            "self_gpu_ns": pa.array(num("self_gpu_ns")),
+            "total_gpu_ns": pa.array(num("total_gpu_ns")),
+            "gpu_op_count": pa.array(num("gpu_op_count")),
+            "total_gpu_op_count": pa.array(num("total_gpu_op_count")),
+            "api_call_count": pa.array(num("api_call_count")),
+            "gpu_start_ns": pa.array(g_f, mask=~e_has),
+            "gpu_end_ns": pa.array(g_l, mask=~e_has),
+            "style": pick(raw.column("style")),
+            "end_thread_id": pc.bit_wise_and(pick(raw.column("end_thread_key")),
+                                             pa.scalar(0xFFFFFF if info.kind == "nsys" else 0xFFFFFFFF)),
+            "flags": pa.array(num("flags")),
+            **{name: pick(col) for name, col in torch_cols.items()},
+        })
+        self._self_gpu_sum += int(num("self_gpu_ns").sum())
+        if len(carry):
+            take = pa.array(carry)
+            self._open = _Open(raw.take(take), op_id[carry], {name: sums[name][carry] for name in _SUMS},
+                               g_first[carry], g_last[carry], state.take(take), links.take(carry))
+        else:
+            self._open = None
+        self._last_cut = cut
+        self._done = cut is None
+        return out
+
+    def _check(self, op_id: np.ndarray, parent_id: np.ndarray, in_tree: np.ndarray, start: np.ndarray,
+               end: np.ndarray, parent: np.ndarray, self_cpu: np.ndarray, sums: dict[str, np.ndarray],
+               emit: np.ndarray) -> None:
+        """The invariants on the rows a window emits (GPU time and op ids are checked in
+        :meth:`finish`): parents precede children, a tree child lies inside its parent, self
+        times are never negative, totals are at least self."""
+        tree = in_tree & (parent >= 0)
+        tree[np.setdiff1d(np.arange(len(op_id)), emit, assume_unique=True)] = False
+        if (parent_id[tree] >= op_id[tree]).any():
+            raise CorrelationError("a parent does not precede its child")
+        p = parent[tree]
+        if ((start[p] > start[tree]) | (end[tree] > end[p])).any():
+            raise CorrelationError("a child range is not inside its parent")
+        if (self_cpu[tree] < 0).any():
+            raise CorrelationError("negative self CPU time")
+        if (sums["total_gpu"][emit] < sums["self_gpu"][emit]).any():
+            raise CorrelationError("total GPU time below self GPU time")
+        ids = op_id[emit]
+        if len(ids) and int(ids.max()) >= len(self._emitted):
+            self._emitted = np.concatenate([self._emitted, np.zeros(max(len(self._emitted), int(ids.max()) + 1), bool)])
+        if self._emitted[ids].any():
+            raise CorrelationError("an op was emitted twice")
+        self._emitted[ids] = True
+
+    def finish(self) -> None:
+        """Check what needs the whole report, once the last window (``cut`` None) is in."""
+        self._pool.shutdown()
+        if not self._done or self._api_done != len(self._a_start):
+            raise CorrelationError("API calls were left out of every window")
+        if not self._emitted[: self._next_id].all() or len(self._emitted[self._next_id:].nonzero()[0]):
+            raise CorrelationError("op ids are not 0..n-1")
+        g_dur = self._g_end - self._g_start
+        if self._self_gpu_sum + int(g_dur[self.g_op < 0].sum()) != int(g_dur.sum()):
+            raise CorrelationError("GPU time is double counted or lost")
+
+    def api_calls(self) -> pa.Table:
+        """The api_calls table (after :meth:`finish`)."""
+        api, g_api = self.api, self._g_api
+        api_gpu_count = np.bincount(g_api[g_api >= 0], minlength=api.num_rows).astype(np.int64)
+        return pa.table({
+            "api_call_id": pa.array(np.arange(api.num_rows, dtype=np.int64)),
+            "op_id": pa.array(self.api_op, mask=self.api_op < 0),
+            "name": api.column("name").cast(DICT_STR),
+            "kind": api.column("kind"),
+            "process_id": api.column("process_id"),
+            "thread_id": api.column("thread_id"),
+            "correlation_id": api.column("correlation_id"),
+            "start_ns": api.column("start_ns"),
+            "end_ns": api.column("end_ns"),
+            "gpu_op_count": pa.array(api_gpu_count),
+            "return_value": api.column("return_value"),
+        })
+
+    def gpu_ops(self) -> pa.Table:
+        """The gpu_ops table (after :meth:`finish`)."""
+        api, gpu, g_api, g_op = self.api, self.gpu, self._g_api, self.g_op
+        g_pid_from_api = _through(np_col(api, "process_id", fill=0), g_api)
+        g_tid_from_api = _through(np_col(api, "thread_id", fill=0), g_api)
+        g_pkey = np_col(gpu, "process_key", fill=0)
+        # Without an API row, nsys still knows the process from globalPid; nvprof does not.
+        g_pid = np.where(g_api >= 0, g_pid_from_api, (g_pkey >> 24) & 0xFFFFFF)
+        g_pid_known = (g_api >= 0) | (self.info.kind == "nsys")
+        cols = {
+            "gpu_op_id": pa.array(np.arange(gpu.num_rows, dtype=np.int64)),
+            "op_id": pa.array(g_op, mask=g_op < 0),
+            "api_call_id": pa.array(g_api, mask=g_api < 0),
+            "kind": gpu.column("kind"),
+            "name": gpu.column("name"),
+            "device_id": gpu.column("device_id"),
+            "stream_id": gpu.column("stream_id"),
+            "context_id": gpu.column("context_id"),
+            "process_id": pa.array(g_pid, mask=~g_pid_known),
+            "thread_id": pa.array(g_tid_from_api, mask=g_api < 0),
+            "correlation_id": gpu.column("correlation_id"),
+            "start_ns": pa.array(self._g_start),
+            "end_ns": pa.array(self._g_end),
+        }
+        for name in ("bytes", "copy_kind", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                     "registers_per_thread", "static_shared_bytes", "dynamic_shared_bytes",
+                     "short_name", "mangled_name", "graph_node_id"):
+            cols[name] = gpu.column(name)
+        cols["flags"] = pa.array(np.where(g_api < 0, NO_API_CALL, 0).astype(np.int64))
+        return pa.table(cols)
+
+
+class NotInStartOrder(CorrelationError):
+    """The ranges of a streamed report are not in start order: correlate it in one window."""
+
+
+def stream(engine: Correlator, windows: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """Feed windows of ranges read in export order to ``engine``; yields finished ops rows.
+
+    Each window is cut at its latest start: the ranges starting there wait for the next
+    window, so equal starts are never split (ties order by thread, which the engine sorts).
+
+    Raises:
+        NotInStartOrder: a window holds a range that starts before an earlier window's cut.
+    """
+    held: pa.Table | None = None
+    for window in windows:
+        if held is not None and held.num_rows:
+            window = pa.concat_tables([held.cast(window.schema), window])
+        if window.num_rows == 0:
+            continue
+        start = np_col(window, "start_ns")
+        cut = int(start.max())
+        later = start == cut
+        tail = int(later.sum())
+        if tail == len(start):
+            held = window
+            continue
+        if later[-tail:].all():  # the usual case, sorted rows: slices, no copies
+            now, held = window.slice(0, len(start) - tail), window.slice(len(start) - tail)
+        else:
+            now, held = window.filter(pa.array(~later)), window.filter(pa.array(later))
+        yield engine.add(now, cut)
+    yield engine.add(held if held is not None else RANGES_SCHEMA.empty_table(), None)
+    engine.finish()
+
+
 def correlate(profile: RawProfile) -> Model:
-    """Build the op tree and attribute API calls and GPU ops to it.
+    """Build the op tree and attribute API calls and GPU ops to it, in one window.
 
     Args:
         profile: the normalized tables a reader produced.
@@ -140,187 +558,14 @@ def correlate(profile: RawProfile) -> Model:
     Returns:
         The model whose tables become the Parquet dataset.
     """
-    info = profile.info
-    r, api, gpu = profile.ranges, profile.api_calls, profile.gpu_ops
-
-    # --- ranges: clamp open ends, index threads, sort into tree order ----------------
-    r_start = np_col(r, "start_ns")
-    raw_end = r.column("end_ns").combine_chunks()
-    times = [r_start, np_col(api, "start_ns"), np_col(api, "end_ns")]
-    hi_all = int(max((int(t.max()) for t in times if len(t)), default=0))
-    capture_end = info.capture_end_ns if info.capture_end_ns is not None else hi_all
-    capture_end = max(capture_end, hi_all)
-    r_end = np.asarray(raw_end.fill_null(capture_end).to_numpy(zero_copy_only=False))
-    r_end = np.maximum(r_end, r_start)
-    flags = np.zeros(r.num_rows, np.int64)
-    open_end = np.asarray(raw_end.is_null().to_numpy(zero_copy_only=False))
-    if info.kind == "nsys" and info.capture_end_ns is not None:
-        # Some exporters store a never-closed range's end as the capture end itself.
-        open_end |= np.asarray(raw_end.fill_null(0).to_numpy(zero_copy_only=False)) == info.capture_end_ns
-    flags[open_end] |= OPEN_AT_END
-    cross = np.asarray(r.column("end_thread_key").combine_chunks().is_valid().to_numpy(zero_copy_only=False))
-    flags[cross] |= CROSS_THREAD
-    del open_end, raw_end
-
-    # Dense thread indices by hashing (no sort): any order serves the per-thread keys.
-    keys = np.concatenate([np_col(r, "thread_key"), np_col(api, "thread_key")]).astype(np.int64)
-    tinv = np.asarray(pa.array(keys).dictionary_encode().indices.to_numpy(zero_copy_only=False)).astype(np.int64)
-    r_thread, api_thread = tinv[: r.num_rows], tinv[r.num_rows:]
-    del keys, tinv
-    # Output order: by start, thread, longer first, push order. Exports list NVTX rows in
-    # that order already, so the reorder (a copy of every name) is usually skipped.
-    r_key = np_col(r, "thread_key")
-    if not _in_output_order(r_start, r_end, r_key):
-        order = np.lexsort((np.arange(r.num_rows), -r_end, r_key, r_start))
-        r = r.take(pa.array(order))
-        r_start, r_end, r_thread = r_start[order], r_end[order], r_thread[order]
-        flags, cross = flags[order], cross[order]
-
-    # Name parsing (Arrow string work) and the GPU-op matching (Arrow take, NumPy sorts) release
-    # the GIL: run them beside the range forest below (two cores), and join when needed.
-    pool = ThreadPoolExecutor(max_workers=2)
-    parsing = pool.submit(names.parse, r.column("name"))
-    matching = pool.submit(_match_gpu_ops, api, gpu)
-    pool.shutdown(wait=False)  # the submitted work still runs; nothing is left behind on errors
-
-    lo = int(min((int(t.min()) for t in times if len(t)), default=0))
-    hi = max(capture_end, int(r_end.max(initial=0)))
-    # The forest wants (thread, start, -end) order; tree_idx maps its rows to output rows.
-    candidates = np.flatnonzero(~cross)
-    # Rows are in (start, thread, -end) order, so a stable sort by thread alone gives it.
-    tree_idx = candidates[np.argsort(r_thread[candidates], kind="stable")]
-    forest = Forest(r_thread[tree_idx], r_start[tree_idx], r_end[tree_idx], lo, hi)
-    flags[tree_idx[forest.crossing]] |= CROSSING
-    in_tree = np.zeros(r.num_rows, bool)
-    in_tree[tree_idx[~forest.crossing]] = True
-
-    n = r.num_rows
-    parent = np.full(n, -1, np.int64)
-    depth = np.zeros(n, np.int64)
-    parent[tree_idx] = _through(tree_idx, forest.parent)
-    depth[tree_idx] = forest.depth
-    # Ranges outside the tree hang under the innermost tree range containing them.
-    outside = np.flatnonzero(~in_tree)
-    if len(outside):
-        host = forest.innermost(r_thread[outside], r_start[outside], r_end[outside])
-        parent[outside] = _through(tree_idx, host)
-        depth[outside] = np.where(host >= 0, _through(forest.depth, host) + 1, 0)
-
-    # --- API calls -> innermost range on their thread --------------------------------
-    # Kept in the export's order (by start): the lookup needs no sorted queries.
-    a_start, a_end = np_col(api, "start_ns"), np_col(api, "end_ns")
-    host = forest.innermost(api_thread, a_start, np.maximum(a_end, a_start))
-    api_op = _through(tree_idx, host)
-    # 2M ranges make each of these 16 MB: drop what the rest does not need.
-    del forest, host, tree_idx, candidates, r_thread, api_thread, cross, outside
-
-    gpu, g_start, g_end, g_api = matching.result()
-    g_op = _through(api_op, g_api)
-    g_dur = g_end - g_start
-    g_flags = np.where(g_api < 0, NO_API_CALL, 0).astype(np.int64)
-
-    # --- self and total times ----------------------------------------------------------
-    dur = r_end - r_start
-    tree_parent_all = np.where(in_tree, parent, -1)
-    self_gpu = sum_by(g_op, g_dur, n)
-    self_count = np.bincount(g_op[g_op >= 0], minlength=n).astype(np.int64)
-    api_count = np.bincount(api_op[api_op >= 0], minlength=n).astype(np.int64)
-    child_cpu = sum_by(tree_parent_all, dur, n)
-    big = np.iinfo(np.int64).max
-    g_first = np.full(n, big, np.int64)
-    g_last = np.full(n, -big, np.int64)
-    has = g_op >= 0
-    np.minimum.at(g_first, g_op[has], g_start[has])
-    np.maximum.at(g_last, g_op[has], g_end[has])
-    total_gpu, total_count = self_gpu.copy(), self_count.copy()
-    # Roll subtree totals up one level at a time, deepest first. One stable sort by depth
-    # (a radix sort on int16) groups every level; only ops with GPU work below them move.
-    tree_kids = np.flatnonzero(tree_parent_all >= 0)
-    by_depth = tree_kids[np.argsort(np.minimum(depth[tree_kids], 2**15 - 1).astype(np.int16), kind="stable")]
-    bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
-    for d in range(int(depth.max(initial=0)), 0, -1):
-        level = by_depth[bounds[d]:bounds[d + 1]]
-        kids = level[total_count[level] > 0]
-        up = tree_parent_all[kids]
-        np.add.at(total_gpu, up, total_gpu[kids])
-        np.add.at(total_count, up, total_count[kids])
-        np.minimum.at(g_first, up, g_first[kids])
-        np.maximum.at(g_last, up, g_last[kids])
-    has_gpu = total_count > 0
-
-    r_pid = np_col(r, "process_id", fill=0)
-    end_thread = r.column("end_thread_key").combine_chunks()
-    ops = pa.table({
-        "op_id": pa.array(np.arange(n, dtype=np.int64)),
-        "parent_id": pa.array(parent, mask=parent < 0),
-        "depth": pa.array(depth),
-        "name": r.column("name").cast(pa.string()),
-        "domain": r.column("domain").cast(DICT_STR),
-        "domain_id": r.column("domain_id"),
-        "process_id": pa.array(r_pid),
-        "thread_id": r.column("thread_id"),
-        "start_ns": pa.array(r_start),
-        "end_ns": pa.array(r_end),
-        "self_cpu_ns": pa.array(np.where(in_tree, dur - child_cpu, dur)),
-        "total_cpu_ns": pa.array(dur),
-        "self_gpu_ns": pa.array(self_gpu),
-        "total_gpu_ns": pa.array(total_gpu),
-        "gpu_op_count": pa.array(self_count),
-        "total_gpu_op_count": pa.array(total_count),
-        "api_call_count": pa.array(api_count),
-        "gpu_start_ns": pa.array(g_first, mask=~has_gpu),
-        "gpu_end_ns": pa.array(g_last, mask=~has_gpu),
-        "style": r.column("style").cast(DICT_STR),
-        "end_thread_id": pc.bit_wise_and(end_thread, pa.scalar(0xFFFFFF if info.kind == "nsys" else 0xFFFFFFFF)),
-        "flags": pa.array(flags),
-    })
-
-    api_pos = np.arange(api.num_rows, dtype=np.int64)
-    api_gpu_count = np.bincount(g_api[g_api >= 0], minlength=api.num_rows).astype(np.int64)
-    api_calls = pa.table({
-        "api_call_id": pa.array(api_pos),
-        "op_id": pa.array(api_op, mask=api_op < 0),
-        "name": api.column("name").cast(DICT_STR),
-        "kind": api.column("kind"),
-        "process_id": api.column("process_id"),
-        "thread_id": api.column("thread_id"),
-        "correlation_id": api.column("correlation_id"),
-        "start_ns": pa.array(a_start),
-        "end_ns": pa.array(a_end),
-        "gpu_op_count": pa.array(api_gpu_count),
-        "return_value": api.column("return_value"),
-    })
-
-    g_pid_from_api = _through(np_col(api, "process_id", fill=0), g_api)
-    g_tid_from_api = _through(np_col(api, "thread_id", fill=0), g_api)
-    g_pkey = np_col(gpu, "process_key", fill=0)
-    # Without an API row, nsys still knows the process from globalPid; nvprof does not.
-    g_pid = np.where(g_api >= 0, g_pid_from_api, (g_pkey >> 24) & 0xFFFFFF)
-    g_pid_known = (g_api >= 0) | (info.kind == "nsys")
-    gpu_cols = {
-        "gpu_op_id": pa.array(np.arange(gpu.num_rows, dtype=np.int64)),
-        "op_id": pa.array(g_op, mask=g_op < 0),
-        "api_call_id": pa.array(g_api, mask=g_api < 0),
-        "kind": gpu.column("kind"),
-        "name": gpu.column("name"),
-        "device_id": gpu.column("device_id"),
-        "stream_id": gpu.column("stream_id"),
-        "context_id": gpu.column("context_id"),
-        "process_id": pa.array(g_pid, mask=~g_pid_known),
-        "thread_id": pa.array(g_tid_from_api, mask=g_api < 0),
-        "correlation_id": gpu.column("correlation_id"),
-        "start_ns": pa.array(g_start),
-        "end_ns": pa.array(g_end),
-    }
-    for name in ("bytes", "copy_kind", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-                 "registers_per_thread", "static_shared_bytes", "dynamic_shared_bytes",
-                 "short_name", "mangled_name", "graph_node_id"):
-        gpu_cols[name] = gpu.column(name)
-    gpu_cols["flags"] = pa.array(g_flags)
-    gpu_ops = pa.table(gpu_cols)
-
-    ops = semantics.annotate(ops, parsing.result())
-    return Model(info, ops, api_calls, gpu_ops, _marks(profile), _syncs(profile, api),
+    r, api = profile.ranges, profile.api_calls
+    times = [np_col(r, "start_ns"), np_col(api, "start_ns"), np_col(api, "end_ns")]
+    hi = int(max((int(t.max()) for t in times if len(t)), default=0))
+    engine = Correlator(profile.info, api, profile.gpu_ops, capture_end(profile.info, hi))
+    ops = engine.add(r, None)
+    engine.finish()
+    gpu_ops = engine.gpu_ops()
+    return Model(profile.info, ops, engine.api_calls(), gpu_ops, _marks(profile), _syncs(profile, api),
                  _threads(profile), _devices(profile, gpu_ops))
 
 

@@ -1,6 +1,8 @@
 """PyTorch meaning on the op tree: parsed names, module paths, forward -> backward links.
 
-Pure and columnar, like the correlation engine it follows.
+Pure and columnar, like the correlation engine it follows, and windowed like it: the engine
+hands over one window of ops at a time (the ranges still open from earlier windows first),
+and :class:`ForwardIndex` remembers the forward ops of earlier windows.
 
 Forward -> backward (DESIGN.md): a backward node carrying sequence number N is linked to the
 forward op with seq N on the forward thread: the top-most op with that seq (not one nested in
@@ -12,6 +14,8 @@ shapes and module path.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,13 +23,20 @@ import pyarrow.compute as pc
 from nvbridge import names
 from nvbridge.readers._arrow import dense_ids, np_col
 
+# A forward op is keyed by (process, thread or "any", seq) packed into one int64: a dense
+# group number above SEQ_BITS bits of seq (torch's per-thread counter never gets near 2**40;
+# a larger seq still links, checked against the stored seq).
+SEQ_BITS = 40
+_SEQ_MASK = (1 << SEQ_BITS) - 1
+_ANY_THREAD = -1
+
 
 def _inherit_down(parent: np.ndarray, depth: np.ndarray, own: list[object | None]) -> list[object | None]:
     """Each op's nearest value of ``own`` on itself or its ancestors (one pass per depth)."""
     out = list(own)
     order = np.argsort(depth, kind="stable")
     for i in order[depth[order] > 0]:
-        if out[i] is None:
+        if out[i] is None and parent[i] >= 0:
             out[i] = out[parent[i]]
     return out
 
@@ -41,98 +52,225 @@ def _inherit_down_np(parent: np.ndarray, depth: np.ndarray, own: np.ndarray) -> 
     return out
 
 
-def forward_links(ops: pa.Table, parsed: pa.Table) -> np.ndarray:
-    """fwd_op_id for every row (-1 where none): see the module docstring."""
-    n = ops.num_rows
-    link = np.full(n, -1, np.int64)
+def _arr(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _take_or_null(values: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array:
+    """``values[index]`` where index >= 0, else null."""
+    return _arr(values).take(pa.array(np.maximum(index, 0), mask=index < 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """Per row: the linked forward op (-1 none), its module path and input shapes, and the
+    link the row's own seq gave (evaluate-function wrappers take their node's instead)."""
+
+    op_id: np.ndarray
+    module: pa.Array
+    shapes: pa.Array
+    own: np.ndarray
+
+    @staticmethod
+    def none(n: int) -> Links:
+        empty = np.full(n, -1, np.int64)
+        return Links(empty, pa.nulls(n, pa.string()), pa.nulls(n, pa.string()), empty)
+
+    def take(self, rows: np.ndarray) -> Links:
+        idx = pa.array(rows)
+        return Links(self.op_id[rows], self.module.take(idx), self.shapes.take(idx), self.own[rows])
+
+    @staticmethod
+    def concat(parts: list[Links]) -> Links:
+        return Links(np.concatenate([p.op_id for p in parts]),
+                     pa.concat_arrays([p.module for p in parts]),
+                     pa.concat_arrays([p.shapes for p in parts]),
+                     np.concatenate([p.own for p in parts]))
+
+
+class ForwardIndex:
+    """Forward ops of earlier windows that a backward node may link to: the latest per key.
+
+    Kept as sorted NumPy arrays (merged once per window, a linear merge of two sorted runs),
+    with module paths and shapes interned: memory grows with distinct keys, not with ops.
+    """
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[int, int], int] = {}
+        self._strings: dict[str, int] = {}
+        self._values: list[str] = []
+        self._store: dict[bool, tuple[np.ndarray, ...]] = {}
+
+    def _keys(self, pid: np.ndarray, thread: np.ndarray, seq: np.ndarray) -> np.ndarray:
+        ids, count = dense_ids(pid, thread)
+        first = np.zeros(count, np.int64)
+        first[ids[::-1]] = np.arange(len(ids))[::-1]
+        groups = np.array([self._groups.setdefault((int(pid[i]), int(thread[i])), len(self._groups))
+                           for i in first], np.int64)
+        return (groups[ids] << SEQ_BITS) | (seq & _SEQ_MASK)
+
+    def _intern(self, values: pa.Array) -> np.ndarray:
+        """Pool ids of strings (-1 for null)."""
+        enc = _arr(values)
+        enc = enc if pa.types.is_dictionary(enc.type) else enc.dictionary_encode()
+        ids = []
+        for v in enc.dictionary.to_pylist():
+            i = self._strings.get(v)
+            if i is None:
+                i = self._strings[v] = len(self._values)
+                self._values.append(v)
+            ids.append(i)
+        pool = np.array(ids + [-1], np.int64)
+        idx = np.asarray(enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False), np.int64)
+        return pool[idx]
+
+    def _pooled(self, ids: np.ndarray) -> pa.Array:
+        return _take_or_null(pa.array(self._values, pa.string()), ids)
+
+    def link(self, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, op_id: np.ndarray,
+             parsed: pa.Table, top: np.ndarray, module: pa.Array, new_from: int) -> Links:
+        """Links for rows ``new_from:`` (rows before it are carried, already linked), then remember
+        this window's forward ops. ``module`` is each row's inherited module path."""
+        n = len(pid)
+        seq = np_col(parsed, "seq", fill=-1)
+        is_bwd = np.asarray(parsed.column("is_backward").to_numpy(zero_copy_only=False))
+        fwd_tid = np_col(parsed, "fwd_tid", fill=-1)
+        is_new = np.arange(n) >= new_from
+        cand = np.flatnonzero((seq >= 0) & ~is_bwd & top & is_new)
+        query = np.flatnonzero((seq >= 0) & is_bwd & is_new)
+        link = np.full(n, -1, np.int64)
+        mod_id = np.full(n, -1, np.int64)
+        shp_id = np.full(n, -1, np.int64)
+        if len(cand):
+            cand_mod = self._intern(module.take(pa.array(cand)))
+            cand_shp = self._intern(_arr(parsed.column("input_shapes")).take(pa.array(cand)))
+        lo = int(start.min()) if n else 0
+        span = int(start.max()) - lo + 1 if n else 1
+        for exact in (True, False):
+            c_keys = self._keys(pid[cand], tid[cand] if exact else np.full(len(cand), _ANY_THREAD), seq[cand])
+            q = query[(fwd_tid[query] >= 0) == exact]
+            if len(q):
+                q_keys = self._keys(pid[q], fwd_tid[q] if exact else np.full(len(q), _ANY_THREAD), seq[q])
+                found = np.full(len(q), -1, np.int64)
+                if len(cand):
+                    # This window: the latest candidate with the key that started by the node's start.
+                    gid, ngroups = dense_ids(np.concatenate([c_keys, q_keys]))
+                    if ngroups * span >= 2**62:
+                        raise OverflowError("time span too wide to key forward candidates")
+                    g_c, g_q = gid[: len(cand)], gid[len(cand):]
+                    keys = g_c * span + (start[cand] - lo)
+                    order = np.argsort(keys, kind="stable")
+                    pos = np.searchsorted(keys[order], g_q * span + (start[q] - lo), "right") - 1
+                    hit = order[np.maximum(pos, 0)]
+                    ok = (pos >= 0) & (g_c[hit] == g_q) & (seq[cand[hit]] == seq[q])
+                    found[ok] = hit[ok]
+                    link[q[ok]] = op_id[cand[hit[ok]]]
+                    mod_id[q[ok]], shp_id[q[ok]] = cand_mod[hit[ok]], cand_shp[hit[ok]]
+                # Earlier windows: every stored op started before this window.
+                miss = np.flatnonzero(found < 0)
+                if len(miss) and exact in self._store:
+                    s_keys, s_seq, s_op, s_mod, s_shp = self._store[exact]
+                    pos = np.minimum(np.searchsorted(s_keys, q_keys[miss]), max(len(s_keys) - 1, 0))
+                    ok = (s_keys[pos] == q_keys[miss]) & (s_seq[pos] == seq[q[miss]])
+                    rows, pos = q[miss[ok]], pos[ok]
+                    link[rows], mod_id[rows], shp_id[rows] = s_op[pos], s_mod[pos], s_shp[pos]
+            if len(cand):
+                self._remember(exact, c_keys, seq[cand], start[cand], op_id[cand], cand_mod, cand_shp)
+        return Links(link, self._pooled(mod_id), self._pooled(shp_id), link)
+
+    def _remember(self, exact: bool, keys: np.ndarray, seq: np.ndarray, start: np.ndarray, op_id: np.ndarray,
+                  mod: np.ndarray, shp: np.ndarray) -> None:
+        """Merge this window's candidates into the store, keeping the latest per key."""
+        order = np.lexsort((start, keys))
+        last = np.ones(len(order), bool)
+        last[:-1] = keys[order][1:] != keys[order][:-1]
+        new = [a[order][last] for a in (keys, seq, op_id, mod, shp)]
+        if exact in self._store:
+            # Older entries first: a stable sort keeps a key's newest entry last.
+            merged = [np.concatenate([old, add]) for old, add in zip(self._store[exact], new)]
+            order = np.argsort(merged[0], kind="stable")
+            k = merged[0][order]
+            last = np.ones(len(k), bool)
+            last[:-1] = k[1:] != k[:-1]
+            new = [a[order][last] for a in merged]
+        self._store[exact] = tuple(new)
+
+
+def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.ndarray, start: np.ndarray,
+             op_id: np.ndarray, parsed: pa.Table, index: ForwardIndex, carried: Links | None = None,
+             ) -> tuple[dict[str, pa.Array | pa.ChunkedArray], pa.Table, Links]:
+    """The PyTorch columns of one window of ops (see docs/dataset.md).
+
+    Args:
+        parent, depth: the window's tree (parent as a row index in the window, -1 none).
+        pid, tid, start, op_id: per row.
+        parsed: ``names.parse`` of the names; for the first ``len(carried)`` rows, ranges carried
+            from earlier windows, the state this function returned for them then.
+        index: forward ops of earlier windows; this window's are added.
+        carried: the links of the carried rows.
+
+    Returns:
+        (columns to append to the ops, the parsed state to carry for still-open rows, links).
+    """
+    n = len(parent)
+    k = 0 if carried is None else len(carried.op_id)
     seq = np_col(parsed, "seq", fill=-1)
-    is_bwd = np.asarray(parsed.column("is_backward").to_numpy(zero_copy_only=False))
-    parent = np_col(ops, "parent_id", fill=-1)
-    pid, tid = np_col(ops, "process_id"), np_col(ops, "thread_id", fill=-1)
-    start = np_col(ops, "start_ns")
-    fwd_tid = np_col(parsed, "fwd_tid", fill=-1)
     parent_seq = np.where(parent >= 0, seq[np.maximum(parent, 0)], -1)
     parent_tid = np.where(parent >= 0, tid[np.maximum(parent, 0)], -1)
     top = ~((parent_seq == seq) & (parent_tid == tid))
-    cand = np.flatnonzero((seq >= 0) & ~is_bwd & top)
-    query = np.flatnonzero((seq >= 0) & is_bwd)
-    if not len(cand) or not len(query):
-        return link
-    lo = int(start.min())
-    span = int(start.max()) - lo + 1
-    for exact in (True, False):
-        q = query[(fwd_tid[query] >= 0) == exact]
-        if not len(q):
-            continue
-        thread_c = tid[cand] if exact else np.zeros(len(cand), np.int64)
-        thread_q = fwd_tid[q] if exact else np.zeros(len(q), np.int64)
-        gid, ngroups = dense_ids(np.concatenate([pid[cand], pid[q]]),
-                                   np.concatenate([thread_c, thread_q]),
-                                   np.concatenate([seq[cand], seq[q]]))
-        if ngroups * span >= 2**62:
-            raise OverflowError("time span too wide to key forward candidates")
-        g_c, g_q = gid[: len(cand)], gid[len(cand):]
-        keys = g_c * span + (start[cand] - lo)
-        order = np.argsort(keys, kind="stable")
-        pos = np.searchsorted(keys[order], g_q * span + (start[q] - lo), "right") - 1
-        hit = order[np.maximum(pos, 0)]
-        ok = (pos >= 0) & (g_c[hit] == g_q)
-        link[q[ok]] = cand[hit[ok]]
-    return link
 
-
-def annotate(ops: pa.Table, parsed: pa.Table | None = None) -> pa.Table:
-    """Append the PyTorch columns to ``ops`` (see docs/dataset.md).
-
-    ``parsed`` is ``names.parse(ops["name"])`` when the caller already has it.
-    """
-    if parsed is None:
-        parsed = names.parse(ops.column("name"))
-    parent = np_col(ops, "parent_id", fill=-1)
-    depth = np_col(ops, "depth")
-    link = forward_links(ops, parsed)
-
-    # Evaluate-function wrappers carry no seq: they take their node's link.
-    is_eval = np.asarray(pc.starts_with(parsed.column("op_name"), names.EVALUATE).to_numpy(zero_copy_only=False))
-    if is_eval.any():
-        child_link = np.full(len(link), -1, np.int64)
-        has = (parent >= 0) & (link >= 0)
-        child_link[parent[has]] = link[has]
-        link = np.where(is_eval & (link < 0), child_link, link)
-
-    fwd = link >= 0
-    module_col = parsed.column("module")
-    if module_col.null_count < len(module_col):
-        module_own = np.where(np.asarray(module_col.is_valid().to_numpy(zero_copy_only=False)),
-                              np.arange(ops.num_rows), -1)
-        module_src = _inherit_down_np(parent, depth, module_own)
-        # Backward rows (and what runs inside them) take the forward op's module.
-        module_src = np.where(fwd & (module_src < 0), module_src[np.maximum(link, 0)], module_src)
-        module_path = pc.if_else(pa.array(module_src >= 0), module_col.take(pa.array(np.maximum(module_src, 0))),
-                                 pa.scalar(None, pa.string()))
+    # Module path from the op or its ancestors (before backward rows take their forward op's).
+    module_col = _arr(parsed.column("module"))
+    if module_col.null_count < n:
+        module_own = np.where(np.asarray(module_col.is_valid().to_numpy(zero_copy_only=False)), np.arange(n), -1)
+        module = _take_or_null(module_col, _inherit_down_np(parent, depth, module_own))
     else:
-        module_path = module_col
-    shapes = parsed.column("input_shapes")
-    if fwd.any() and shapes.null_count < len(shapes):
-        shapes = pc.if_else(pc.and_(pa.array(fwd), pc.is_null(shapes)), shapes.take(pa.array(np.maximum(link, 0))),
-                            shapes)
+        module = module_col
 
-    stack = parsed.column("stack")
-    if stack.null_count < len(stack):
-        inherited = _inherit_down(parent, depth, stack.to_pylist())
-        stack = pa.array(inherited, pa.list_(pa.string()))
-    step = parsed.column("step")
-    if step.null_count < len(step):
-        step_own = np.where(np.asarray(step.is_valid().to_numpy(zero_copy_only=False)), np.arange(ops.num_rows), -1)
-        step_src = _inherit_down_np(parent, depth, step_own)
-        step = pc.if_else(pa.array(step_src >= 0), step.take(pa.array(np.maximum(step_src, 0))),
-                          pa.scalar(None, pa.int64()))
+    links = index.link(pid, tid, start, op_id, parsed, top, module, k)
+    if carried is not None and k:
+        links = Links.concat([carried, links.take(np.arange(k, n))])
 
-    out = ops
-    for name in ("op_name", "seq", "torch_op_id", "input_op_ids", "fwd_tid", "is_backward"):
-        out = out.append_column(name, parsed.column(name))
-    out = out.append_column("input_shapes", shapes)
-    out = out.append_column("module_path", module_path)
-    out = out.append_column("fwd_op_id", pa.array(link, mask=link < 0))
-    out = out.append_column("step", step)
-    return out.append_column("stack", stack)
+    # Evaluate-function wrappers carry no seq: they take their node's link (the last node
+    # child with one; a carried wrapper keeps its earlier node's unless a new one arrives).
+    op_name = parsed.column("op_name")
+    is_eval = np.asarray(pc.starts_with(op_name, names.EVALUATE).to_numpy(zero_copy_only=False))
+    link = links.op_id
+    if is_eval.any():
+        child = np.full(n, -1, np.int64)
+        has = (parent >= 0) & (links.own >= 0)
+        child[parent[has]] = np.flatnonzero(has)
+        take = is_eval & (links.own < 0) & (child >= 0)
+        if take.any():
+            src = np.where(take, child, np.arange(n))
+            links = Links(links.op_id[src], links.module.take(pa.array(src)), links.shapes.take(pa.array(src)),
+                          links.own)
+            link = links.op_id
+
+    fwd = pa.array(link >= 0)
+    module_path = pc.if_else(pc.and_(fwd, pc.is_null(module)), links.module, module)
+    shapes = _arr(parsed.column("input_shapes"))
+    if shapes.null_count < n or links.shapes.null_count < n:
+        shapes = pc.if_else(pc.and_(fwd, pc.is_null(shapes)), links.shapes, shapes)
+
+    stack = _arr(parsed.column("stack"))
+    if stack.null_count < n:
+        stack = pa.array(_inherit_down(parent, depth, stack.to_pylist()), pa.list_(pa.string()))
+    step = _arr(parsed.column("step"))
+    if step.null_count < n:
+        step_own = np.where(np.asarray(step.is_valid().to_numpy(zero_copy_only=False)), np.arange(n), -1)
+        step = _take_or_null(step, _inherit_down_np(parent, depth, step_own))
+
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {
+        name: parsed.column(name) for name in ("op_name", "seq", "torch_op_id", "input_op_ids", "fwd_tid",
+                                               "is_backward")}
+    cols["input_shapes"] = shapes
+    cols["module_path"] = module_path
+    cols["fwd_op_id"] = pa.array(link, mask=link < 0)
+    cols["step"] = step
+    cols["stack"] = stack
+    # What a row still open at the window's end carries: values inherited so far count as its own.
+    state = parsed.set_column(parsed.schema.get_field_index("module"), "module", module)
+    state = state.set_column(state.schema.get_field_index("step"), "step", step)
+    state = state.set_column(state.schema.get_field_index("stack"), "stack", stack)
+    return cols, state, links
