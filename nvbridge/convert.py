@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge import __version__
-from nvbridge.correlate import Model, check, correlate
-from nvbridge.dataset import Report, from_model, load
-from nvbridge.errors import ExportError
+from nvbridge.correlate import Correlator, capture_end, correlate, other_tables, stream
+from nvbridge.dataset import Report, load
+from nvbridge.errors import ExportError, NotStreamable
 from nvbridge.export import chrome, parquet
 from nvbridge.profile import SourceInfo
 from nvbridge.readers import read_profile
@@ -32,6 +32,9 @@ from nvbridge.readers._arrow import np_col
 # progress(stage, rows): ``stage`` names what starts now; ``rows`` is how many rows' worth of the
 # whole job the finished stage stands for, so a display can show rows/s and time left.
 Progress = Callable[[str, int], None]
+# NVTX rowids per streamed window: at 2M rows, 8 windows; big enough that per-window costs
+# vanish, small enough that a window's names and columns stay a few tens of MB.
+WINDOW_ROWS = 1 << 18
 # Share of a report's time each stage takes (measured at 2M NVTX rows): read, correlate, write.
 STAGE_SHARE = {"reading": 0.38, "correlating": 0.40, "writing": 0.22}
 _EVENT_TABLES = (
@@ -105,22 +108,21 @@ def _n(count: int, noun: str) -> str:
     return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith("s") else "s")
 
 
-def _summarize(model: Model, output: Path, rows_read: int, seconds: float) -> ConversionResult:
-    g = model.gpu_ops
+def _summarize(info: SourceInfo, ops: _OpsTally, tables: dict[str, pa.Table], output: Path, rows_read: int,
+               seconds: float) -> ConversionResult:
+    g = tables["gpu_ops"]
     kind = np.asarray(g.column("kind").to_numpy(zero_copy_only=False))
     dur = np_col(g, "end_ns") - np_col(g, "start_ns")
     unattributed = np_col(g, "op_id", fill=-1) < 0
-    pids = np_col(model.ops, "process_id")
-    keys = pa.array((pids << 32) | np_col(model.ops, "thread_id", fill=0)).unique()
     return ConversionResult(
-        info=model.info,
+        info=info,
         output=output,
         rows_read=rows_read,
-        ops=model.ops.num_rows,
-        threads=len(keys),
-        processes=len(pa.array(pids).unique()),
-        api_calls=model.api_calls.num_rows,
-        api_calls_outside_ranges=int(model.api_calls.column("op_id").null_count),
+        ops=ops.rows,
+        threads=len(ops.threads),
+        processes=len({key >> 32 for key in ops.threads}),
+        api_calls=tables["api_calls"].num_rows,
+        api_calls_outside_ranges=int(tables["api_calls"].column("op_id").null_count),
         kernels=int((kind == "kernel").sum()),
         memcpys=int((kind == "memcpy").sum()),
         memsets=int((kind == "memset").sum()),
@@ -130,6 +132,19 @@ def _summarize(model: Model, output: Path, rows_read: int, seconds: float) -> Co
         gpu_ns_unattributed=int(dur[unattributed].sum()),
         seconds=seconds,
     )
+
+
+class _OpsTally:
+    """What the summary needs of the ops, counted as they are written."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.threads: set[int] = set()
+
+    def add(self, ops: pa.Table) -> None:
+        self.rows += ops.num_rows
+        keys = (np_col(ops, "process_id") << 32) | np_col(ops, "thread_id", fill=0)
+        self.threads.update(np.unique(keys).tolist())
 
 
 def _check_destination(output: Path, force: bool) -> None:
@@ -158,13 +173,17 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
                 ) -> ConversionResult:
     """Convert one profiler database into a Parquet dataset directory.
 
+    An Nsight Systems file streams: its NVTX rows are read, correlated and written
+    :data:`WINDOW_ROWS` rows at a time, so memory stays bounded whatever the report's size. A
+    report whose ranges are out of start order, an nvprof file or another SQLAlchemy URL is
+    read whole.
+
     Args:
         source: an nvprof or Nsight Systems SQLite file, or an SQLAlchemy URL.
         output: the dataset directory to create.
         force: replace ``output`` if it exists.
         progress: called with a short stage name as work advances.
-        chrome_trace: also write the Chrome/Perfetto trace here (``.json`` or ``.json.gz``),
-            from the same in-memory model: the input is read once.
+        chrome_trace: also write the Chrome/Perfetto trace here (``.json`` or ``.json.gz``).
 
     Returns:
         What was read and written.
@@ -180,34 +199,101 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     report = progress or (lambda _stage, _rows: None)
     expected = estimate_rows(source) if progress else 0
     t0 = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        done = None
+        try:
+            done = _streamed(source, tmp, report)
+        except NotStreamable:
+            for part in tmp.iterdir():
+                part.unlink()
+        if done is None:
+            done = _whole(source, tmp, report, expected)
+        info, ops, tables, rows_read = done
+        if chrome_trace is not None:
+            report("writing trace", 0)
+            chrome.write(load(tmp), chrome_trace, rank=info.rank or 0)
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    report("done", max(expected - rows_read, 0))
+    return _summarize(info, ops, tables, out, rows_read, time.perf_counter() - t0)
+
+
+_Done = tuple[SourceInfo, _OpsTally, dict[str, pa.Table], int]
+
+
+def _with_rank(info: SourceInfo, source: str | os.PathLike[str]) -> SourceInfo:
+    if info.rank is None and (rank := rank_from_name(str(source))) is not None:
+        return dataclasses.replace(info, rank=rank)
+    return info
+
+
+def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress) -> _Done:
+    """Convert an Nsight Systems file window by window into ``tmp``.
+
+    Raises:
+        NotStreamable: not a local Nsight Systems file, or its ranges are out of start order.
+    """
+    from nvbridge.readers import detect
+    from nvbridge.readers._db import Database
+    from nvbridge.readers.nsys import Stream
+
+    with Database(source) as db:
+        if db.path is None or detect(db) != "nsys":
+            raise NotStreamable("only local Nsight Systems files stream")
+        report("reading", 0)
+        with db.translate_errors():
+            stream_in = Stream(db, WINDOW_ROWS)
+            info = _with_rank(stream_in.info, source)
+            engine = Correlator(info, stream_in.api_calls, stream_in.gpu_ops, capture_end(info, stream_in.latest_ns))
+            reported = stream_in.rows_read
+            report("correlating", reported)
+            ops = _OpsTally()
+            writer = parquet.TableWriter(tmp / "ops.parquet")
+            try:
+                for chunk in stream(engine, stream_in.windows()):
+                    writer.write(chunk)
+                    ops.add(chunk)
+                    report("correlating", stream_in.rows_read - reported)
+                    reported = stream_in.rows_read
+            finally:
+                writer.close()
+            report("writing", 0)
+            tables = other_tables(engine, stream_in.marks(), stream_in.syncs, stream_in.threads(),
+                                  stream_in.devices)
+        rows = {"ops": ops.rows, **{name: t.num_rows for name, t in tables.items()}}
+        _write_tables(tmp, info, tables, rows)
+        return info, ops, tables, stream_in.rows_read
+
+
+def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int) -> _Done:
+    """Read, correlate and write a report in one window."""
     report("reading", 0)
     profile = read_profile(source)
     rows_read = profile.rows_read
     expected = expected or rows_read
-    if profile.info.rank is None and (rank := rank_from_name(str(source))) is not None:
-        profile = dataclasses.replace(profile, info=dataclasses.replace(profile.info, rank=rank))
+    info = _with_rank(profile.info, source)
+    profile = dataclasses.replace(profile, info=info)
     report("correlating", round(expected * STAGE_SHARE["reading"]))
     model = correlate(profile)
     del profile  # the raw tables: gone before the output is encoded
     pa.default_memory_pool().release_unused()
     report("writing", round(expected * STAGE_SHARE["correlating"]))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        # The invariants are checked while the files encode; nothing is published unless they hold.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            checking = pool.submit(check, model)
-            parquet.write(model, tmp, __version__)
-            checking.result()
-        if chrome_trace is not None:
-            report("writing trace", 0)
-            chrome.write(from_model(model), chrome_trace, rank=model.info.rank or 0)
-        _publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    report("done", expected - round(expected * STAGE_SHARE["reading"]) - round(expected * STAGE_SHARE["correlating"]))
-    return _summarize(model, out, rows_read, time.perf_counter() - t0)
+    parquet.write(model, tmp, __version__)
+    ops = _OpsTally()
+    ops.add(model.ops)
+    tables = {name: getattr(model, name) for name in parquet.TABLES if name != "ops"}
+    return info, ops, tables, rows_read
+
+
+def _write_tables(tmp: Path, info: SourceInfo, tables: dict[str, pa.Table], rows: dict[str, int]) -> None:
+    """The whole-report tables, two at a time (Parquet encoding releases the GIL), then meta."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda name: parquet.write_table(tables[name], tmp / f"{name}.parquet"), tables))
+    parquet.write_meta(tmp, info, rows, __version__)
 
 
 def _check_trace_destination(path: Path, force: bool) -> None:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge import names, semantics
-from nvbridge.errors import CorrelationError
+from nvbridge.errors import CorrelationError, NotStreamable
 from nvbridge.intervals import Forest
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import DICT_STR, np_col
@@ -225,9 +225,11 @@ class Correlator:
         m = new.num_rows
         s_new = np_col(new, "start_ns")
         if self._last_cut is not None and m and int(s_new.min()) < self._last_cut:
-            raise NotInStartOrder("ranges are not in start order across windows")
+            raise NotStreamable("ranges are not in start order across windows")
         if cut is not None and m and int(s_new.max()) >= cut:
             raise CorrelationError("a window holds a range starting at or after its cut")
+        if m and int(s_new.max()) > cap:
+            raise NotStreamable("a range starts after the capture end the stream assumed")
         raw_end = new.column("end_ns").combine_chunks()
         e_new = np.maximum(np.asarray(raw_end.fill_null(cap).to_numpy(zero_copy_only=False)), s_new)
         open_end = np.asarray(raw_end.is_null().to_numpy(zero_copy_only=False))
@@ -514,10 +516,6 @@ class Correlator:
         return pa.table(cols)
 
 
-class NotInStartOrder(CorrelationError):
-    """The ranges of a streamed report are not in start order: correlate it in one window."""
-
-
 def stream(engine: Correlator, windows: Iterable[pa.Table]) -> Iterator[pa.Table]:
     """Feed windows of ranges read in export order to ``engine``; yields finished ops rows.
 
@@ -525,7 +523,7 @@ def stream(engine: Correlator, windows: Iterable[pa.Table]) -> Iterator[pa.Table
     window, so equal starts are never split (ties order by thread, which the engine sorts).
 
     Raises:
-        NotInStartOrder: a window holds a range that starts before an earlier window's cut.
+        NotStreamable: a window holds a range that starts before an earlier window's cut.
     """
     held: pa.Table | None = None
     for window in windows:
@@ -564,35 +562,30 @@ def correlate(profile: RawProfile) -> Model:
     engine = Correlator(profile.info, api, profile.gpu_ops, capture_end(profile.info, hi))
     ops = engine.add(r, None)
     engine.finish()
+    return Model(profile.info, ops, **other_tables(engine, profile.marks, profile.syncs, profile.threads,
+                                                   profile.devices))
+
+
+def other_tables(engine: Correlator, marks: pa.Table, syncs: pa.Table, threads: pa.Table,
+                 devices: pa.Table) -> dict[str, pa.Table]:
+    """Every output table but ops, once the engine has seen the last window."""
     gpu_ops = engine.gpu_ops()
-    return Model(profile.info, ops, engine.api_calls(), gpu_ops, _marks(profile), _syncs(profile, api),
-                 _threads(profile), _devices(profile, gpu_ops))
-
-
-def _marks(profile: RawProfile) -> pa.Table:
-    m = profile.marks
-    return m.sort_by([("ts_ns", "ascending")])
-
-
-def _syncs(profile: RawProfile, api: pa.Table) -> pa.Table:
-    s = profile.syncs
-    s_api = _api_by_correlation(api, np_col(s, "process_key", fill=0), np_col(s, "correlation_id", fill=-1))
-    out = s.append_column("api_call_id", pa.array(s_api, mask=s_api < 0))
-    return out.sort_by([("start_ns", "ascending")])
-
-
-def _threads(profile: RawProfile) -> pa.Table:
-    return profile.threads.drop_columns(["thread_key"]).sort_by(
-        [("process_id", "ascending"), ("thread_id", "ascending")])
-
-
-def _devices(profile: RawProfile, gpu_ops: pa.Table) -> pa.Table:
-    """Devices the report names, plus any device a GPU op ran on that it does not name."""
-    known = profile.devices
-    seen = set(np_col(known, "device_id", fill=-1).tolist())
+    s_api = _api_by_correlation(engine.api, np_col(syncs, "process_key", fill=0),
+                                np_col(syncs, "correlation_id", fill=-1))
+    seen = set(np_col(devices, "device_id", fill=-1).tolist())
     extra = sorted({int(d) for d in np.unique(np_col(gpu_ops, "device_id", fill=-1)) if d >= 0} - seen)
+    # Devices the report names, plus any device a GPU op ran on that it does not name.
     extra_t = pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())})
-    return pa.concat_tables([known.cast(extra_t.schema), extra_t]).sort_by([("device_id", "ascending")])
+    return {
+        "api_calls": engine.api_calls(),
+        "gpu_ops": gpu_ops,
+        "marks": marks.sort_by([("ts_ns", "ascending")]),
+        "syncs": syncs.append_column("api_call_id", pa.array(s_api, mask=s_api < 0)).sort_by(
+            [("start_ns", "ascending")]),
+        "threads": threads.drop_columns(["thread_key"]).sort_by([("process_id", "ascending"),
+                                                                   ("thread_id", "ascending")]),
+        "devices": pa.concat_tables([devices.cast(extra_t.schema), extra_t]).sort_by([("device_id", "ascending")]),
+    }
 
 
 def check(model: Model) -> None:

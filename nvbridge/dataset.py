@@ -80,7 +80,8 @@ def load(path: str | os.PathLike[str]) -> Report:
 
 def from_model(model: Model) -> Report:
     """A Report over an in-memory model (what a conversion is about to write)."""
-    meta_t = parquet.meta_table(model.info, model, __version__)
+    meta_t = parquet.meta_table(model.info, {name: getattr(model, name).num_rows for name in parquet.TABLES},
+                                __version__)
     meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
     return Report(meta, {name: getattr(model, name) for name in parquet.TABLES})
 

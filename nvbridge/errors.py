@@ -7,6 +7,7 @@
     │   ├── UnsupportedSchema       a profiler schema too far from the ones we know
     │   └── MissingTable            a table or column the reader cannot do without
     ├── CorrelationError        an invariant of the op tree does not hold (a bug, not bad input)
+    ├── NotStreamable           internal: the report must be read whole, not window by window
     └── ExportError             the output cannot be written (exists, not a dataset, ...)
 
 Each message is one line that names the problem and the fix; the CLI prints it as
@@ -42,6 +43,11 @@ class MissingTable(InputError):
 
 class CorrelationError(NvbridgeError):
     """The correlated model breaks one of its invariants."""
+
+
+class NotStreamable(NvbridgeError):
+    """A report cannot be correlated window by window (its ranges are not in start order);
+    ``convert`` catches it and converts the report in one window. Never reaches a user."""
 
 
 class ExportError(NvbridgeError):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,7 +25,7 @@ TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
 ROW_GROUP_ROWS = 1 << 20
 
 
-def meta_table(info: SourceInfo, model: Model, nvbridge_version: str) -> pa.Table:
+def meta_table(info: SourceInfo, rows_per_table: Mapping[str, int], nvbridge_version: str) -> pa.Table:
     """Key/value rows describing the source and the dataset.
 
     Only what was detected about the capture is recorded: never its environment variables,
@@ -39,7 +40,7 @@ def meta_table(info: SourceInfo, model: Model, nvbridge_version: str) -> pa.Tabl
         value = getattr(info, field.name)
         rows[field.name] = None if value is None else str(value)
     for name in TABLES:
-        rows[f"rows.{name}"] = str(getattr(model, name).num_rows)
+        rows[f"rows.{name}"] = str(rows_per_table[name])
     return pa.table({
         "key": pa.array(list(rows), pa.string()),
         "value": pa.array(list(rows.values()), pa.string()),
@@ -59,19 +60,60 @@ def _encodings(schema: pa.Schema) -> dict[str, object]:
     }
 
 
+def write_table(table: pa.Table, path: Path) -> None:
+    pq.write_table(table, path, compression="zstd", row_group_size=ROW_GROUP_ROWS, **_encodings(table.schema))
+
+
 def write(model: Model, directory: Path, nvbridge_version: str) -> None:
     """Write every table of ``model`` and ``meta.parquet`` into ``directory`` (must exist).
 
     Tables are encoded two at a time: Parquet encoding releases the GIL.
     """
-    def one(name: str) -> None:
-        table = getattr(model, name)
-        pq.write_table(table, directory / f"{name}.parquet", compression="zstd",
-                       row_group_size=ROW_GROUP_ROWS, **_encodings(table.schema))
-
     with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(one, TABLES))
-    pq.write_table(meta_table(model.info, model, nvbridge_version), directory / "meta.parquet")
+        list(pool.map(lambda name: write_table(getattr(model, name), directory / f"{name}.parquet"), TABLES))
+    write_meta(directory, model.info, {name: getattr(model, name).num_rows for name in TABLES}, nvbridge_version)
+
+
+def write_meta(directory: Path, info: SourceInfo, rows_per_table: Mapping[str, int], nvbridge_version: str) -> None:
+    pq.write_table(meta_table(info, rows_per_table, nvbridge_version), directory / "meta.parquet")
+
+
+class TableWriter:
+    """One table written a part at a time, each part a row group, encoded on a background
+    thread while the caller builds the next part (one part in flight bounds the memory)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._schema: pa.Schema | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvbridge-write")
+        self._pending: Future[None] | None = None
+
+    def write(self, table: pa.Table) -> None:
+        if self._schema is None:
+            self._schema = table.schema
+            self._writer = pq.ParquetWriter(self.path, table.schema, compression="zstd", **_encodings(table.schema))
+        else:
+            table = table.cast(self._schema)
+        self.wait()
+        writer = self._writer
+        assert writer is not None
+        self._pending = self._pool.submit(writer.write_table, table, row_group_size=ROW_GROUP_ROWS)
+        self.rows += table.num_rows
+
+    def wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown()
+            if self._writer is not None:
+                self._writer.close()
 
 
 def read(directory: Path) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
@@ -95,4 +137,9 @@ def read(directory: Path) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
             f"{DATASET_SCHEMA_VERSION}; convert the report again or upgrade nvbridge."
         )
     tables = {name: pq.read_table(directory / f"{name}.parquet") for name in TABLES}
+    # A streamed conversion writes a range that stayed open across windows after later ops:
+    # hand the ops back in op_id order.
+    op_id = tables["ops"].column("op_id").combine_chunks().to_numpy(zero_copy_only=False)
+    if len(op_id) > 1 and (op_id[1:] < op_id[:-1]).any():
+        tables["ops"] = tables["ops"].take(pa.array(op_id.argsort(kind="stable")))
     return meta, tables

@@ -161,6 +161,7 @@ class Database:
             sa.event.listen(self.engine, "connect", _lenient_text)
         else:
             self.engine = sa.create_engine(url)
+        self._pool: ThreadPoolExecutor | None = None
         with self.translate_errors():
             self._tables: dict[str, sa.TableClause] = {}
             self._inspector = sa.inspect(self.engine)
@@ -168,7 +169,10 @@ class Database:
             self._columns: dict[str, frozenset[str]] = {}
 
     def close(self) -> None:
-        """Release SQLAlchemy's connections (each ConnectorX read opens and closes its own)."""
+        """Stop reads still queued and release SQLAlchemy's connections (each ConnectorX read
+        opens and closes its own)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
         self.engine.dispose()
 
     def __enter__(self) -> Database:
@@ -288,6 +292,15 @@ class Database:
             return pa.table(arrays, names=[c.field for c in columns])
 
         return fetch
+
+    def submit(self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None = None,
+               ) -> Future[pa.Table]:
+        """Start one :meth:`read_table` on the database's two reader threads and return at once.
+        The query is built here; reads run in submission order, GIL released."""
+        fetch = self._prepare(table, columns, where)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nvbridge-read")
+        return self._pool.submit(fetch)
 
     @contextlib.contextmanager
     def reading(self, requests: dict[str, tuple[str, Sequence[Column], sa.ColumnElement[bool] | None]],

@@ -8,12 +8,15 @@ absent optional column its default. Names are resolved through ``StringIds`` in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import sqlalchemy as sa
 
+from nvbridge.errors import NotStreamable
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import (
     concat_gpu_ops,
@@ -358,3 +361,111 @@ def _devices(db: Database) -> pa.Table:
     return pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
 
 
+
+
+class Stream:
+    """An export read for a streamed conversion: API calls and GPU ops whole (numbers and
+    name ids, compact), NVTX rows in windows of ``window_rows`` rowids.
+
+    Reads start on construction, on the database's two reader threads: the first NVTX
+    windows, then the whole tables; later windows are fetched two ahead of the consumer, so
+    memory holds a few windows whatever the report's size. Marks, thread names and domain
+    names come out of the same windows (no second scan of NVTX_EVENTS).
+
+    Raises (from :meth:`windows`):
+        NotStreamable: a domain is named after ranges of it were already emitted unnamed.
+    """
+
+    AHEAD = 2
+
+    def __init__(self, db: Database, window_rows: int) -> None:
+        self.db = db
+        self.window_rows = window_rows
+        self._next = self._last = 0
+        self._pending: list[Future[pa.Table]] = []
+        if db.has("NVTX_EVENTS"):
+            t = db.table("NVTX_EVENTS")
+            self._types = t.c.eventType.in_(RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE))
+            (first, last), = db.scalar_rows("SELECT min(rowid), max(rowid) FROM NVTX_EVENTS")
+            self._next, self._last = int(first or 0), int(last or -1)
+            for _ in range(self.AHEAD):
+                self._submit_window()
+        raw = {key: db.submit(*request) for key, request in {
+            "strings": ("StringIds", STRINGS, None),
+            "runtime": ("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME, None),
+            "kernel": ("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL, None),
+            "memcpy": ("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY, None),
+            "memset": ("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET, None),
+            "graph": ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", GRAPH_TRACE, None),
+            "sync": ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", SYNC, None),
+        }.items()}
+        self.info = _source_info(db)
+        self.strings = raw["strings"].result()
+        self.api_calls = _api_calls(raw["runtime"].result(), self.strings)
+        self.gpu_ops = _gpu_ops({k: f.result() for k, f in raw.items()}, self.strings)
+        syncs = raw["sync"].result()
+        syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
+        self.syncs = syncs.drop_columns(["sync_type_id"])
+        self.devices = _devices(db)
+        # Never-closed ranges are clamped at the latest time of the capture; in a stream the
+        # latest range start is the last range row's (the engine checks that it is).
+        last = db.scalar_rows(f"SELECT start FROM NVTX_EVENTS WHERE eventType IN {RANGE_TYPES} "
+                              "ORDER BY rowid DESC LIMIT 1") if db.has("NVTX_EVENTS") else []
+        times = [int(last[0][0])] if last and last[0][0] is not None else []
+        times += [int(np_col(self.api_calls, c).max()) for c in ("start_ns", "end_ns") if self.api_calls.num_rows]
+        self.latest_ns = max(times, default=0)
+        self.rows_read = self.api_calls.num_rows + self.gpu_ops.num_rows + self.syncs.num_rows
+        self._domains: dict[tuple[int, int], str] = {}
+        self._unnamed: set[tuple[int, int]] = set()
+        self._marks: list[pa.Table] = []
+        self._thread_names: list[pa.Table] = []
+        self._thread_keys: list[np.ndarray] = []
+
+    def _submit_window(self) -> None:
+        if self._next > self._last:
+            return
+        rowid = sa.literal_column("rowid")
+        where = sa.and_(self._types, rowid >= self._next, rowid < self._next + self.window_rows)
+        self._pending.append(self.db.submit("NVTX_EVENTS", NVTX, where))
+        self._next += self.window_rows
+
+    def windows(self) -> Iterator[pa.Table]:
+        """The ranges, one window of rowids at a time, in export order."""
+        while self._pending:
+            ev = self._pending.pop(0).result()
+            self._submit_window()
+            self.rows_read += ev.num_rows
+            etype = np_col(ev, "event_type")
+            is_range = np.isin(etype, RANGE_TYPES)
+            if not is_range.all():
+                self._others(ev.filter(pa.array(~is_range)))
+                ev = ev.filter(pa.array(is_range))
+            gtid = np_col(ev, "global_tid", fill=0)
+            domain_id = np_col(ev, "domain_id", fill=0)
+            if (domain_id != 0).any():
+                pairs = np.unique((_process_id(gtid[domain_id != 0]) << 32) | domain_id[domain_id != 0])
+                self._unnamed.update((int(p >> 32), int(p & 0xFFFFFFFF)) for p in pairs
+                                     if (int(p >> 32), int(p & 0xFFFFFFFF)) not in self._domains)
+            self._thread_keys.append(np.unique(gtid))
+            yield _ranges(ev, self.strings, self._domains)
+
+    def _others(self, ev: pa.Table) -> None:
+        marks, thread_names, domains = _nvtx_others(ev, self.strings)
+        if set(domains) & self._unnamed:
+            raise NotStreamable("a domain is named after ranges of it")
+        self._domains.update(domains)
+        self._marks.append(marks)
+        self._thread_names.append(thread_names)
+
+    def marks(self) -> pa.Table:
+        """The marks (once :meth:`windows` is exhausted)."""
+        if not self._marks:
+            self._others(self.db.read_table("NVTX_EVENTS", NVTX, sa.false()))  # no rows: the empty table
+        return pa.concat_tables(self._marks)
+
+    def threads(self) -> pa.Table:
+        """Every thread of the report, named (once :meth:`windows` is exhausted)."""
+        keys = np.unique(np.concatenate(self._thread_keys)) if self._thread_keys else np.zeros(0, np.int64)
+        names = pa.concat_tables(self._thread_names) if self._thread_names else \
+            pa.table({"thread_key": pa.array([], pa.int64()), "thread_name": pa.array([], pa.string())})
+        return _threads(self.db, self.strings, pa.table({"thread_key": pa.array(keys)}), self.api_calls, names)

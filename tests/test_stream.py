@@ -1,0 +1,95 @@
+"""Streamed conversion: window by window, the dataset equals the one-window conversion."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+import nvbridge
+from nvbridge.dataset import Report
+from tests.conftest import NSYS_FILES, SAMPLE_DB, raw, real_db
+
+convert_mod = importlib.import_module("nvbridge.convert")  # the module; nvbridge.convert is the function
+SAMPLES = sorted(p.name for p in SAMPLE_DB.glob("*.sqlite"))
+
+
+def _source(name: str) -> Path:
+    return SAMPLE_DB / name if name in SAMPLES else real_db(name)
+
+
+def _no_whole_path(*_args: Any, **_kwargs: Any) -> None:
+    raise AssertionError("the report fell back to the one-window conversion")
+
+
+def _assert_same(streamed: Report, whole: Report) -> None:
+    for name in ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices"):
+        got, want = getattr(streamed, name), getattr(whole, name)
+        assert got.column_names == want.column_names, name
+        for col in want.column_names:
+            a, b = got.column(col), want.column(col)
+            assert a.cast(b.type).to_pylist() == b.to_pylist(), f"{name}.{col}"
+
+
+@pytest.mark.parametrize("name", NSYS_FILES + SAMPLES)
+def test_windows_give_the_one_window_dataset(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _source(name)
+    whole = nvbridge.load(path)  # one window, in memory
+    monkeypatch.setattr(convert_mod, "WINDOW_ROWS", 97)
+    monkeypatch.setattr(convert_mod, "_whole", _no_whole_path)
+    out = tmp_path / "out"
+    nvbridge.convert(path, out)
+    streamed = nvbridge.load(out)
+    _assert_same(streamed, whole)
+    ranges = raw(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71)")[0][0] \
+        if raw(path, "SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'") else 0
+    assert streamed.ops.num_rows == ranges
+    if ranges > 97:
+        # More than one row group: the ops really went out window by window.
+        assert pq.ParquetFile(out / "ops.parquet").num_row_groups > 1
+
+
+def test_ranges_still_open_at_a_cut_keep_their_subtree_sums(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The FSDP capture's longest range spans many windows of 97 rows; its inclusive GPU
+    time must still be every GPU op launched inside it on its thread, summed here in SQL."""
+    path = real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite")
+    monkeypatch.setattr(convert_mod, "WINDOW_ROWS", 97)
+    nvbridge.convert(path, tmp_path / "out")
+    ops = nvbridge.load(tmp_path / "out").df("ops")
+    longest = ops.sort_values("total_cpu_ns").iloc[-1]
+    (rows_during,), = raw(path, f"""SELECT count(*) FROM NVTX_EVENTS
+        WHERE start > {int(longest.start_ns)} AND start < {int(longest.end_ns)}""")
+    assert rows_during > 97 * 3  # it really stayed open across windows
+    gpu = " UNION ALL ".join(f"SELECT start, end, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_{t}"
+                             for t in ("KERNEL", "MEMCPY", "MEMSET"))
+    (expected,), = raw(path, f"""
+        SELECT sum(g.end - g.start) FROM ({gpu}) g JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+          ON r.correlationId = g.correlationId AND (r.globalTid >> 24) = (g.globalPid >> 24)
+        WHERE r.start >= {int(longest.start_ns)} AND r.end <= {int(longest.end_ns)}
+          AND (r.globalTid >> 24) % 16777216 = {int(longest.process_id)}
+          AND r.globalTid % 16777216 = {int(longest.thread_id)}""")
+    assert expected > 0
+    assert int(longest.total_gpu_ns) == expected
+
+
+def test_ranges_out_of_start_order_fall_back_to_one_window(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    src = SAMPLE_DB / "transformer_shapes_cpu.sqlite"
+    shuffled = tmp_path / "shuffled.sqlite"
+    shutil.copy(src, shuffled)
+    con = sqlite3.connect(shuffled)
+    # The same rows, stored latest first.
+    con.executescript("""
+        CREATE TABLE n2 AS SELECT * FROM NVTX_EVENTS ORDER BY start DESC;
+        DELETE FROM NVTX_EVENTS; INSERT INTO NVTX_EVENTS SELECT * FROM n2; DROP TABLE n2;""")
+    con.commit()
+    con.close()
+    monkeypatch.setattr(convert_mod, "WINDOW_ROWS", 97)
+    nvbridge.convert(shuffled, tmp_path / "out")
+    _assert_same(nvbridge.load(tmp_path / "out"), nvbridge.load(src))
