@@ -26,7 +26,7 @@ from nvbridge import names, semantics
 from nvbridge.errors import CorrelationError, NotStreamable
 from nvbridge.intervals import Forest
 from nvbridge.profile import RawProfile, SourceInfo
-from nvbridge.readers._arrow import DICT_STR, np_col
+from nvbridge.readers._arrow import DICT_STR, np_col, take_sorted
 
 # ops.flags bits
 OPEN_AT_END = 1
@@ -126,10 +126,12 @@ def _match_gpu_ops(api: pa.Table, gpu: pa.Table) -> tuple[pa.Table, np.ndarray, 
     position (-1 without one).
     """
     g_start, g_end = np_col(gpu, "start_ns"), np_col(gpu, "end_ns")
-    g_order = np.argsort(g_start, kind="stable")
-    gpu = gpu.take(pa.array(g_order))
+    if len(g_start) > 1 and (np.diff(g_start) < 0).any():  # readers give them sorted: no copy
+        g_order = np.argsort(g_start, kind="stable")
+        gpu = gpu.take(pa.array(g_order))
+        g_start, g_end = g_start[g_order], g_end[g_order]
     g_api = _api_by_correlation(api, np_col(gpu, "process_key", fill=0), np_col(gpu, "correlation_id", fill=-1))
-    return gpu, g_start[g_order], g_end[g_order], g_api
+    return gpu, g_start, g_end, g_api
 
 
 RANGES_SCHEMA = pa.schema([
@@ -386,7 +388,9 @@ class Correlator:
         idx = None if all_rows else pa.array(emit)
 
         def pick(col: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-            return col if idx is None else col.take(idx)
+            if idx is None:
+                return col
+            return take_sorted(col if isinstance(col, pa.ChunkedArray) else pa.chunked_array([col]), emit)
 
         def num(name: str) -> np.ndarray:
             a = numeric[name]
@@ -422,9 +426,10 @@ class Correlator:
         })
         self._self_gpu_sum += int(num("self_gpu_ns").sum())
         if len(carry):
-            take = pa.array(carry)
-            self._open = _Open(raw.take(take), op_id[carry], {name: sums[name][carry] for name in _SUMS},
-                               g_first[carry], g_last[carry], state.take(take), links.take(carry))
+            # Compact copies: slices would keep this window's buffers alive.
+            self._open = _Open(take_sorted(raw, carry).combine_chunks(), op_id[carry],
+                               {name: sums[name][carry] for name in _SUMS}, g_first[carry], g_last[carry],
+                               take_sorted(state, carry).combine_chunks(), links.take(carry))
         else:
             self._open = None
         self._last_cut = cut
