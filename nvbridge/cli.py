@@ -261,6 +261,13 @@ def _use_system_allocator() -> None:
     import pyarrow as pa
 
     pa.set_memory_pool(pa.system_memory_pool())
+    # One malloc arena for every thread: the reader threads' buffers, freed by the main
+    # thread, are then reused by the next window instead of lingering in per-thread arenas
+    # (at 10M NVTX rows: 12 s instead of 14-16 s, and 300 MB less peak memory).
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX (glibc)
 
 
 def main() -> None:

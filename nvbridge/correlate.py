@@ -26,7 +26,7 @@ from nvbridge import names, semantics
 from nvbridge.errors import CorrelationError, NotStreamable
 from nvbridge.intervals import Forest
 from nvbridge.profile import RawProfile, SourceInfo
-from nvbridge.readers._arrow import DICT_STR, np_col, take_sorted
+from nvbridge.readers._arrow import DICT_STR, np_col, take_batches, take_sorted
 
 # ops.flags bits
 OPEN_AT_END = 1
@@ -119,19 +119,17 @@ def _api_by_correlation(api: pa.Table, procs: np.ndarray, corr: np.ndarray) -> n
     return np.where(corr >= 0, found, -1)
 
 
-def _match_gpu_ops(api: pa.Table, gpu: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+def _match_gpu_ops(api: pa.Table, gpu: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """GPU ops -> API call by (process, correlation id).
 
-    Returns the GPU ops sorted by start, their start and end, and each GPU op's API call
-    position (-1 without one).
+    Returns the start order of the GPU ops (their gpu_op_id order), and in that order their
+    start, end and API call position (-1 without one).
     """
     g_start, g_end = np_col(gpu, "start_ns"), np_col(gpu, "end_ns")
-    if len(g_start) > 1 and (np.diff(g_start) < 0).any():  # readers give them sorted: no copy
-        g_order = np.argsort(g_start, kind="stable")
-        gpu = gpu.take(pa.array(g_order))
-        g_start, g_end = g_start[g_order], g_end[g_order]
-    g_api = _api_by_correlation(api, np_col(gpu, "process_key", fill=0), np_col(gpu, "correlation_id", fill=-1))
-    return gpu, g_start, g_end, g_api
+    g_order = np.argsort(g_start, kind="stable")
+    g_api = _api_by_correlation(api, np_col(gpu, "process_key", fill=0)[g_order],
+                                np_col(gpu, "correlation_id", fill=-1)[g_order])
+    return g_order, g_start[g_order], g_end[g_order], g_api
 
 
 RANGES_SCHEMA = pa.schema([
@@ -183,7 +181,8 @@ class Correlator:
         self.info = info
         self.capture_end = capture_end
         self.api = api
-        self.gpu, self._g_start, self._g_end, self._g_api = _match_gpu_ops(api, gpu)
+        self.gpu = gpu
+        self._g_order, self._g_start, self._g_end, self._g_api = _match_gpu_ops(api, gpu)
         a_start = np_col(api, "start_ns")
         self._a_end = np_col(api, "end_ns")
         # API calls are taken in start order (exports are nearly sorted; the sort is stable).
@@ -377,54 +376,38 @@ class Correlator:
         parent_id = _through(op_id, parent)
         self._check(op_id, parent_id, in_tree, r_start, r_end, parent, dur - sums["child_cpu"], sums, emit)
         has_gpu = total_count > 0
-        numeric = {
-            "op_id": op_id, "parent_id": parent_id, "depth": depth, "process_id": pid,
-            "start_ns": r_start, "end_ns": r_end, "self_cpu_ns": np.where(in_tree, dur - sums["child_cpu"], dur),
-            "total_cpu_ns": dur, "self_gpu_ns": sums["self_gpu"], "total_gpu_ns": total_gpu,
-            "gpu_op_count": sums["self_count"], "total_gpu_op_count": total_count,
-            "api_call_count": sums["api_count"], "flags": flags,
-        }
-        all_rows = len(emit) == n
-        idx = None if all_rows else pa.array(emit)
-
-        def pick(col: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-            if idx is None:
-                return col
-            return take_sorted(col if isinstance(col, pa.ChunkedArray) else pa.chunked_array([col]), emit)
-
-        def num(name: str) -> np.ndarray:
-            a = numeric[name]
-            return a if all_rows else a[emit]
-
-        e_parent = num("parent_id")
-        g_f, g_l, e_has = (g_first, g_last, has_gpu) if all_rows else (g_first[emit], g_last[emit], has_gpu[emit])
+        self_cpu = np.where(in_tree, dur - sums["child_cpu"], dur)
+        # Every column over the whole window (zero-copy from NumPy), then the emitted rows as
+        # slices of their runs: no column is copied.
         out = pa.table({
-            "op_id": pa.array(num("op_id")),
-            "parent_id": pa.array(e_parent, mask=e_parent < 0),
-            "depth": pa.array(num("depth")),
-            "name": pick(raw.column("name")),
-            "domain": pick(raw.column("domain")),
-            "domain_id": pick(raw.column("domain_id")),
-            "process_id": pa.array(num("process_id")),
-            "thread_id": pick(raw.column("thread_id")),
-            "start_ns": pa.array(num("start_ns")),
-            "end_ns": pa.array(num("end_ns")),
-            "self_cpu_ns": pa.array(num("self_cpu_ns")),
-            "total_cpu_ns": pa.array(num("total_cpu_ns")),
-            "self_gpu_ns": pa.array(num("self_gpu_ns")),
-            "total_gpu_ns": pa.array(num("total_gpu_ns")),
-            "gpu_op_count": pa.array(num("gpu_op_count")),
-            "total_gpu_op_count": pa.array(num("total_gpu_op_count")),
-            "api_call_count": pa.array(num("api_call_count")),
-            "gpu_start_ns": pa.array(g_f, mask=~e_has),
-            "gpu_end_ns": pa.array(g_l, mask=~e_has),
-            "style": pick(raw.column("style")),
-            "end_thread_id": pc.bit_wise_and(pick(raw.column("end_thread_key")),
+            "op_id": pa.array(op_id),
+            "parent_id": pa.array(parent_id, mask=parent_id < 0),
+            "depth": pa.array(depth),
+            "name": raw.column("name"),
+            "domain": raw.column("domain"),
+            "domain_id": raw.column("domain_id"),
+            "process_id": pa.array(pid),
+            "thread_id": raw.column("thread_id"),
+            "start_ns": pa.array(r_start),
+            "end_ns": pa.array(r_end),
+            "self_cpu_ns": pa.array(self_cpu),
+            "total_cpu_ns": pa.array(dur),
+            "self_gpu_ns": pa.array(sums["self_gpu"]),
+            "total_gpu_ns": pa.array(total_gpu),
+            "gpu_op_count": pa.array(sums["self_count"]),
+            "total_gpu_op_count": pa.array(total_count),
+            "api_call_count": pa.array(sums["api_count"]),
+            "gpu_start_ns": pa.array(g_first, mask=~has_gpu),
+            "gpu_end_ns": pa.array(g_last, mask=~has_gpu),
+            "style": raw.column("style"),
+            "end_thread_id": pc.bit_wise_and(raw.column("end_thread_key"),
                                              pa.scalar(0xFFFFFF if info.kind == "nsys" else 0xFFFFFFFF)),
-            "flags": pa.array(num("flags")),
-            **{name: pick(col) for name, col in torch_cols.items()},
+            "flags": pa.array(flags),
+            **torch_cols,
         })
-        self._self_gpu_sum += int(num("self_gpu_ns").sum())
+        if len(emit) < n:
+            out = take_sorted(out, emit)
+        self._self_gpu_sum += int(sums["self_gpu"][emit].sum())
         if len(carry):
             # Compact copies: slices would keep this window's buffers alive.
             self._open = _Open(take_sorted(raw, carry).combine_chunks(), op_id[carry],
@@ -470,6 +453,10 @@ class Correlator:
         g_dur = self._g_end - self._g_start
         if self._self_gpu_sum + int(g_dur[self.g_op < 0].sum()) != int(g_dur.sum()):
             raise CorrelationError("GPU time is double counted or lost")
+        # What only the windows needed: at 10M NVTX rows 200 MB, freed before the output is built.
+        del self._a_order, self._a_start, self._a_key, self._g_by_rank, self._g_rank_sorted
+        self._forward = semantics.ForwardIndex()
+        self._emitted = np.zeros(0, bool)
 
     def api_calls(self) -> pa.Table:
         """The api_calls table (after :meth:`finish`)."""
@@ -489,9 +476,11 @@ class Correlator:
             "return_value": api.column("return_value"),
         })
 
-    def gpu_ops(self) -> pa.Table:
-        """The gpu_ops table (after :meth:`finish`)."""
-        api, gpu, g_api, g_op = self.api, self.gpu, self._g_api, self.g_op
+    def gpu_ops(self, first: int = 0, stop: int | None = None) -> pa.Table:
+        """The gpu_ops table (after :meth:`finish`), or its rows ``first:stop``."""
+        stop = len(self._g_start) if stop is None else min(stop, len(self._g_start))
+        api, g_api, g_op = self.api, self._g_api[first:stop], self.g_op[first:stop]
+        gpu = take_batches(self.gpu, self._g_order[first:stop])
         g_pid_from_api = _through(np_col(api, "process_id", fill=0), g_api)
         g_tid_from_api = _through(np_col(api, "thread_id", fill=0), g_api)
         g_pkey = np_col(gpu, "process_key", fill=0)
@@ -499,7 +488,7 @@ class Correlator:
         g_pid = np.where(g_api >= 0, g_pid_from_api, (g_pkey >> 24) & 0xFFFFFF)
         g_pid_known = (g_api >= 0) | (self.info.kind == "nsys")
         cols = {
-            "gpu_op_id": pa.array(np.arange(gpu.num_rows, dtype=np.int64)),
+            "gpu_op_id": pa.array(np.arange(first, stop, dtype=np.int64)),
             "op_id": pa.array(g_op, mask=g_op < 0),
             "api_call_id": pa.array(g_api, mask=g_api < 0),
             "kind": gpu.column("kind"),
@@ -510,8 +499,8 @@ class Correlator:
             "process_id": pa.array(g_pid, mask=~g_pid_known),
             "thread_id": pa.array(g_tid_from_api, mask=g_api < 0),
             "correlation_id": gpu.column("correlation_id"),
-            "start_ns": pa.array(self._g_start),
-            "end_ns": pa.array(self._g_end),
+            "start_ns": pa.array(self._g_start[first:stop]),
+            "end_ns": pa.array(self._g_end[first:stop]),
         }
         for name in ("bytes", "copy_kind", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                      "registers_per_thread", "static_shared_bytes", "dynamic_shared_bytes",
@@ -519,6 +508,13 @@ class Correlator:
             cols[name] = gpu.column(name)
         cols["flags"] = pa.array(np.where(g_api < 0, NO_API_CALL, 0).astype(np.int64))
         return pa.table(cols)
+
+    def gpu_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """start_ns, end_ns, op_id and api_call_id of the GPU ops in gpu_op_id order (-1 = none)."""
+        return self._g_start, self._g_end, self.g_op, self._g_api
+
+    def device_ids(self) -> np.ndarray:
+        return np.unique(np_col(self.gpu, "device_id", fill=-1))
 
 
 def stream(engine: Correlator, windows: Iterable[pa.Table]) -> Iterator[pa.Table]:
@@ -567,23 +563,22 @@ def correlate(profile: RawProfile) -> Model:
     engine = Correlator(profile.info, api, profile.gpu_ops, capture_end(profile.info, hi))
     ops = engine.add(r, None)
     engine.finish()
-    return Model(profile.info, ops, **other_tables(engine, profile.marks, profile.syncs, profile.threads,
-                                                   profile.devices))
+    return Model(profile.info, ops, gpu_ops=engine.gpu_ops(),
+                 **other_tables(engine, profile.marks, profile.syncs, profile.threads, profile.devices))
 
 
 def other_tables(engine: Correlator, marks: pa.Table, syncs: pa.Table, threads: pa.Table,
                  devices: pa.Table) -> dict[str, pa.Table]:
-    """Every output table but ops, once the engine has seen the last window."""
-    gpu_ops = engine.gpu_ops()
+    """Every output table but ops and gpu_ops (:meth:`Correlator.gpu_ops`), once the engine
+    has seen the last window."""
     s_api = _api_by_correlation(engine.api, np_col(syncs, "process_key", fill=0),
                                 np_col(syncs, "correlation_id", fill=-1))
     seen = set(np_col(devices, "device_id", fill=-1).tolist())
-    extra = sorted({int(d) for d in np.unique(np_col(gpu_ops, "device_id", fill=-1)) if d >= 0} - seen)
+    extra = sorted({int(d) for d in engine.device_ids() if d >= 0} - seen)
     # Devices the report names, plus any device a GPU op ran on that it does not name.
     extra_t = pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())})
     return {
         "api_calls": engine.api_calls(),
-        "gpu_ops": gpu_ops,
         "marks": marks.sort_by([("ts_ns", "ascending")]),
         "syncs": syncs.append_column("api_call_id", pa.array(s_api, mask=s_api < 0)).sort_by(
             [("start_ns", "ascending")]),

@@ -21,8 +21,9 @@ from nvbridge.profile import SourceInfo
 
 DATASET_SCHEMA_VERSION = "1"
 TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
-# Row groups of this size keep readers' memory bounded and let DuckDB skip by statistics.
-ROW_GROUP_ROWS = 1 << 20
+# Row groups of this size keep readers' and the writer's memory bounded (an encoded row group
+# is held until it is complete) and let DuckDB skip by statistics.
+ROW_GROUP_ROWS = 1 << 18
 
 
 def meta_table(info: SourceInfo, rows_per_table: Mapping[str, int], nvbridge_version: str) -> pa.Table:
