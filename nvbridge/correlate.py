@@ -434,8 +434,12 @@ class Correlator:
             raise CorrelationError("a child range is not inside its parent")
         if (self_cpu[tree] < 0).any():
             raise CorrelationError("negative self CPU time")
-        if (sums["total_gpu"][emit] < sums["self_gpu"][emit]).any():
-            raise CorrelationError("total GPU time below self GPU time")
+        below = emit[sums["total_gpu"][emit] < sums["self_gpu"][emit]]
+        if len(below):
+            i = int(below[0])
+            raise CorrelationError(f"total GPU time below self GPU time (op {int(op_id[i])}: self "
+                                   f"{int(sums['self_gpu'][i])} ns, total {int(sums['total_gpu'][i])} ns, after the window "
+                                   f"starting at {self._last_cut}); please report this file")
         ids = op_id[emit]
         if len(ids) and int(ids.max()) >= len(self._emitted):
             self._emitted = np.concatenate([self._emitted, np.zeros(max(len(self._emitted), int(ids.max()) + 1), bool)])
