@@ -10,6 +10,9 @@ Pure: no I/O, no SQLAlchemy, no torch. Rules (DESIGN.md, "Attribution rules"):
   without (the capture window cut its launch off) is kept and flagged NO_API_CALL.
 - Self GPU time of a range = summed durations of the GPU ops launched directly inside it;
   total = self + children's totals. Each GPU op is counted in exactly one ``self``.
+
+:class:`Correlator` applies them one window of ranges at a time (a streamed conversion);
+:func:`correlate` is the same engine with the whole report as one window.
 """
 
 from __future__ import annotations
@@ -207,10 +210,6 @@ class Correlator:
         self._last_cut: int | None = None
         self._done = False
         self._pool = ThreadPoolExecutor(max_workers=1)
-
-    @property
-    def ops_count(self) -> int:
-        return self._next_id
 
     def add(self, ranges: pa.Table, cut: int | None) -> pa.Table:
         """Correlate ``ranges`` (every range starting before ``cut``; None: the rest of the
@@ -437,9 +436,10 @@ class Correlator:
         below = emit[sums["total_gpu"][emit] < sums["self_gpu"][emit]]
         if len(below):
             i = int(below[0])
-            raise CorrelationError(f"total GPU time below self GPU time (op {int(op_id[i])}: self "
-                                   f"{int(sums['self_gpu'][i])} ns, total {int(sums['total_gpu'][i])} ns, after the window "
-                                   f"starting at {self._last_cut}); please report this file")
+            raise CorrelationError(
+                f"total GPU time below self GPU time (op {int(op_id[i])}: self {int(sums['self_gpu'][i])} ns, "
+                f"total {int(sums['total_gpu'][i])} ns, after the window starting at {self._last_cut}); "
+                "please report this file")
         ids = op_id[emit]
         if len(ids) and int(ids.max()) >= len(self._emitted):
             self._emitted = np.concatenate([self._emitted, np.zeros(max(len(self._emitted), int(ids.max()) + 1), bool)])

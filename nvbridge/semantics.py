@@ -107,7 +107,8 @@ class ForwardIndex:
         first[ids[::-1]] = np.arange(len(ids))[::-1]
         groups = np.array([self._groups.setdefault((int(pid[i]), int(thread[i])), len(self._groups))
                            for i in first], np.int64)
-        return (groups[ids] << SEQ_BITS) | (seq & _SEQ_MASK)
+        keys: np.ndarray = (groups[ids] << SEQ_BITS) | (seq & _SEQ_MASK)
+        return keys
 
     def _intern(self, values: pa.Array) -> np.ndarray:
         """Pool ids of strings (-1 for null)."""

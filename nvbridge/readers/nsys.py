@@ -113,6 +113,17 @@ SYNC = [
     Column("sync_type_id", "syncType"),
 ]
 
+# Every table but NVTX_EVENTS, read whole; the largest first.
+WHOLE_TABLES: dict[str, tuple[str, list[Column]]] = {
+    "runtime": ("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME),
+    "kernel": ("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL),
+    "strings": ("StringIds", STRINGS),
+    "memcpy": ("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY),
+    "memset": ("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET),
+    "graph": ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", GRAPH_TRACE),
+    "sync": ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", SYNC),
+}
+
 
 def _process_id(global_ids: np.ndarray) -> np.ndarray:
     return (global_ids >> 24) & _TID_BITS
@@ -129,13 +140,7 @@ def read(db: Database) -> RawProfile:
         others = event_type.in_((NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE))
     with db.reading({
         "nvtx": ("NVTX_EVENTS", NVTX, ranges_only),  # the largest: first, on its own worker
-        "strings": ("StringIds", STRINGS, None),
-        "runtime": ("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME, None),
-        "kernel": ("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL, None),
-        "memcpy": ("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY, None),
-        "memset": ("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET, None),
-        "graph": ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", GRAPH_TRACE, None),
-        "sync": ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", SYNC, None),
+        **{key: (table, columns, None) for key, (table, columns) in WHOLE_TABLES.items()},
         "nvtx_other": ("NVTX_EVENTS", NVTX, others),  # a scan returning few rows: last
     }) as raw:
         # The metadata, then API calls and GPU ops, are processed while NVTX_EVENTS is read.
@@ -401,15 +406,7 @@ class Stream:
         self._pending: list[Future[pa.Table]] = []
         # The API calls and GPU ops come first: the first window cannot be correlated without
         # them. The NVTX windows follow on whichever reader is free.
-        raw = {key: db.submit(*request) for key, request in {
-            "runtime": ("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME, None),
-            "kernel": ("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL, None),
-            "strings": ("StringIds", STRINGS, None),
-            "memcpy": ("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY, None),
-            "memset": ("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET, None),
-            "graph": ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", GRAPH_TRACE, None),
-            "sync": ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", SYNC, None),
-        }.items()}
+        raw = {key: db.submit(table, columns) for key, (table, columns) in WHOLE_TABLES.items()}
         if db.has("NVTX_EVENTS"):
             t = db.table("NVTX_EVENTS")
             self._types = t.c.eventType.in_(RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE))
@@ -446,7 +443,7 @@ class Stream:
     def _submit_window(self) -> None:
         if self._next > self._last:
             return
-        rowid = sa.literal_column("rowid")
+        rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
         where = sa.and_(self._types, rowid >= self._next, rowid < self._next + self.window_rows)
         self._pending.append(self.db.submit("NVTX_EVENTS", NVTX, where))
         self._next += self.window_rows
