@@ -216,8 +216,9 @@ class Correlator:
         report) with the API calls that start before ``cut``; returns the finished ops rows.
 
         Raises:
-            CorrelationError: a range starts before the previous cut (the caller falls back
-                to one window), or an invariant is broken.
+            NotStreamable: a range starts before the previous cut, or after the capture end
+                (the caller converts the report in one window instead).
+            CorrelationError: an invariant is broken.
         """
         info = self.info
         cap = self.capture_end
@@ -230,13 +231,7 @@ class Correlator:
             raise CorrelationError("a window holds a range starting at or after its cut")
         if m and int(s_new.max()) > cap:
             raise NotStreamable("a range starts after the capture end the stream assumed")
-        raw_end = new.column("end_ns").combine_chunks()
-        e_new = np.maximum(np.asarray(raw_end.fill_null(cap).to_numpy(zero_copy_only=False)), s_new)
-        open_end = np.asarray(raw_end.is_null().to_numpy(zero_copy_only=False))
-        if info.kind == "nsys" and info.capture_end_ns is not None:
-            # Some exporters store a never-closed range's end as the capture end itself.
-            open_end |= np.asarray(raw_end.fill_null(0).to_numpy(zero_copy_only=False)) == info.capture_end_ns
-        del raw_end
+        e_new, open_end = self._ends(new, s_new)
         # Output order: by start, thread, longer first, push order. Exports list NVTX rows in
         # that order already, so the reorder (a copy of every name) is usually skipped.
         new_key = np_col(new, "thread_key")
@@ -260,11 +255,7 @@ class Correlator:
             op_id = np.concatenate([prev.op_id, op_id])
             r_start = np.concatenate([np_col(prev.raw, "start_ns"), s_new])
             # Carried ranges are tree ranges: only OPEN_AT_END can be set on them.
-            p_end = prev.raw.column("end_ns").combine_chunks()
-            p_open = np.asarray(p_end.is_null().to_numpy(zero_copy_only=False))
-            if info.kind == "nsys" and info.capture_end_ns is not None:
-                p_open |= np.asarray(p_end.fill_null(0).to_numpy(zero_copy_only=False)) == info.capture_end_ns
-            p_e = np.maximum(np.asarray(p_end.fill_null(cap).to_numpy(zero_copy_only=False)), r_start[:k])
+            p_e, p_open = self._ends(prev.raw, r_start[:k])
             r_end = np.concatenate([p_e, e_new])
             flags = np.concatenate([np.where(p_open, OPEN_AT_END, 0).astype(np.int64), flags])
             cross = np.concatenate([np.zeros(k, bool), cross_new])
@@ -373,9 +364,9 @@ class Correlator:
         emit = np.flatnonzero(~keep)
         carry = np.flatnonzero(keep)
         parent_id = _through(op_id, parent)
-        self._check(op_id, parent_id, in_tree, r_start, r_end, parent, dur - sums["child_cpu"], sums, emit)
-        has_gpu = total_count > 0
         self_cpu = np.where(in_tree, dur - sums["child_cpu"], dur)
+        self._check(op_id, parent_id, in_tree & ~keep, r_start, r_end, parent, self_cpu, sums, emit)
+        has_gpu = total_count > 0
         # Every column over the whole window (zero-copy from NumPy), then the emitted rows as
         # slices of their runs: no column is copied.
         out = pa.table({
@@ -418,14 +409,24 @@ class Correlator:
         self._done = cut is None
         return out
 
-    def _check(self, op_id: np.ndarray, parent_id: np.ndarray, in_tree: np.ndarray, start: np.ndarray,
+    def _ends(self, ranges: pa.Table, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each range's end, a never-closed one clamped to the capture end, and which were."""
+        raw_end = ranges.column("end_ns").combine_chunks()
+        end = np.maximum(np.asarray(raw_end.fill_null(self.capture_end).to_numpy(zero_copy_only=False)), start)
+        open_end = np.asarray(raw_end.is_null().to_numpy(zero_copy_only=False))
+        if self.info.kind == "nsys" and self.info.capture_end_ns is not None:
+            # Some exporters store a never-closed range's end as the capture end itself.
+            open_end |= np.asarray(raw_end.fill_null(0).to_numpy(zero_copy_only=False)) == self.info.capture_end_ns
+        return end, open_end
+
+    def _check(self, op_id: np.ndarray, parent_id: np.ndarray, emitted_tree: np.ndarray, start: np.ndarray,
                end: np.ndarray, parent: np.ndarray, self_cpu: np.ndarray, sums: dict[str, np.ndarray],
                emit: np.ndarray) -> None:
-        """The invariants on the rows a window emits (GPU time and op ids are checked in
-        :meth:`finish`): parents precede children, a tree child lies inside its parent, self
-        times are never negative, totals are at least self."""
-        tree = in_tree & (parent >= 0)
-        tree[np.setdiff1d(np.arange(len(op_id)), emit, assume_unique=True)] = False
+        """The invariants on the rows a window emits (``emit``; ``emitted_tree`` marks the tree
+        ranges among them; GPU time and op ids are checked in :meth:`finish`): parents precede
+        children, a tree child lies inside its parent, self times are never negative, totals
+        are at least self."""
+        tree = emitted_tree & (parent >= 0)
         if (parent_id[tree] >= op_id[tree]).any():
             raise CorrelationError("a parent does not precede its child")
         p = parent[tree]

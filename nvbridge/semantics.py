@@ -71,11 +71,6 @@ class Links:
     shapes: pa.Array
     own: np.ndarray
 
-    @staticmethod
-    def none(n: int) -> Links:
-        empty = np.full(n, -1, np.int64)
-        return Links(empty, pa.nulls(n, pa.string()), pa.nulls(n, pa.string()), empty)
-
     def take(self, rows: np.ndarray) -> Links:
         idx = pa.array(rows)
         return Links(self.op_id[rows], self.module.take(idx), self.shapes.take(idx), self.own[rows])

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -313,18 +313,20 @@ class Database:
         calling thread; absent tables read as zero rows.
         """
         results: dict[str, Any] = {}
-        pool = ThreadPoolExecutor(max_workers=2) if self.path is not None else None
         try:
             for key, (table, columns, where) in requests.items():
-                fetch = self._prepare(table, columns, where)
-                results[key] = pool.submit(fetch) if pool is not None else fetch()
+                # Other URLs read in this thread: their drivers need not be thread-safe.
+                results[key] = (self.submit(table, columns, where) if self.path is not None
+                                else self.read_table(table, columns, where))
             # pyarrow imports pandas (when installed) on its first array conversion, 0.3 s:
             # pay that now, while the scans run with the GIL released, not after them.
             pa.array([0])
             yield _Results(results)
         finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+            futures = [f for f in results.values() if isinstance(f, Future)]
+            for f in futures:
+                f.cancel()
+            wait(futures)
 
     def scalar_rows(self, sql: str) -> list[tuple[Any, ...]]:
         """A small query (metadata, enums) through SQLAlchemy."""

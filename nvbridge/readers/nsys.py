@@ -148,9 +148,7 @@ def read(db: Database) -> RawProfile:
         strings = raw["strings"]
         api = _api_calls(raw["runtime"], strings)
         gpu = _gpu_ops(raw, strings)
-        syncs = raw["sync"]
-        syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
-        syncs = syncs.drop_columns(["sync_type_id"])
+        syncs = _syncs(raw["sync"])
         marks, thread_names, domains = _nvtx_others(raw["nvtx_other"], strings)
         ranges = _ranges(raw["nvtx"], strings, domains)
     threads = _threads(db, strings, ranges, api, thread_names)
@@ -280,6 +278,11 @@ def _domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int,
     first[ids[::-1]] = np.arange(len(ids))[::-1]  # a row of each (pid, domain) pair
     labels = [names.get((int(pid[i]), int(domain_id[i]))) if domain_id[i] else None for i in first]
     return pa.DictionaryArray.from_arrays(pa.array(ids.astype(np.int32)), pa.array(labels, pa.string()))
+
+
+def _syncs(syncs: pa.Table) -> pa.Table:
+    syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
+    return syncs.drop_columns(["sync_type_id"])
 
 
 def _api_calls(api: pa.Table, strings: pa.Table) -> pa.Table:
@@ -421,10 +424,8 @@ class Stream:
         # Each raw table is dropped once normalized: at 10M NVTX rows they are 600 MB.
         self.strings = raw.pop("strings").result()
         self.api_calls = _api_calls(raw.pop("runtime").result(), self.strings)
-        syncs = raw.pop("sync").result()
+        self.syncs = _syncs(raw.pop("sync").result())
         self.gpu_ops = _gpu_ops(_Taken(raw), self.strings)
-        syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
-        self.syncs = syncs.drop_columns(["sync_type_id"])
         self.devices = _devices(db)
         # Never-closed ranges are clamped at the latest time of the capture; in a stream the
         # latest range start is the last range row's (the engine checks that it is).
