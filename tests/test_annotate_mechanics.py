@@ -26,7 +26,7 @@ from nvbridge.annotate import _nvtx_lib, emit_nvtx  # noqa: E402
 from nvbridge.annotate._backward import run_backward_with_ranges  # noqa: E402
 from nvbridge.annotate._modules import ModuleRanges  # noqa: E402
 from tests.nvtx_inject.nvtx_log import NvtxLog, Range, parse_log  # noqa: E402
-from tests.nvtx_inject.workloads import Net  # noqa: E402
+from tests.nvtx_inject.workloads import Bad, Net  # noqa: E402
 
 ORIGINAL_CALL = torch.nn.Module.__dict__["__call__"]
 
@@ -276,15 +276,6 @@ def test_reentrant_backward_nests_inside_its_node(recorder: Recorder) -> None:
 
 
 def test_exception_in_a_node_closes_its_range(recorder: Recorder) -> None:
-    class Bad(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
-            return t * 1
-
-        @staticmethod
-        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-            raise ValueError("boom in backward")
-
     with pytest.raises(ValueError, match="boom in backward"):
         with emit_nvtx(backend="python"):
             (Bad.apply(torch.ones(2, requires_grad=True)) * 2).sum().backward()  # type: ignore[no-untyped-call]

@@ -44,6 +44,18 @@ class Double(torch.autograd.Function):
         return grad * 2
 
 
+class Bad(torch.autograd.Function):
+    """A custom Function whose backward raises: its range (BadBackward) must still close."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+        return t * 1
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise ValueError("boom in backward")
+
+
 def setup() -> tuple[Net, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
     """Model, optimizer and data, built before annotation starts (as a training script does)."""
     torch.manual_seed(0)
@@ -201,15 +213,6 @@ def scenario_exception() -> dict[str, Any]:
     except ValueError as exc:
         errors.append(str(exc))
     handle.remove()
-
-    class Bad(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
-            return t * 1
-
-        @staticmethod
-        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-            raise ValueError("boom in backward")
 
     try:
         with emit_nvtx(backend="python"):
