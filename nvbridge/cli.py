@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.abc
 import io
 import json
 import os
@@ -270,6 +271,34 @@ def _use_system_allocator() -> None:
         ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX (glibc)
 
 
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import hook that reports pandas as absent."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ModuleNotFoundError("pandas is not used by nvbridge's commands", name=name)
+
+
+def _skip_pandas_integration() -> None:
+    """Keep pyarrow from importing pandas in the command's process.
+
+    pyarrow imports all of pandas, when it is installed, at its first array conversion, to
+    recognise pandas objects: 0.4 s of CPU at every start and 40 MB (at 2M NVTX rows, 5.4 s of
+    CPU for a conversion became 5.0 s). No command hands pandas objects to pyarrow. pyarrow
+    asks once and keeps the answer; ``import pandas`` and ``to_pandas()`` still work after.
+    """
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa
+
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(finder)
+
+
 def main() -> None:
     """Console-script entry point.
 
@@ -278,6 +307,7 @@ def main() -> None:
     every file is already closed and every output flushed by then.
     """
     _use_system_allocator()
+    _skip_pandas_integration()
     try:
         cli(prog_name="nvbridge", standalone_mode=False)
         code = 0

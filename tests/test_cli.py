@@ -167,6 +167,26 @@ def test_python_module_entry_point(tmp_path: Path) -> None:
     assert shutil.which("nvbridge") is not None
 
 
+def test_commands_leave_pandas_unimported(tmp_path: Path) -> None:
+    """pyarrow imports pandas at its first array conversion unless told it is absent (0.4 s of
+    CPU per conversion); the commands never need it, and a later explicit use still works."""
+    import subprocess
+    import sys
+
+    sample = Path(__file__).parents[1] / "sample_db" / "cnn_cpu.sqlite"
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "nvbridge", "convert", str(sample),
+                           "-o", str(tmp_path / "out"), "-q"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    # A refused import is listed too (as "pandas", in microseconds); a real one loads its modules.
+    assert "pyarrow.lib" in imported and not any(name.startswith("pandas.") for name in imported)
+    after = ("import sys, pyarrow as pa, nvbridge.cli as c; c._skip_pandas_integration(); "
+             "pa.array([1]); assert 'pandas' not in sys.modules; "
+             "print(type(pa.table({'a': [1]}).to_pandas()).__name__)")
+    proc = subprocess.run([sys.executable, "-c", after], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "DataFrame", proc.stderr
+
+
 def test_progress_reports_stages_and_rows(tmp_path: Path) -> None:
     """The terminal display gets every stage, and the rows it advances add up to the estimate,
     which is the exact event-row count for an unfiltered export."""
