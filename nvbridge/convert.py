@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge import __version__
-from nvbridge.correlate import Correlator, capture_end, correlate, other_tables, stream
+from nvbridge.correlate import Correlator, capture_end, correlate, other_tables, stream, with_parsed_names
 from nvbridge.dataset import Report, load
 from nvbridge.errors import ExportError, NotStreamable
 from nvbridge.export import chrome, parquet
@@ -122,7 +122,7 @@ def _gpu_figures(kind: pa.ChunkedArray, start: np.ndarray, end: np.ndarray, op_i
             "gpu_ns_unattributed": int(dur[lost].sum())}
 
 
-def _summarize(info: SourceInfo, ops: _OpsTally, api_calls: pa.Table, gpu: dict[str, int], output: Path,
+def _summarize(info: SourceInfo, ops: _OpsTally, api_op: np.ndarray, gpu: dict[str, int], output: Path,
                rows_read: int, seconds: float) -> ConversionResult:
     return ConversionResult(
         info=info,
@@ -131,8 +131,8 @@ def _summarize(info: SourceInfo, ops: _OpsTally, api_calls: pa.Table, gpu: dict[
         ops=ops.rows,
         threads=len(ops.threads),
         processes=len({key >> 32 for key in ops.threads}),
-        api_calls=api_calls.num_rows,
-        api_calls_outside_ranges=int(api_calls.column("op_id").null_count),
+        api_calls=len(api_op),
+        api_calls_outside_ranges=int((api_op < 0).sum()),
         seconds=seconds,
         **gpu,
     )
@@ -214,7 +214,7 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
                 part.unlink()
         if done is None:
             done = _whole(source, tmp, report, expected)
-        info, ops, api_calls, gpu, rows_read = done
+        info, ops, api_op, gpu, rows_read = done
         if chrome_trace is not None:
             report("writing trace", 0)
             chrome.write(load(tmp), chrome_trace, rank=info.rank or 0)
@@ -223,10 +223,10 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     report("done", max(expected - rows_read, 0))
-    return _summarize(info, ops, api_calls, gpu, out, rows_read, time.perf_counter() - t0)
+    return _summarize(info, ops, api_op, gpu, out, rows_read, time.perf_counter() - t0)
 
 
-_Done = tuple[SourceInfo, _OpsTally, pa.Table, dict[str, int], int]
+_Done = tuple[SourceInfo, _OpsTally, np.ndarray, dict[str, int], int]  # api_op: op of each API call, -1 none
 
 
 def _with_rank(info: SourceInfo, source: str | os.PathLike[str]) -> SourceInfo:
@@ -250,7 +250,8 @@ def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress) -> _D
             raise NotStreamable("only local Nsight Systems files stream")
         report("reading", 0)
         with db.translate_errors():
-            stream_in = Stream(db, WINDOW_ROWS)
+            # Names are parsed on the reader threads, a window or two ahead of the engine.
+            stream_in = Stream(db, WINDOW_ROWS, prepare=with_parsed_names)
             info = _with_rank(stream_in.info, source)
             engine = Correlator(info, stream_in.api_calls, stream_in.gpu_ops, capture_end(info, stream_in.latest_ns))
             _trim_heap()
@@ -258,33 +259,55 @@ def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress) -> _D
             report("correlating", reported)
             ops = _OpsTally()
             writer = parquet.TableWriter(tmp / "ops.parquet")
+            # API calls and GPU ops are written as their rows become final, a row group at a
+            # time built on the writers' threads, beside the next windows.
+            api_out = _Finished(tmp / "api_calls.parquet", engine.api_calls)
+            gpu_out = _Finished(tmp / "gpu_ops.parquet", engine.gpu_ops)
             try:
                 for chunk in stream(engine, stream_in.windows()):
                     writer.write(chunk)
                     ops.add(chunk)
+                    api_ready, gpu_ready = engine.final_rows()
+                    api_out.write(api_ready)
+                    gpu_out.write(gpu_ready)
                     report("correlating", stream_in.rows_read - reported)
                     reported = stream_in.rows_read
+                report("writing", 0)
+                _trim_heap()  # the windows' buffers: the last writes need less, and fresh
+                api_ready, gpu_ready = engine.final_rows()
+                api_out.write(api_ready, last=True)
+                gpu_out.write(gpu_ready, last=True)
+                tables = other_tables(engine, stream_in.marks(), stream_in.syncs, stream_in.threads(),
+                                      stream_in.devices)
+                _write_tables(tmp, tables)
             finally:
-                writer.close()
-            report("writing", 0)
-            _trim_heap()  # the windows' buffers: the writers need less, and fresh
-            tables = other_tables(engine, stream_in.marks(), stream_in.syncs, stream_in.threads(),
-                                  stream_in.devices)
+                for out in (writer, api_out.writer, gpu_out.writer):
+                    out.close()
         gpu = _gpu_figures(engine.gpu.column("kind"), *engine.gpu_columns())
-        # GPU ops go out a slice at a time beside the other tables: each slice is a copy of
-        # its rows in start order, the whole table never is.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            others = pool.submit(_write_tables, tmp, tables)
-            writer = parquet.TableWriter(tmp / "gpu_ops.parquet")
-            try:
-                for first in range(0, max(engine.gpu.num_rows, 1), parquet.ROW_GROUP_ROWS):
-                    writer.write(engine.gpu_ops(first, first + parquet.ROW_GROUP_ROWS))
-            finally:
-                writer.close()
-            others.result()
-        rows = {"ops": ops.rows, "gpu_ops": writer.rows, **{name: t.num_rows for name, t in tables.items()}}
+        rows = {"ops": ops.rows, "api_calls": api_out.writer.rows, "gpu_ops": gpu_out.writer.rows,
+                **{name: t.num_rows for name, t in tables.items()}}
         parquet.write_meta(tmp, info, rows, __version__)
-        return info, ops, tables["api_calls"], gpu, stream_in.rows_read
+        return info, ops, engine.api_op, gpu, stream_in.rows_read
+
+
+class _Finished:
+    """api_calls or gpu_ops, written in row groups of ROW_GROUP_ROWS rows as they become final."""
+
+    def __init__(self, path: Path, build: Callable[[int, int], pa.Table]) -> None:
+        self.writer = parquet.TableWriter(path)
+        self._build = build
+        self._done = 0
+        self._queued = False
+
+    def write(self, ready: int, last: bool = False) -> None:
+        """Queue the full row groups among the first ``ready`` rows; ``last``: all of them."""
+        while ready - self._done >= parquet.ROW_GROUP_ROWS or (last and ready > self._done):
+            stop = min(self._done + parquet.ROW_GROUP_ROWS, ready)
+            self.writer.write(functools.partial(self._build, self._done, stop))
+            self._done, self._queued = stop, True
+        if last and not self._queued:  # no rows: the file still holds the table's schema
+            self.writer.write(functools.partial(self._build, 0, 0))
+            self._queued = True
 
 
 def _trim_heap() -> None:
@@ -320,7 +343,7 @@ def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected
     g = model.gpu_ops
     gpu = _gpu_figures(g.column("kind"), np_col(g, "start_ns"), np_col(g, "end_ns"), np_col(g, "op_id", fill=-1),
                        np_col(g, "api_call_id", fill=-1))
-    return info, ops, model.api_calls, gpu, rows_read
+    return info, ops, np_col(model.api_calls, "op_id", fill=-1), gpu, rows_read
 
 
 def _write_tables(tmp: Path, tables: dict[str, pa.Table]) -> None:

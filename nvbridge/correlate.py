@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -135,6 +136,16 @@ def _match_gpu_ops(api: pa.Table, gpu: pa.Table) -> tuple[np.ndarray, np.ndarray
     return g_order, g_start[g_order], g_end[g_order], g_api
 
 
+def with_parsed_names(ranges: pa.Table) -> pa.Table:
+    """``ranges`` with their names parsed (names.PARSED_SCHEMA columns appended), which
+    :meth:`Correlator.add` then uses: a streamed reader calls it on its own threads."""
+    parsed = names.parse(ranges.column("name"))
+    for field, column in zip(parsed.schema, parsed.columns):
+        ranges = ranges.append_column(field, column)
+    return ranges
+
+
+PARSED_NAMES = names.PARSED_SCHEMA.names
 RANGES_SCHEMA = pa.schema([
     ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()), ("domain", DICT_STR),
     ("domain_id", pa.int64()), ("process_id", pa.int64()), ("thread_id", pa.int64()),
@@ -198,6 +209,12 @@ class Correlator:
         g_rank = np.where(self._g_api >= 0, rank[np.maximum(self._g_api, 0)] if len(rank) else -1, -1)
         has_api = np.flatnonzero(g_rank >= 0)
         self._g_by_rank = has_api[np.argsort(g_rank[has_api], kind="stable")]
+        # A row's op is final once its API call's rank is below _api_done; the prefix maxima of
+        # the ranks (API calls in table order, GPU ops in start order) say how many leading rows
+        # are, so the output can be written while later windows are correlated.
+        self._api_ready = np.maximum.accumulate(rank).astype(np.int32) if len(rank) else rank
+        self._g_ready = np.maximum.accumulate(g_rank).astype(np.int32) if len(g_rank) else g_rank
+        self._api_gpu_count = np.bincount(self._g_api[self._g_api >= 0], minlength=len(rank)).astype(np.int32)
         self._g_rank_sorted = g_rank[self._g_by_rank]
         self._api_done = 0
         self.api_op = np.full(api.num_rows, -1, np.int64)
@@ -223,6 +240,8 @@ class Correlator:
         info = self.info
         cap = self.capture_end
         new = ranges.select(RANGES_SCHEMA.names).cast(RANGES_SCHEMA)
+        # Names parsed already (with_parsed_names, on a reader thread) travel with their rows.
+        parsed_new = ranges.select(PARSED_NAMES) if PARSED_NAMES[0] in ranges.column_names else None
         m = new.num_rows
         s_new = np_col(new, "start_ns")
         if self._last_cut is not None and m and int(s_new.min()) < self._last_cut:
@@ -238,9 +257,10 @@ class Correlator:
         if not _in_output_order(s_new, e_new, new_key):
             order = np.lexsort((np.arange(m), -e_new, new_key, s_new))
             new = new.take(pa.array(order))
+            parsed_new = None if parsed_new is None else parsed_new.take(pa.array(order))
             s_new, e_new, open_end, new_key = s_new[order], e_new[order], open_end[order], new_key[order]
         # Name parsing (Arrow string work, GIL released) runs beside the forest below.
-        parsing = self._pool.submit(names.parse, new.column("name"))
+        parsing = self._pool.submit(names.parse, new.column("name")) if parsed_new is None else None
 
         prev = self._open
         k = 0 if prev is None else len(prev.op_id)
@@ -353,7 +373,7 @@ class Correlator:
         # --- PyTorch columns ------------------------------------------------------------
         pid = np_col(raw, "process_id", fill=0)
         tid = np_col(raw, "thread_id", fill=-1)
-        parsed = parsing.result()
+        parsed = parsing.result() if parsing is not None else cast(pa.Table, parsed_new).cast(names.PARSED_SCHEMA)
         if prev is not None:
             parsed = pa.concat_tables([prev.parsed, parsed])
         torch_cols, state, links = semantics.annotate(
@@ -460,16 +480,25 @@ class Correlator:
             raise CorrelationError("GPU time is double counted or lost")
         # What only the windows needed: at 10M NVTX rows 200 MB, freed before the output is built.
         del self._a_order, self._a_start, self._a_key, self._g_by_rank, self._g_rank_sorted
+        del self._api_ready, self._g_ready
         self._forward = semantics.ForwardIndex()
         self._emitted = np.zeros(0, bool)
 
-    def api_calls(self) -> pa.Table:
-        """The api_calls table (after :meth:`finish`)."""
-        api, g_api = self.api, self._g_api
-        api_gpu_count = np.bincount(g_api[g_api >= 0], minlength=api.num_rows).astype(np.int64)
+    def final_rows(self) -> tuple[int, int]:
+        """How many leading rows of api_calls and of gpu_ops are final (their op can no longer
+        change): those rows may be built and written while later windows are correlated."""
+        if self._done:
+            return self.api.num_rows, len(self._g_start)
+        return (int(np.searchsorted(self._api_ready, self._api_done, "left")),
+                int(np.searchsorted(self._g_ready, self._api_done, "left")))
+
+    def api_calls(self, first: int = 0, stop: int | None = None) -> pa.Table:
+        """The api_calls table, or its rows ``first:stop`` (final rows: :meth:`final_rows`)."""
+        stop = self.api.num_rows if stop is None else min(stop, self.api.num_rows)
+        api, api_op = self.api.slice(first, stop - first), self.api_op[first:stop]
         return pa.table({
-            "api_call_id": pa.array(np.arange(api.num_rows, dtype=np.int64)),
-            "op_id": pa.array(self.api_op, mask=self.api_op < 0),
+            "api_call_id": pa.array(np.arange(first, stop, dtype=np.int64)),
+            "op_id": pa.array(api_op, mask=api_op < 0),
             "name": api.column("name").cast(DICT_STR),
             "kind": api.column("kind"),
             "process_id": api.column("process_id"),
@@ -477,12 +506,12 @@ class Correlator:
             "correlation_id": api.column("correlation_id"),
             "start_ns": api.column("start_ns"),
             "end_ns": api.column("end_ns"),
-            "gpu_op_count": pa.array(api_gpu_count),
+            "gpu_op_count": pa.array(self._api_gpu_count[first:stop].astype(np.int64)),
             "return_value": api.column("return_value"),
         })
 
     def gpu_ops(self, first: int = 0, stop: int | None = None) -> pa.Table:
-        """The gpu_ops table (after :meth:`finish`), or its rows ``first:stop``."""
+        """The gpu_ops table, or its rows ``first:stop`` (final rows: :meth:`final_rows`)."""
         stop = len(self._g_start) if stop is None else min(stop, len(self._g_start))
         api, g_api, g_op = self.api, self._g_api[first:stop], self.g_op[first:stop]
         gpu = take_batches(self.gpu, self._g_order[first:stop])
@@ -568,14 +597,14 @@ def correlate(profile: RawProfile) -> Model:
     engine = Correlator(profile.info, api, profile.gpu_ops, capture_end(profile.info, hi))
     ops = engine.add(r, None)
     engine.finish()
-    return Model(profile.info, ops, gpu_ops=engine.gpu_ops(),
+    return Model(profile.info, ops, gpu_ops=engine.gpu_ops(), api_calls=engine.api_calls(),
                  **other_tables(engine, profile.marks, profile.syncs, profile.threads, profile.devices))
 
 
 def other_tables(engine: Correlator, marks: pa.Table, syncs: pa.Table, threads: pa.Table,
                  devices: pa.Table) -> dict[str, pa.Table]:
-    """Every output table but ops and gpu_ops (:meth:`Correlator.gpu_ops`), once the engine
-    has seen the last window."""
+    """Every output table but ops, api_calls and gpu_ops (:meth:`Correlator.api_calls`,
+    :meth:`Correlator.gpu_ops`), once the engine has seen the last window."""
     s_api = _api_by_correlation(engine.api, np_col(syncs, "process_key", fill=0),
                                 np_col(syncs, "correlation_id", fill=-1))
     seen = set(np_col(devices, "device_id", fill=-1).tolist())
@@ -583,7 +612,6 @@ def other_tables(engine: Correlator, marks: pa.Table, syncs: pa.Table, threads: 
     # Devices the report names, plus any device a GPU op ran on that it does not name.
     extra_t = pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())})
     return {
-        "api_calls": engine.api_calls(),
         "marks": marks.sort_by([("ts_ns", "ascending")]),
         "syncs": syncs.append_column("api_call_id", pa.array(s_api, mask=s_api < 0)).sort_by(
             [("start_ns", "ascending")]),

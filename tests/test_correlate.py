@@ -323,7 +323,15 @@ def test_windows_give_the_one_pass_result(
     hi = int(max((int(t.max()) for t in times if len(t)), default=0))
     engine = Correlator(p.info, p.api_calls, p.gpu_ops, capture_end(p.info, hi))
     windows = [p.ranges.slice(i, window) for i in range(0, p.ranges.num_rows, window)]
-    ops = pa.concat_tables(list(stream(engine, windows))).sort_by("op_id")
+    chunks = []
+    for chunk in stream(engine, windows):
+        chunks.append(chunk)
+        # Rows said to be final already hold their one-pass values.
+        api_ready, gpu_ready = engine.final_rows()
+        assert engine.api_calls(0, api_ready).equals(one.api_calls.slice(0, api_ready))
+        assert engine.gpu_ops(0, gpu_ready).equals(one.gpu_ops.slice(0, gpu_ready))
+    ops = pa.concat_tables(chunks).sort_by("op_id")
+    assert engine.final_rows() == (one.api_calls.num_rows, one.gpu_ops.num_rows)
     for name in one.ops.column_names:
         assert ops.column(name).cast(one.ops.column(name).type).to_pylist() == one.ops.column(name).to_pylist(), name
     assert engine.api_calls().equals(one.api_calls)

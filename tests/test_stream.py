@@ -42,10 +42,27 @@ def test_windows_give_the_one_window_dataset(name: str, tmp_path: Path, monkeypa
     whole = nvbridge.load(path)  # one window, in memory
     monkeypatch.setattr(convert_mod, "WINDOW_ROWS", 97)
     monkeypatch.setattr(convert_mod, "_whole", _no_whole_path)
+    # Row groups of 61 rows: API calls and GPU ops go out while windows are still coming.
+    monkeypatch.setattr(convert_mod.parquet, "ROW_GROUP_ROWS", 61)
+    early: list[int] = []
+    write = convert_mod._Finished.write
+
+    def spy(self: Any, ready: int, last: bool = False) -> None:
+        queued = self._done
+        write(self, ready, last)
+        if not last and self._done > queued:
+            early.append(self._done)
+
+    monkeypatch.setattr(convert_mod._Finished, "write", spy)
     out = tmp_path / "out"
     nvbridge.convert(path, out)
     streamed = nvbridge.load(out)
     _assert_same(streamed, whole)
+    if streamed.api_calls.num_rows > 3 * 61:
+        assert early, "no API call or GPU op was written before the last window"
+    for table in ("api_calls", "gpu_ops"):
+        if getattr(streamed, table).num_rows > 61:
+            assert pq.ParquetFile(out / f"{table}.parquet").num_row_groups > 1, table
     ranges = raw(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71)")[0][0] \
         if raw(path, "SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'") else 0
     assert streamed.ops.num_rows == ranges

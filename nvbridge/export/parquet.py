@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,7 +23,7 @@ DATASET_SCHEMA_VERSION = "1"
 TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
 # Row groups of this size keep readers' and the writer's memory bounded (an encoded row group
 # is held until it is complete) and let DuckDB skip by statistics.
-ROW_GROUP_ROWS = 1 << 18
+ROW_GROUP_ROWS = 1 << 17
 
 
 def meta_table(info: SourceInfo, rows_per_table: Mapping[str, int], nvbridge_version: str) -> pa.Table:
@@ -91,16 +91,19 @@ class TableWriter:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvbridge-write")
         self._pending: Future[None] | None = None
 
-    def write(self, table: pa.Table) -> None:
-        if self._schema is None:
+    def write(self, part: pa.Table | Callable[[], pa.Table]) -> None:
+        """Queue one row group: a table, or a call that builds it on the writer's thread."""
+        self.wait()
+        self._pending = self._pool.submit(self._write, part)
+
+    def _write(self, part: pa.Table | Callable[[], pa.Table]) -> None:
+        table = part if isinstance(part, pa.Table) else part()
+        if self._writer is None:
             self._schema = table.schema
             self._writer = pq.ParquetWriter(self.path, table.schema, compression="zstd", **_encodings(table.schema))
         else:
             table = table.cast(self._schema)
-        self.wait()
-        writer = self._writer
-        assert writer is not None
-        self._pending = self._pool.submit(writer.write_table, table, row_group_size=ROW_GROUP_ROWS)
+        self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.rows += table.num_rows
 
     def wait(self) -> None:

@@ -294,13 +294,14 @@ class Database:
         return fetch
 
     def submit(self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None = None,
-               ) -> Future[pa.Table]:
+               then: Callable[[pa.Table], Any] | None = None) -> Future[Any]:
         """Start one :meth:`read_table` on the database's two reader threads and return at once.
-        The query is built here; reads run in submission order, GIL released."""
+        The query is built here; reads run in submission order, GIL released. ``then``, if
+        given, runs on the table in the same thread, and the future holds what it returns."""
         fetch = self._prepare(table, columns, where)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nvbridge-read")
-        return self._pool.submit(fetch)
+        return self._pool.submit(fetch if then is None else lambda: then(fetch()))
 
     @contextlib.contextmanager
     def reading(self, requests: dict[str, tuple[str, Sequence[Column], sa.ColumnElement[bool] | None]],

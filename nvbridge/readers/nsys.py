@@ -8,8 +8,9 @@ absent optional column its default. Names are resolved through ``StringIds`` in 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -387,6 +388,14 @@ def _devices(db: Database) -> pa.Table:
 
 
 
+@dataclass(frozen=True, slots=True)
+class _Window:
+    rows: int  # NVTX rows read, ranges or not
+    others: pa.Table | None  # marks, thread names, domain creations
+    ranges: pa.Table
+    thread_keys: np.ndarray
+
+
 class Stream:
     """An export read for a streamed conversion: API calls and GPU ops whole (numbers and
     name ids, compact), NVTX rows in windows of ``window_rows`` rowids.
@@ -402,14 +411,17 @@ class Stream:
 
     AHEAD = 2
 
-    def __init__(self, db: Database, window_rows: int) -> None:
+    def __init__(self, db: Database, window_rows: int,
+                 prepare: Callable[[pa.Table], pa.Table] = lambda ranges: ranges) -> None:
         self.db = db
         self.window_rows = window_rows
+        self._prepare = prepare
         self._next = self._last = 0
-        self._pending: list[Future[pa.Table]] = []
+        self._pending: list[Future[_Window]] = []
         # The API calls and GPU ops come first: the first window cannot be correlated without
         # them. The NVTX windows follow on whichever reader is free.
         raw = {key: db.submit(table, columns) for key, (table, columns) in WHOLE_TABLES.items()}
+        self._strings = raw["strings"]
         if db.has("NVTX_EVENTS"):
             t = db.table("NVTX_EVENTS")
             self._types = t.c.eventType.in_(RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE))
@@ -446,28 +458,39 @@ class Stream:
             return
         rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
         where = sa.and_(self._types, rowid >= self._next, rowid < self._next + self.window_rows)
-        self._pending.append(self.db.submit("NVTX_EVENTS", NVTX, where))
+        self._pending.append(self.db.submit("NVTX_EVENTS", NVTX, where, then=self._split))
         self._next += self.window_rows
+
+    def _split(self, ev: pa.Table) -> _Window:
+        """On a reader thread: a window's ranges, normalized and ``prepare``d, with domain names
+        left to :meth:`windows` (they depend on earlier windows); the other rows apart."""
+        etype = np_col(ev, "event_type")
+        is_range = np.isin(etype, RANGE_TYPES)
+        others = None
+        if not is_range.all():
+            others = ev.filter(pa.array(~is_range))
+            ev = ev.filter(pa.array(is_range))
+        ranges = _ranges(ev, self._strings.result(), {})
+        return _Window(len(etype), others, self._prepare(ranges), np.unique(np_col(ranges, "thread_key")))
 
     def windows(self) -> Iterator[pa.Table]:
         """The ranges, one window of rowids at a time, in export order."""
         while self._pending:
-            ev = self._pending.pop(0).result()
+            window = self._pending.pop(0).result()
             self._submit_window()
-            self.rows_read += ev.num_rows
-            etype = np_col(ev, "event_type")
-            is_range = np.isin(etype, RANGE_TYPES)
-            if not is_range.all():
-                self._others(ev.filter(pa.array(~is_range)))
-                ev = ev.filter(pa.array(is_range))
-            gtid = np_col(ev, "global_tid", fill=0)
-            domain_id = np_col(ev, "domain_id", fill=0)
+            self.rows_read += window.rows
+            if window.others is not None:
+                self._others(window.others)
+            ranges = window.ranges
+            domain_id = np_col(ranges, "domain_id")
             if (domain_id != 0).any():
-                pairs = np.unique((_process_id(gtid[domain_id != 0]) << 32) | domain_id[domain_id != 0])
+                pid = np_col(ranges, "process_id")
+                pairs = np.unique((pid[domain_id != 0] << 32) | domain_id[domain_id != 0])
                 self._unnamed.update((int(p >> 32), int(p & 0xFFFFFFFF)) for p in pairs
                                      if (int(p >> 32), int(p & 0xFFFFFFFF)) not in self._domains)
-            self._thread_keys.append(np.unique(gtid))
-            yield _ranges(ev, self.strings, self._domains)
+                ranges = set_column(ranges, "domain", _domain_names(pid, domain_id, self._domains))
+            self._thread_keys.append(window.thread_keys)
+            yield ranges
 
     def _others(self, ev: pa.Table) -> None:
         marks, thread_names, domains = _nvtx_others(ev, self.strings)
