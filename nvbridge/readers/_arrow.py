@@ -78,22 +78,20 @@ def blob_u32(blobs: pa.Array, offset: int) -> np.ndarray:
     return out
 
 
+def align_gpu_ops(part: pa.Table) -> pa.Table:
+    """A kernel/memcpy/memset table with GPU_OPS_SCHEMA's columns (absent ones null)."""
+    cols = [part.column(f.name).cast(f.type) if f.name in part.column_names else pa.nulls(part.num_rows, f.type)
+            for f in GPU_OPS_SCHEMA]
+    return pa.table(cols, schema=GPU_OPS_SCHEMA)
+
+
 def concat_gpu_ops(parts: Sequence[pa.Table]) -> pa.Table:
-    """Align kernel/memcpy/memset tables to GPU_OPS_SCHEMA (absent columns null) and stack them."""
-    aligned = []
-    for part in parts:
-        cols = []
-        for f in GPU_OPS_SCHEMA:
-            if f.name in part.column_names:
-                cols.append(part.column(f.name).cast(f.type))
-            else:
-                cols.append(pa.nulls(part.num_rows, f.type))
-        aligned.append(pa.table(cols, schema=GPU_OPS_SCHEMA))
-    if not aligned:
+    """Stack aligned GPU op tables (:func:`align_gpu_ops`)."""
+    if not parts:
         return GPU_OPS_SCHEMA.empty_table()
     # No copy: the engine orders GPU ops by start, and rows are taken in that order only
     # when written, a slice at a time (at 10M NVTX rows the table is 450 MB).
-    return pa.concat_tables(aligned).unify_dictionaries()
+    return pa.concat_tables(parts).unify_dictionaries()
 
 
 def resolve_strings(strings: pa.Table, ids: np.ndarray) -> pa.Array:

@@ -8,6 +8,7 @@ absent optional column its default. Names are resolved through ``StringIds`` in 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import sqlalchemy as sa
 from nvbridge.errors import NotStreamable
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import (
+    align_gpu_ops,
     concat_gpu_ops,
     constant,
     dense_ids,
@@ -303,44 +305,32 @@ def _api_calls(api: pa.Table, strings: pa.Table) -> pa.Table:
     })
 
 
-class _Taken(Mapping[str, pa.Table]):
-    """Futures of raw tables, each handed out once and then forgotten."""
-
-    def __init__(self, futures: dict[str, Future[pa.Table]]) -> None:
-        self._futures = futures
-
-    def __getitem__(self, key: str) -> pa.Table:
-        return self._futures.pop(key).result()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._futures)
-
-    def __len__(self) -> int:
-        return len(self._futures)
+GPU_TABLES = ("kernel", "memcpy", "memset", "graph")
 
 
 def _gpu_ops(raw: Mapping[str, pa.Table], strings: pa.Table) -> pa.Table:
-    parts: list[pa.Table] = []
-    k = raw["kernel"]
-    k = set_column(k, "name", resolve_strings(strings, np_col(k, "name_id", fill=-1)))
-    for field in ("short_name", "mangled_name"):
-        ids = np_col(k, field + "_id", fill=-1)
-        k = set_column(k, field, resolve_strings(strings, ids))
-    parts.append(set_column(k, "kind", constant("kernel", k.num_rows)))
-    m = raw["memcpy"]
-    copy = lookup(np_col(m, "copy_kind_id", fill=0), COPY_KINDS)
-    m = set_column(m, "copy_kind", copy)
-    m = set_column(m, "name", prefixed("Memcpy ", copy))
-    parts.append(set_column(m, "kind", constant("memcpy", m.num_rows)))
-    s = raw["memset"]
-    s = set_column(s, "name", constant("Memset", s.num_rows))
-    parts.append(set_column(s, "kind", constant("memset", s.num_rows)))
-    g = raw["graph"]
-    if g.num_rows:
-        g = set_column(g, "name", pc.binary_join_element_wise(
-            "CUDA graph", g.column("graph_id").cast(pa.string()), " "))
-        parts.append(set_column(g, "kind", constant("graph", g.num_rows)))
-    return concat_gpu_ops(parts)
+    return concat_gpu_ops([part for key in GPU_TABLES if (part := _gpu_part(key, raw[key], strings)) is not None])
+
+
+def _gpu_part(key: str, t: pa.Table, strings: pa.Table | Future[pa.Table]) -> pa.Table | None:
+    """One GPU activity table (``key`` of GPU_TABLES), named and aligned to GPU_OPS_SCHEMA; None
+    for graph launches when there are none."""
+    if key == "graph" and not t.num_rows:
+        return None
+    strings = strings.result() if isinstance(strings, Future) else strings
+    if key == "kernel":
+        t = set_column(t, "name", resolve_strings(strings, np_col(t, "name_id", fill=-1)))
+        for field in ("short_name", "mangled_name"):
+            t = set_column(t, field, resolve_strings(strings, np_col(t, field + "_id", fill=-1)))
+    elif key == "memcpy":
+        copy = lookup(np_col(t, "copy_kind_id", fill=0), COPY_KINDS)
+        t = set_column(set_column(t, "copy_kind", copy), "name", prefixed("Memcpy ", copy))
+    elif key == "memset":
+        t = set_column(t, "name", constant("Memset", t.num_rows))
+    else:
+        t = set_column(t, "name", pc.binary_join_element_wise(
+            "CUDA graph", t.column("graph_id").cast(pa.string()), " "))
+    return align_gpu_ops(set_column(t, "kind", constant(key, t.num_rows)))
 
 
 def _threads(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Table,
@@ -420,8 +410,13 @@ class Stream:
         self._pending: list[Future[_Window]] = []
         # The API calls and GPU ops come first: the first window cannot be correlated without
         # them. The NVTX windows follow on whichever reader is free.
-        raw = {key: db.submit(table, columns) for key, (table, columns) in WHOLE_TABLES.items()}
-        self._strings = raw["strings"]
+        # Each is normalized on its reader thread as soon as it is read; the string table, which
+        # they need, first.
+        self._strings = strings = db.submit(*WHOLE_TABLES["strings"])
+        api = db.submit(*WHOLE_TABLES["runtime"], then=lambda t: _api_calls(t, strings.result()))
+        gpu = {key: db.submit(*WHOLE_TABLES[key], then=functools.partial(_gpu_part, key, strings=strings))
+               for key in GPU_TABLES}
+        syncs = db.submit(*WHOLE_TABLES["sync"], then=_syncs)
         if db.has("NVTX_EVENTS"):
             t = db.table("NVTX_EVENTS")
             self._types = t.c.eventType.in_(RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE))
@@ -433,11 +428,10 @@ class Stream:
             for _ in range(self.AHEAD):
                 self._submit_window()
         self.info = _source_info(db)
-        # Each raw table is dropped once normalized: at 10M NVTX rows they are 600 MB.
-        self.strings = raw.pop("strings").result()
-        self.api_calls = _api_calls(raw.pop("runtime").result(), self.strings)
-        self.syncs = _syncs(raw.pop("sync").result())
-        self.gpu_ops = _gpu_ops(_Taken(raw), self.strings)
+        self.strings = strings.result()
+        self.api_calls = api.result()
+        self.syncs = syncs.result()
+        self.gpu_ops = concat_gpu_ops([part for key in GPU_TABLES if (part := gpu[key].result()) is not None])
         self.devices = _devices(db)
         # Never-closed ranges are clamped at the latest time of the capture; in a stream the
         # latest range start is the last range row's (the engine checks that it is).

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import (
+    align_gpu_ops,
     blob_u32,
     concat_gpu_ops,
     constant,
@@ -243,7 +244,7 @@ def _gpu_ops(db: Database, strings: pa.Table) -> pa.Table:
     s = db.read_table(K + "MEMSET", MEMSET)
     s = set_column(s, "name", constant("Memset", s.num_rows))
     parts.append(set_column(s, "kind", constant("memset", s.num_rows)))
-    gpu = concat_gpu_ops(parts)
+    gpu = concat_gpu_ops([align_gpu_ops(p) for p in parts])
     return set_column(gpu, "process_key", pa.array(np.zeros(gpu.num_rows, np.int64)))
 
 
