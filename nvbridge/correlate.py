@@ -18,9 +18,8 @@ Pure: no I/O, no SQLAlchemy, no torch. Rules (DESIGN.md, "Attribution rules"):
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -260,7 +259,8 @@ class Correlator:
             parsed_new = None if parsed_new is None else parsed_new.take(pa.array(order))
             s_new, e_new, open_end, new_key = s_new[order], e_new[order], open_end[order], new_key[order]
         # Name parsing (Arrow string work, GIL released) runs beside the forest below.
-        parsing = self._pool.submit(names.parse, new.column("name")) if parsed_new is None else None
+        parsing = (self._pool.submit(names.parse, new.column("name")) if parsed_new is None
+                   else parsed_new.cast(names.PARSED_SCHEMA))
 
         prev = self._open
         k = 0 if prev is None else len(prev.op_id)
@@ -373,7 +373,7 @@ class Correlator:
         # --- PyTorch columns ------------------------------------------------------------
         pid = np_col(raw, "process_id", fill=0)
         tid = np_col(raw, "thread_id", fill=-1)
-        parsed = parsing.result() if parsing is not None else cast(pa.Table, parsed_new).cast(names.PARSED_SCHEMA)
+        parsed = parsing.result() if isinstance(parsing, Future) else parsing
         if prev is not None:
             parsed = pa.concat_tables([prev.parsed, parsed])
         torch_cols, state, links = semantics.annotate(
