@@ -4,6 +4,7 @@
     python scripts/bench_convert.py                       # 2M NVTX rows, nsys 2026.2 export
     python scripts/bench_convert.py --nvtx-rows 2000000 --nvtx-rows 10000000   # + scaling line
     python scripts/bench_convert.py --skip-nsys --nvprof-tiles none              # quick
+    python scripts/bench_convert.py --convert-only --nvprof-tiles none --nvtx-rows 2000000 --nvtx-rows 10000000
 
 For each size, the tiled database is built once (scripts/make_large_db.py) into the cache
 directory (default bench_out/, git-ignored) and reused by later runs; ``--clean`` deletes it
@@ -226,8 +227,8 @@ def cached_db(source: Path, nvtx_target: int, cache: Path) -> tuple[Path, int]:
     return db, tiles
 
 
-def bench(db: Path, repeat: int, skip_nsys: bool) -> list[Run]:
-    nsys = None if skip_nsys else shutil.which("nsys")
+def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False) -> list[Run]:
+    nsys = None if skip_nsys or convert_only else shutil.which("nsys")
     runs: list[Run] = []
     queries = json.dumps(floor_queries(db))
     with tempfile.TemporaryDirectory(prefix="nvbridge-bench-") as tmp_s:
@@ -257,6 +258,9 @@ def bench(db: Path, repeat: int, skip_nsys: bool) -> list[Run]:
             mb = sum(f.stat().st_size for f in out.iterdir()) / 1e6
             r.note = (f"{m.group(1)} rows, {m.group(2)} s in-process, " if m else "") + f"{mb:.0f} MB Parquet"
             keep(r)
+            if convert_only:
+                shutil.rmtree(out)
+                continue
 
             r, rc, err = run("nvbridge summary", [sys.executable, "-m", "nvbridge", "summary", str(out)],
                              tmp / "summary.txt")
@@ -293,7 +297,9 @@ def bench(db: Path, repeat: int, skip_nsys: bool) -> list[Run]:
                 shutil.rmtree(copy.parent)
                 keep(r)
         runs = list(best.values())
-    if skip_nsys:
+    if convert_only:
+        print("note: floor and convert only (--convert-only)")
+    elif skip_nsys:
         print("note: nsys skipped (--skip-nsys)")
     elif not nsys:
         print("note: nsys not found on PATH; install it with scripts/install_nsys.sh to compare")
@@ -437,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="rounds (each runs every tool once, in turn); each tool's fastest is reported. The VM's "
                          "speed drifts by up to 25%% between runs: best of three keeps floor and convert comparable")
     ap.add_argument("--skip-nsys", action="store_true", help="do not run nsys stats")
+    ap.add_argument("--convert-only", action="store_true",
+                    help="time only the floor and nvbridge convert on each size (no summary, trace, nsys)")
     ap.add_argument("--clean", action="store_true", help="delete the tiled databases afterwards (cached ones too)")
     ap.add_argument("--real-summary", type=Path, default=DEFAULT_SOURCE, metavar="REPORT",
                     help="real report whose converted dataset 'nvbridge summary' is timed on "
@@ -465,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
             made.append(db)
             print(f"\n== {n:,} NVTX rows requested: {db.name}, {tiles} tiles, "
                   f"{db.stat().st_size / 1e6:.0f} MB")
-            runs = bench(db, args.repeat, args.skip_nsys)
+            runs = bench(db, args.repeat, args.skip_nsys, args.convert_only)
             print(table(runs), flush=True)
             results.append((n, runs))
         if len(results) >= 2:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +16,7 @@ from nvbridge.correlate import (
     NO_API_CALL,
     OPEN_AT_END,
     Correlator,
+    _lookup_keys,
     capture_end,
     check,
     correlate,
@@ -339,3 +341,14 @@ def test_windows_give_the_one_pass_result(
         assert ops.column(name).cast(one.ops.column(name).type).to_pylist() == one.ops.column(name).to_pylist(), name
     assert engine.api_calls().equals(one.api_calls)
     assert engine.gpu_ops().equals(one.gpu_ops)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-1, 40), max_size=60), st.lists(st.integers(0, 40), max_size=60))
+def test_key_lookup_by_table_matches_a_plain_search(keys: list[int], queries: list[int]) -> None:
+    """The direct table (dense keys) and the sorted search give the first matching key's row."""
+    k, q = np.array(keys, np.int64), np.array(queries, np.int64)
+    expected = [keys.index(x) if x in keys else -1 for x in queries]
+    with patch("nvbridge.correlate._DENSE_KEYS", 10**6):  # always the table of 41 slots
+        assert _lookup_keys(k, q, 41).tolist() == expected
+    assert _lookup_keys(k, q).tolist() == expected  # sorted search
