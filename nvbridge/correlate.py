@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from nvbridge import names, semantics
 from nvbridge.errors import CorrelationError, NotStreamable
-from nvbridge.intervals import Forest
+from nvbridge.intervals import Forest, stable_order
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import DICT_STR, np_col, take_batches, take_sorted
 
@@ -322,7 +322,7 @@ class Correlator:
         hi = max(cap, int(r_end.max(initial=0)), int(a_end.max(initial=0)))
         # The forest wants (thread, start, -end) order; tree_idx maps its rows to window rows.
         candidates = np.flatnonzero(~cross)
-        tree_idx = candidates[np.argsort(r_thread[candidates], kind="stable")]
+        tree_idx = candidates[stable_order(r_thread[candidates])]
         forest = Forest(r_thread[tree_idx], r_start[tree_idx], r_end[tree_idx], lo, hi)
         flags[tree_idx[forest.crossing]] |= CROSSING
         in_tree = np.zeros(n, bool)
@@ -371,7 +371,7 @@ class Correlator:
         # Roll subtree totals up one level at a time, deepest first. One stable sort by depth
         # (a radix sort on int16) groups every level; only ops with GPU work below them move.
         tree_kids = np.flatnonzero(tree_parent >= 0)
-        by_depth = tree_kids[np.argsort(np.minimum(depth[tree_kids], 2**15 - 1).astype(np.int16), kind="stable")]
+        by_depth = tree_kids[stable_order(depth[tree_kids])]
         bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
         for d in range(int(depth.max(initial=0)), 0, -1):
             level = by_depth[bounds[d]:bounds[d + 1]]

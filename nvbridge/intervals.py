@@ -13,6 +13,15 @@ from __future__ import annotations
 import numpy as np
 
 
+def stable_order(small: np.ndarray) -> np.ndarray:
+    """``np.argsort(small, kind="stable")`` for non-negative integers (thread indices, depths):
+    values below 2**15 are sorted as int16, where NumPy's stable sort is a radix sort."""
+    if len(small) and int(small.max()) < 2**15:
+        small = small.astype(np.int16)
+    order: np.ndarray = np.argsort(small, kind="stable")
+    return order
+
+
 def segment_keys(group: np.ndarray, values: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Order-preserving int64 keys for (group, value) pairs, values within [lo, hi].
 
@@ -56,7 +65,9 @@ class Forest:
         threads = np.arange(int(th.max()) + 1, dtype=np.int64)
         q = self._start_keys
         end_keys = segment_keys(th, e, self.lo, self.hi)
-        end_keys.sort()
+        # Ends of ranges sorted by start are nearly sorted already: timsort merges their runs
+        # (4x faster than the default quicksort on a 131,072-range window).
+        end_keys.sort(kind="stable")
         base = np.searchsorted(end_keys, threads * span)[th]  # first end key of each thread
         # A preceding range either contains this one (an ancestor) or ended by its start:
         # depth = position on the thread - ranges of the thread that ended by its start.
@@ -74,18 +85,23 @@ class Forest:
             depth[pos] += np.searchsorted(zero_keys, q[pos], "right") - np.searchsorted(zero_keys, q[pos], "left")
         del end_keys, base
         parent = self.parent
-        nested = np.flatnonzero(depth > 0)
+        # The parent of a nested range is the last range before it on its thread one level up.
+        # Rows grouped by depth, in row order within a level (a stable sort on small integers is
+        # a radix sort), make (depth, row) keys sorted; the nested rows are queried in that same
+        # order, so each search starts where the previous one ended.
+        level = np.maximum(depth, 0)
+        by_level = stable_order(level)
+        nested = by_level[level[by_level] > 0]
         if len(nested):
             scale = n + 1
-            key = np.maximum(depth, 0) * scale
-            key += np.arange(n, dtype=np.int64)
-            key.sort()
-            want = (depth[nested] - 1) * scale + nested
+            key = level[by_level] * scale + by_level
+            want = (level[nested] - 1) * scale + nested
             pos = np.searchsorted(key, want, side="left") - 1
             cand = key[np.maximum(pos, 0)]
-            ok = (pos >= 0) & (cand // scale == depth[nested] - 1)
+            ok = (pos >= 0) & (cand // scale == level[nested] - 1)
             parent[nested] = np.where(ok, cand % scale, -1)
             del key, want, pos, cand
+        del level, by_level
         bad = depth < 0
         bad[nested] |= parent[nested] < 0
         has_parent = np.flatnonzero(parent >= 0)
