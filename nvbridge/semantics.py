@@ -94,6 +94,7 @@ class ForwardIndex:
         self._groups: dict[tuple[int, int], int] = {}
         self._strings: dict[str, int] = {}
         self._values: list[str] = []
+        self._pool = pa.array([], pa.string())  # _values as Arrow, rebuilt only when it grows
         self._store: dict[bool, tuple[np.ndarray, ...]] = {}
 
     def _keys(self, pid: np.ndarray, thread: np.ndarray, seq: np.ndarray) -> np.ndarray:
@@ -121,14 +122,16 @@ class ForwardIndex:
         return pool[idx]
 
     def _pooled(self, ids: np.ndarray) -> pa.Array:
-        return _take_or_null(pa.array(self._values, pa.string()), ids)
+        if len(self._pool) != len(self._values):
+            self._pool = pa.array(self._values, pa.string())
+        return _take_or_null(self._pool, ids)
 
     def link(self, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, op_id: np.ndarray,
-             parsed: pa.Table, top: np.ndarray, module: pa.Array, new_from: int) -> Links:
+             parsed: pa.Table, seq: np.ndarray, top: np.ndarray, module: pa.Array, new_from: int) -> Links:
         """Links for rows ``new_from:`` (rows before it are carried, already linked), then remember
-        this window's forward ops. ``module`` is each row's inherited module path."""
+        this window's forward ops. ``seq`` is parsed's seq column (-1 for none); ``module`` is
+        each row's inherited module path."""
         n = len(pid)
-        seq = np_col(parsed, "seq", fill=-1)
         is_bwd = np.asarray(parsed.column("is_backward").to_numpy(zero_copy_only=False))
         fwd_tid = np_col(parsed, "fwd_tid", fill=-1)
         is_new = np.arange(n) >= new_from
@@ -223,7 +226,7 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
     else:
         module = module_col
 
-    links = index.link(pid, tid, start, op_id, parsed, top, module, k)
+    links = index.link(pid, tid, start, op_id, parsed, seq, top, module, k)
     if carried is not None and k:
         links = Links.concat([carried, links.take(np.arange(k, n))])
 
