@@ -29,7 +29,7 @@ from nvbridge import names, semantics
 from nvbridge.errors import CorrelationError, NotStreamable
 from nvbridge.intervals import Forest, stable_order
 from nvbridge.profile import RawProfile, SourceInfo
-from nvbridge.readers._arrow import DICT_STR, np_col, take_batches, take_sorted
+from nvbridge.readers._arrow import DICT_STR, np_col, one_chunk, take_batches, take_sorted
 
 # ops.flags bits
 OPEN_AT_END = 1
@@ -449,7 +449,7 @@ class Correlator:
 
     def _ends(self, ranges: pa.Table, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each range's end, a never-closed one clamped to the capture end, and which were."""
-        raw_end = ranges.column("end_ns").combine_chunks()
+        raw_end = one_chunk(ranges.column("end_ns"))
         end = np.maximum(np.asarray(raw_end.fill_null(self.capture_end).to_numpy(zero_copy_only=False)), start)
         open_end = np.asarray(raw_end.is_null().to_numpy(zero_copy_only=False))
         if self.info.kind == "nsys" and self.info.capture_end_ns is not None:

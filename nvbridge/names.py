@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.readers._arrow import one_chunk
+
 # The reference grammar (_decorations_regex; _decorations gives the same columns faster for
 # the simple names). Each field is found by its own small regular expression: RE2 runs these
 # about ten times faster over millions of names than one pattern with many optional groups.
@@ -72,7 +74,7 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     ``module`` is the module path a ``nn.Module:`` range names (for that range only; the
     enclosing module of other ops is derived from the tree in nvbridge.semantics).
     """
-    names = names.combine_chunks() if isinstance(names, pa.ChunkedArray) else names
+    names = one_chunk(names)
     names = names.cast(pa.string()).fill_null("")
     n = len(names)
     cols = _decorations(names)

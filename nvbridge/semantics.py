@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge import names
-from nvbridge.readers._arrow import dense_ids, np_col
+from nvbridge.readers._arrow import dense_ids, np_col, one_chunk
 
 # A forward op is keyed by (process, thread or "any", seq) packed into one int64: a dense
 # group number above SEQ_BITS bits of seq (torch's per-thread counter never gets near 2**40;
@@ -52,13 +52,9 @@ def _inherit_down_np(parent: np.ndarray, depth: np.ndarray, own: np.ndarray) -> 
     return out
 
 
-def _arr(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-
-
 def _take_or_null(values: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array:
     """``values[index]`` where index >= 0, else null."""
-    return _arr(values).take(pa.array(np.maximum(index, 0), mask=index < 0))
+    return one_chunk(values).take(pa.array(np.maximum(index, 0), mask=index < 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +104,7 @@ class ForwardIndex:
 
     def _intern(self, values: pa.Array) -> np.ndarray:
         """Pool ids of strings (-1 for null)."""
-        enc = _arr(values)
+        enc = one_chunk(values)
         enc = enc if pa.types.is_dictionary(enc.type) else enc.dictionary_encode()
         ids = []
         for v in enc.dictionary.to_pylist():
@@ -142,7 +138,7 @@ class ForwardIndex:
         shp_id = np.full(n, -1, np.int64)
         if len(cand):
             cand_mod = self._intern(module.take(pa.array(cand)))
-            cand_shp = self._intern(_arr(parsed.column("input_shapes")).take(pa.array(cand)))
+            cand_shp = self._intern(one_chunk(parsed.column("input_shapes")).take(pa.array(cand)))
         lo = int(start.min()) if n else 0
         span = int(start.max()) - lo + 1 if n else 1
         for exact in (True, False):
@@ -219,7 +215,7 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
     top = ~((parent_seq == seq) & (parent_tid == tid))
 
     # Module path from the op or its ancestors (before backward rows take their forward op's).
-    module_col = _arr(parsed.column("module"))
+    module_col = one_chunk(parsed.column("module"))
     if module_col.null_count < n:
         module_own = np.where(np.asarray(module_col.is_valid().to_numpy(zero_copy_only=False)), np.arange(n), -1)
         module = _take_or_null(module_col, _inherit_down_np(parent, depth, module_own))
@@ -248,14 +244,14 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
 
     fwd = pa.array(link >= 0)
     module_path = pc.if_else(pc.and_(fwd, pc.is_null(module)), links.module, module)
-    shapes = _arr(parsed.column("input_shapes"))
+    shapes = one_chunk(parsed.column("input_shapes"))
     if shapes.null_count < n or links.shapes.null_count < n:
         shapes = pc.if_else(pc.and_(fwd, pc.is_null(shapes)), links.shapes, shapes)
 
-    stack = _arr(parsed.column("stack"))
+    stack = one_chunk(parsed.column("stack"))
     if stack.null_count < n:
         stack = pa.array(_inherit_down(parent, depth, stack.to_pylist()), pa.list_(pa.string()))
-    step = _arr(parsed.column("step"))
+    step = one_chunk(parsed.column("step"))
     if step.null_count < n:
         step_own = np.where(np.asarray(step.is_valid().to_numpy(zero_copy_only=False)), np.arange(n), -1)
         step = _take_or_null(step, _inherit_down_np(parent, depth, step_own))

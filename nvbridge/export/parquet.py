@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from nvbridge.correlate import Model
 from nvbridge.errors import ExportError
 from nvbridge.profile import SourceInfo
+from nvbridge.readers._arrow import np_col
 
 DATASET_SCHEMA_VERSION = "1"
 TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
@@ -143,7 +144,7 @@ def read(directory: Path) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
     tables = {name: pq.read_table(directory / f"{name}.parquet") for name in TABLES}
     # A streamed conversion writes a range that stayed open across windows after later ops:
     # hand the ops back in op_id order.
-    op_id = tables["ops"].column("op_id").combine_chunks().to_numpy(zero_copy_only=False)
+    op_id = np_col(tables["ops"], "op_id")
     if len(op_id) > 1 and (op_id[1:] < op_id[:-1]).any():
         tables["ops"] = tables["ops"].take(pa.array(op_id.argsort(kind="stable")))
     return meta, tables

@@ -22,6 +22,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
+from nvbridge.readers._arrow import one_chunk
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Nsight Systems' own report formats: the user has to export them to SQLite first.
@@ -287,7 +288,7 @@ class Database:
                     # Numbers in one chunk, so every later NumPy view is zero-copy; text stays in
                     # ConnectorX's chunks (Arrow kernels and Parquet take them as they are).
                     arr = raw.column(col.field)
-                    arr = arr.combine_chunks() if col.type != "str" else arr
+                    arr = one_chunk(arr) if col.type != "str" else arr
                     arrays.append(arr if arr.type == typ else arr.cast(typ))
             return pa.table(arrays, names=[c.field for c in columns])
 

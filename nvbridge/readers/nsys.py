@@ -406,7 +406,7 @@ class Stream:
         self.db = db
         self.window_rows = window_rows
         self._prepare = prepare
-        self._next = self._last = 0
+        self._next, self._last = 0, -1  # rowids still to read (none without NVTX_EVENTS)
         self._pending: list[Future[_Window]] = []
         # The API calls and GPU ops come first: the first window cannot be correlated without
         # them. The NVTX windows follow on whichever reader is free.
@@ -447,6 +447,12 @@ class Stream:
         self._thread_names: list[pa.Table] = []
         self._thread_keys: list[np.ndarray] = []
 
+    def read_ahead(self, windows: int) -> None:
+        """Queue ``windows`` more NVTX windows now: the readers go on while the caller is busy
+        (building the engine); the queue drains back to AHEAD as windows are consumed."""
+        for _ in range(windows):
+            self._submit_window()
+
     def _submit_window(self) -> None:
         if self._next > self._last:
             return
@@ -471,7 +477,8 @@ class Stream:
         """The ranges, one window of rowids at a time, in export order."""
         while self._pending:
             window = self._pending.pop(0).result()
-            self._submit_window()
+            if len(self._pending) < self.AHEAD:
+                self._submit_window()
             self.rows_read += window.rows
             if window.others is not None:
                 self._others(window.others)
