@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +38,8 @@ Progress = Callable[[str, int], None]
 # NVTX rowids per streamed window. Measured at 2M rows: 64K to 512K rows take the same time,
 # and peak memory grows with the window (0.60 GB at 64K, 0.67 at 128K, 0.85 at 256K, 1.1 at 512K).
 WINDOW_ROWS = 1 << 17
-# Extra NVTX windows read while the engine is set up (each about 25 MB in memory).
-INIT_READ_AHEAD = 4
+# NVTX windows the readers may fetch ahead while the engine is set up (each about 25 MB).
+INIT_WINDOWS = 8
 # Share of a report's time each stage takes (measured at 2M NVTX rows): read, correlate, write.
 STAGE_SHARE = {"reading": 0.38, "correlating": 0.40, "writing": 0.22}
 _EVENT_TABLES = (
@@ -255,10 +256,13 @@ def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress) -> _D
             # Names are parsed on the reader threads, a window or two ahead of the engine.
             stream_in = Stream(db, WINDOW_ROWS, prepare=with_parsed_names)
             info = _with_rank(stream_in.info, source)
-            # The engine's set-up sorts every API call and GPU op (0.15 s at 2M NVTX rows, 0.8 s
-            # at 10M): the readers fetch a few more windows meanwhile instead of waiting.
-            stream_in.read_ahead(INIT_READ_AHEAD)
-            engine = Correlator(info, stream_in.api_calls, stream_in.gpu_ops, capture_end(info, stream_in.latest_ns))
+            # The engine's set-up sorts every API call and GPU op (0.15 s at 2M NVTX rows, 0.8-1.1 s
+            # at 10M): it runs beside the readers, which fetch windows meanwhile instead of waiting.
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                building = pool.submit(Correlator, info, stream_in.api_calls, stream_in.gpu_ops,
+                                       capture_end(info, stream_in.latest_ns))
+                stream_in.read_while(building, INIT_WINDOWS)
+                engine = building.result()
             _trim_heap()
             reported = stream_in.rows_read
             report("correlating", reported)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -447,11 +448,15 @@ class Stream:
         self._thread_names: list[pa.Table] = []
         self._thread_keys: list[np.ndarray] = []
 
-    def read_ahead(self, windows: int) -> None:
-        """Queue ``windows`` more NVTX windows now: the readers go on while the caller is busy
-        (building the engine); the queue drains back to AHEAD as windows are consumed."""
-        for _ in range(windows):
-            self._submit_window()
+    def read_while(self, busy: Future[Any], most: int) -> None:
+        """Keep both readers fetching NVTX windows, up to ``most`` waiting, until ``busy`` is done
+        (the engine being set up); the queue then drains back to AHEAD as windows are consumed."""
+        while not busy.done():
+            reading = [f for f in self._pending if not f.done()]
+            if len(reading) < 2 and len(self._pending) < most and self._next <= self._last:
+                self._submit_window()
+                continue
+            wait([busy, *reading], return_when=FIRST_COMPLETED)
 
     def _submit_window(self) -> None:
         if self._next > self._last:
