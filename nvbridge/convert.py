@@ -260,7 +260,7 @@ def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress) -> _D
             # at 10M): it runs beside the readers, which fetch windows meanwhile instead of waiting.
             with ThreadPoolExecutor(max_workers=1) as pool:
                 building = pool.submit(Correlator, info, stream_in.api_calls, stream_in.gpu_ops,
-                                       capture_end(info, stream_in.latest_ns))
+                                       capture_end(info, stream_in.latest_ns), stream_in.syncs)
                 stream_in.read_while(building, INIT_WINDOWS)
                 engine = building.result()
             _trim_heap()
