@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,16 @@ NVPROF_FILES = [
     "nvprof-2021-mxnet-driver.nvvp",
 ]
 ALL_FILES = NSYS_FILES + NVPROF_FILES
+
+
+def require_nsys() -> str:
+    """The nsys CLI's path; fails in CI (scripts/install_nsys.sh installs it), skips elsewhere."""
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        if os.environ.get("CI"):
+            pytest.fail("nsys is missing in CI: scripts/install_nsys.sh should have installed it")
+        pytest.skip("nsys not installed; run scripts/install_nsys.sh")
+    return nsys
 
 
 def real_db(name: str) -> Path:

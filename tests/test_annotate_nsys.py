@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -31,6 +30,7 @@ pytest.importorskip("torch", reason="emit_nvtx needs torch (pip install 'nvbridg
 
 import nvbridge  # noqa: E402
 from nvbridge.annotate import _nvtx_lib  # noqa: E402
+from tests.conftest import require_nsys  # noqa: E402
 from tests.nvtx_inject.nvtx_log import (
     NET_MODULE_RANGES,  # noqa: E402
     profiler_ops,  # noqa: E402
@@ -39,7 +39,6 @@ from tests.nvtx_inject.nvtx_log import (
 pytestmark = pytest.mark.nsys
 
 ROOT = Path(__file__).resolve().parent.parent
-NSYS = shutil.which("nsys")
 IMPORTER = Path(os.environ.get("QDSTRM_IMPORTER", "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"))
 
 OP = re.compile(r"^(?P<op>[a-z_]+::\w+)(?:, seq = (?P<seq>\d+))?, op_id = (?P<op_id>\d+)$")
@@ -116,14 +115,6 @@ class Recording:
         return [r for r in self.rows if r.text.startswith(prefix)]
 
 
-def _require_nsys() -> str:
-    if NSYS is None:
-        if os.environ.get("CI"):
-            pytest.fail("nsys is missing in CI: scripts/install_nsys.sh should have installed it")
-        pytest.skip("nsys not installed; run scripts/install_nsys.sh")
-    return NSYS
-
-
 def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=180, **kwargs)
 
@@ -131,7 +122,7 @@ def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Recording:
     """Profile the workload once under nsys, import, export to SQLite, read NVTX_EVENTS."""
-    nsys = _require_nsys()
+    nsys = require_nsys()
     if _nvtx_lib._ctypes_emitter() is None and _nvtx_lib._nvtx_package_emitter() is None:
         pytest.skip("no NVTX library to emit through: pip install nvidia-nvtx-cu12 (or nvtx==0.2.11)")
     work = tmp_path_factory.mktemp("nsys")

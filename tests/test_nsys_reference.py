@@ -8,7 +8,6 @@ nvbridge's kernel time over each op's subtree must give NVIDIA's numbers to the 
 from __future__ import annotations
 
 import csv
-import os
 import shutil
 import subprocess
 from collections import defaultdict
@@ -18,22 +17,13 @@ import numpy as np
 import pytest
 
 import nvbridge
-from tests.conftest import real_db, subtree_kernel_ns
+from tests.conftest import real_db, require_nsys, subtree_kernel_ns
 
-NSYS = shutil.which("nsys")
 WITH_NVTX_AND_KERNELS = [
     "nsys-2024.2-pyprof-markers.sqlite",
     "nsys-2024.6-nvfuser-cpp-nvtx.sqlite",
     "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite",
 ]
-
-
-def _require_nsys() -> str:
-    if NSYS is None:
-        if os.environ.get("CI"):
-            pytest.fail("nsys is missing in CI: scripts/install_nsys.sh should have installed it")
-        pytest.skip("nsys not installed; run scripts/install_nsys.sh")
-    return NSYS
 
 
 def nvtxkernsum(path: Path, workdir: Path) -> dict[tuple[str, int, int], int]:
@@ -42,7 +32,7 @@ def nvtxkernsum(path: Path, workdir: Path) -> dict[tuple[str, int, int], int]:
     shutil.copyfile(path, copy)
     copy.chmod(0o644)
     subprocess.run(
-        [_require_nsys(), "stats", "-q", "-r", "nvtxkernsum", "-f", "csv", "-o", str(workdir / "ref"), str(copy)],
+        [require_nsys(), "stats", "-q", "-r", "nvtxkernsum", "-f", "csv", "-o", str(workdir / "ref"), str(copy)],
         check=True,
         capture_output=True,
         timeout=300,
