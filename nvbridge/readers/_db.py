@@ -137,6 +137,8 @@ class Database:
         DamagedDatabase: the file is truncated or malformed.
     """
 
+    READERS = 2  # reader threads (reads release the GIL); two keep a 2-core machine busy
+
     def __init__(self, source: str | os.PathLike[str]) -> None:
         text = os.fspath(source)
         self.path: Path | None = None
@@ -301,7 +303,7 @@ class Database:
         given, runs on the table in the same thread, and the future holds what it returns."""
         fetch = self._prepare(table, columns, where)
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nvbridge-read")
+            self._pool = ThreadPoolExecutor(max_workers=self.READERS, thread_name_prefix="nvbridge-read")
         return self._pool.submit(fetch if then is None else lambda: then(fetch()))
 
     @contextlib.contextmanager

@@ -453,7 +453,7 @@ class Stream:
         (the engine being set up); the queue then drains back to AHEAD as windows are consumed."""
         while not busy.done():
             reading = [f for f in self._pending if not f.done()]
-            if len(reading) < 2 and len(self._pending) < most and self._next <= self._last:
+            if len(reading) < self.db.READERS and len(self._pending) < most and self._next <= self._last:
                 self._submit_window()
                 continue
             wait([busy, *reading], return_when=FIRST_COMPLETED)
