@@ -237,19 +237,27 @@ def step_times(ops: pa.Table) -> dict[int, int]:
     return out
 
 
+def rank_facts(report: Any, gpu: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What the cross-rank summary needs of one report (``gpu``: its :func:`gpu_header`, if
+    already computed), so that reports can be read one at a time."""
+    meta = report.meta
+    label = f"rank {meta['rank']}" if meta.get("rank") not in (None, "None") else str(meta.get("source"))
+    gpu = gpu_header(report.gpu_ops, report.devices) if gpu is None else gpu
+    return {"rank": label, "source": meta.get("source"), "ops": report.ops.num_rows,
+            "kernels": sum(d["kernels"] for d in gpu), "gpu_busy_ns": {d["device_id"]: d["busy_ns"] for d in gpu},
+            "steps": step_times(report.ops)}
+
+
 def rank_summary(reports: list[Any]) -> dict[str, Any]:
     """Across ranks: GPU busy time per report and device, and per step the slowest rank and the
-    spread (slowest minus fastest), which is what a straggler looks like."""
-    ranks = []
+    spread (slowest minus fastest), which is what a straggler looks like. ``reports`` are
+    reports or their :func:`rank_facts`."""
+    facts = [r if isinstance(r, dict) else rank_facts(r) for r in reports]
+    ranks = [{k: v for k, v in f.items() if k != "steps"} for f in facts]
     steps: dict[int, dict[str, int]] = {}
-    for r in reports:
-        label = f"rank {r.meta['rank']}" if r.meta.get("rank") not in (None, "None") else str(r.meta.get("source"))
-        gpu = gpu_header(r.gpu_ops, r.devices)
-        ranks.append({"rank": label, "source": r.meta.get("source"), "ops": r.ops.num_rows,
-                      "kernels": sum(d["kernels"] for d in gpu),
-                      "gpu_busy_ns": {d["device_id"]: d["busy_ns"] for d in gpu}})
-        for step, ns in step_times(r.ops).items():
-            steps.setdefault(step, {})[label] = ns
+    for f in facts:
+        for step, ns in f["steps"].items():
+            steps.setdefault(step, {})[f["rank"]] = ns
     per_step = []
     for step in sorted(steps):
         by_rank = steps[step]

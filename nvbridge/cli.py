@@ -17,9 +17,9 @@ import click
 import pyarrow.compute as pc
 
 from nvbridge import __version__
-from nvbridge.analysis import format_time, merge_averages, parse_time, rank_summary
+from nvbridge.analysis import format_time, merge_averages, parse_time, rank_facts, rank_summary
 from nvbridge.convert import Progress, convert, estimate_rows, export_chrome_trace
-from nvbridge.dataset import Report, is_partitioned, load, load_many
+from nvbridge.dataset import Report, is_partitioned, load, report_dirs
 from nvbridge.errors import NvbridgeError
 
 
@@ -220,19 +220,29 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
             min_us = parse_time(min_time)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--min-time") from exc
-        reports = load_many(path) if is_partitioned(path) else [load(path)]
-        parts = [r.key_averages(
-            group_by_input_shape=group_by == "shape", group_by_module=group_by == "module",
-            group_by_stack_n=stack_depth if group_by == "stack" else 0,
-            top_level_events_only=top_level, device=device) for r in reports]
+        # A partitioned dataset is read one report at a time: memory holds the largest report
+        # and the per-report aggregates, however many ranks the run had.
+        sources: list[Path] = report_dirs(path) if is_partitioned(path) else [path]
+        several = len(sources) > 1
+        parts, facts, gpu = [], [], []
+        for source in sources:
+            report = load(source)
+            parts.append(report.key_averages(
+                group_by_input_shape=group_by == "shape", group_by_module=group_by == "module",
+                group_by_stack_n=stack_depth if group_by == "stack" else 0,
+                top_level_events_only=top_level, device=device))
+            header = report.gpu_summary()
+            if several:
+                facts.append(rank_facts(report, header))
+            gpu += [dict(d, report=report.meta.get("source"), several=several) for d in header]
+            del report
         averages = parts[0] if len(parts) == 1 else merge_averages(parts)
-        ranks = rank_summary(reports) if len(reports) > 1 else None
+        ranks = rank_summary(facts) if several else None
         try:
             rows = averages.sorted(sort_by, limit, name_regex, min_us)
             text = averages.table(sort_by, limit, name_regex, min_us)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--sort") from exc
-        gpu = [dict(d, report=r.meta.get("source"), several=len(reports) > 1) for r in reports for d in r.gpu_summary()]
     if as_json:
         click.echo(json.dumps({"gpu": gpu, "ranks": ranks, "rows": rows.to_pylist()}, indent=1))
     elif as_csv:

@@ -92,11 +92,18 @@ def is_partitioned(path: str | os.PathLike[str]) -> bool:
     return p.is_dir() and not (p / "meta.parquet").is_file() and any(p.glob("report=*/meta.parquet"))
 
 
-def load_many(path: str | os.PathLike[str]) -> list[Report]:
-    """Every report of a partitioned dataset, by rank where known, then by name."""
-    reports = [load(d) for d in sorted(Path(os.fspath(path)).glob("report=*")) if (d / "meta.parquet").is_file()]
+def report_dirs(path: str | os.PathLike[str]) -> list[Path]:
+    """The report directories of a partitioned dataset, by rank where known, then by name;
+    only their meta tables are read."""
+    def key(d: Path) -> tuple[int, str]:
+        meta = parquet.read_meta(d)
+        rank = meta.get("rank")
+        return (int(rank) if rank not in (None, "None") else 1 << 30, str(meta.get("source")))
+    dirs = [d for d in Path(os.fspath(path)).glob("report=*") if (d / "meta.parquet").is_file()]
+    return sorted(sorted(dirs), key=key)
 
-    def key(r: Report) -> tuple[int, str]:
-        rank = r.meta.get("rank")
-        return (int(rank) if rank not in (None, "None") else 1 << 30, str(r.meta.get("source")))
-    return sorted(reports, key=key)
+
+def load_many(path: str | os.PathLike[str]) -> list[Report]:
+    """Every report of a partitioned dataset, in :func:`report_dirs` order (all in memory at
+    once: to go through thousands, load the directories one at a time)."""
+    return [load(d) for d in report_dirs(path)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -91,6 +92,46 @@ def test_cross_rank_summary(tmp_path: Path) -> None:
         assert st["spread_ns"] == max(by_rank.values()) - min(by_rank.values())
     text = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--limit", "3"]).stdout
     assert text.startswith("3 reports:\n  rank 0 (train_rank0.sqlite)")
+
+
+def test_summary_reads_one_report_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dataset of many ranks is summarized holding one report in memory at a time, and gives
+    the table of all reports together (summed from each report's own table)."""
+    import gc
+    import weakref
+
+    from click.testing import CliRunner
+
+    import nvbridge.cli
+    from nvbridge.cli import cli
+
+    sources = [real_db(n) for n in REPORTS]
+    nvbridge.convert(sources, tmp_path / "ds")
+    alive: weakref.WeakSet[nvbridge.Report] = weakref.WeakSet()
+    most = 0
+
+    def load(path: Path) -> nvbridge.Report:
+        nonlocal most
+        gc.collect()
+        report = nvbridge.load(path)
+        alive.add(report)
+        most = max(most, len(alive))
+        return report
+
+    monkeypatch.setattr(nvbridge.cli, "load", load)
+    result = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--json", "--limit", "-1"])
+    assert result.exit_code == 0, result.output
+    assert most == 1
+    rows = {r["name"]: r for r in json.loads(result.stdout)["rows"]}
+    calls: dict[str, int] = {}
+    gpu: dict[str, int] = {}
+    for d in sorted((tmp_path / "ds").glob("report=*")):
+        ops = nvbridge.load(d).ops
+        for name, g in zip(ops.column("op_name").to_pylist(), ops.column("self_gpu_ns").to_pylist()):
+            calls[name] = calls.get(name, 0) + 1
+            gpu[name] = gpu.get(name, 0) + g
+    assert {n: r["calls"] for n, r in rows.items()} == calls
+    assert {n: r["self_gpu_ns"] for n, r in rows.items()} == gpu
 
 
 def test_duckdb_examples_from_the_readme(tmp_path: Path) -> None:

@@ -121,8 +121,8 @@ class TableWriter:
                 self._writer.close()
 
 
-def read(directory: Path) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
-    """Read a dataset written by :func:`write`: (meta, tables).
+def read_meta(directory: Path) -> dict[str, str | None]:
+    """The ``meta`` key/value table of a dataset written by :func:`write`.
 
     Raises:
         ExportError: ``directory`` is not an nvbridge dataset, or one of a newer schema.
@@ -141,6 +141,16 @@ def read(directory: Path) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
             f"{directory} has dataset schema {version}, this nvbridge reads "
             f"{DATASET_SCHEMA_VERSION}; convert the report again or upgrade nvbridge."
         )
+    return meta
+
+
+def read(directory: Path) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
+    """Read a dataset written by :func:`write`: (meta, tables).
+
+    Raises:
+        ExportError: ``directory`` is not an nvbridge dataset, or one of a newer schema.
+    """
+    meta = read_meta(directory)
     tables = {name: pq.read_table(directory / f"{name}.parquet") for name in TABLES}
     # A streamed conversion writes a range that stayed open across windows after later ops:
     # hand the ops back in op_id order.
