@@ -29,6 +29,16 @@ SORT_KEYS = {
 TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 
+# What the summary tables (key_averages, gpu_header, rank_facts) read of a dataset: a third of
+# the ops columns, without the range names (unique per row; op_name is what they group by).
+SUMMARY_COLUMNS: dict[str, list[str]] = {
+    "ops": ["op_id", "parent_id", "depth", "op_name", "start_ns", "end_ns", "self_cpu_ns", "total_cpu_ns",
+            "self_gpu_ns", "total_gpu_ns", "input_shapes", "module_path", "stack"],
+    "gpu_ops": ["op_id", "kind", "device_id", "start_ns", "end_ns", "bytes", "copy_kind"],
+    "api_calls": [], "marks": [], "syncs": [], "threads": [],
+}
+
+
 def gpu_time_by_op(ops: pa.Table, gpu_ops: pa.Table, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(self, total) GPU ns per op row, optionally of one device.
 

@@ -17,7 +17,7 @@ import click
 import pyarrow.compute as pc
 
 from nvbridge import __version__
-from nvbridge.analysis import format_time, merge_averages, parse_time, rank_facts, rank_summary
+from nvbridge.analysis import SUMMARY_COLUMNS, format_time, merge_averages, parse_time, rank_facts, rank_summary
 from nvbridge.convert import Progress, convert, estimate_rows, export_chrome_trace
 from nvbridge.dataset import Report, is_partitioned, load, report_dirs
 from nvbridge.errors import NvbridgeError
@@ -226,7 +226,7 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
         several = len(sources) > 1
         parts, facts, gpu = [], [], []
         for source in sources:
-            report = load(source)
+            report = load(source, SUMMARY_COLUMNS)
             parts.append(report.key_averages(
                 group_by_input_shape=group_by == "shape", group_by_module=group_by == "module",
                 group_by_stack_n=stack_depth if group_by == "stack" else 0,

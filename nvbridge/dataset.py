@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +60,13 @@ class Report(EventsMixin):
         return f"<nvbridge.Report {self.meta.get('source')}: {counts}>"
 
 
-def load(path: str | os.PathLike[str]) -> Report:
+def load(path: str | os.PathLike[str], columns: Mapping[str, Sequence[str]] | None = None) -> Report:
     """Open a dataset written by ``nvbridge convert``, or convert a report in memory.
 
     Args:
         path: a dataset directory, a profiler database file, or an SQLAlchemy URL.
+        columns: from a dataset directory, read only these columns of these tables (a table
+            not named is read whole), e.g. :data:`nvbridge.analysis.SUMMARY_COLUMNS`.
 
     Raises:
         InputError: a report that cannot be read.
@@ -71,7 +74,7 @@ def load(path: str | os.PathLike[str]) -> Report:
     """
     p = Path(os.fspath(path))
     if p.is_dir():
-        meta, tables = parquet.read(p)
+        meta, tables = parquet.read(p, columns)
         return Report(meta, tables)
     from nvbridge.readers import read_profile
 

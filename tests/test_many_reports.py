@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -110,10 +111,10 @@ def test_summary_reads_one_report_at_a_time(tmp_path: Path, monkeypatch: pytest.
     alive: weakref.WeakSet[nvbridge.Report] = weakref.WeakSet()
     most = 0
 
-    def load(path: Path) -> nvbridge.Report:
+    def load(path: Path, columns: Any = None) -> nvbridge.Report:
         nonlocal most
         gc.collect()
-        report = nvbridge.load(path)
+        report = nvbridge.load(path, columns)
         alive.add(report)
         most = max(most, len(alive))
         return report

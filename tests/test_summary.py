@@ -114,3 +114,21 @@ def test_summary_command_outputs(tmp_path: Path) -> None:
     assert all(max(r["cpu_total_ns"], r["gpu_total_ns"]) >= 1e6 for r in json.loads(result.stdout)["rows"])
     result = CliRunner().invoke(cli, ["summary", path, "--min-time", "soon"])
     assert result.exit_code == 2 and "cannot read time 'soon'" in result.stderr
+
+
+def test_summary_reads_only_what_its_tables_need(tmp_path: Path) -> None:
+    """`nvbridge summary` reads a third of the ops columns (SUMMARY_COLUMNS); every grouping and
+    option gives the rows key_averages gives on the dataset read whole."""
+    out = tmp_path / "ds"
+    nvbridge.convert(real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"), out)
+    whole = nvbridge.load(out)
+    cases = [({}, []), ({"group_by_input_shape": True}, ["--group-by", "shape"]),
+             ({"group_by_module": True}, ["--group-by", "module"]),
+             ({"group_by_stack_n": 2}, ["--group-by", "stack", "--stack-depth", "2"]),
+             ({"top_level_events_only": True}, ["--top-level"]), ({"device": 1}, ["--device", "1"])]
+    for kwargs, flags in cases:
+        result = CliRunner().invoke(cli, ["summary", str(out), "--json", "--limit", "-1", *flags])
+        assert result.exit_code == 0, result.output
+        expected = whole.key_averages(**kwargs).sorted(row_limit=-1).to_pylist()
+        assert json.loads(result.stdout)["rows"] == json.loads(json.dumps(expected)), flags
+    assert len(nvbridge.load(out, nvbridge.analysis.SUMMARY_COLUMNS).ops.column_names) < len(whole.ops.column_names) / 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -144,14 +144,23 @@ def read_meta(directory: Path) -> dict[str, str | None]:
     return meta
 
 
-def read(directory: Path) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
+def read(directory: Path, columns: Mapping[str, Sequence[str]] | None = None,
+         ) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
     """Read a dataset written by :func:`write`: (meta, tables).
+
+    Args:
+        columns: per table, the only columns to read (a table not named is read whole); the
+            ops are always read with ``op_id``.
 
     Raises:
         ExportError: ``directory`` is not an nvbridge dataset, or one of a newer schema.
     """
     meta = read_meta(directory)
-    tables = {name: pq.read_table(directory / f"{name}.parquet") for name in TABLES}
+    wanted = dict(columns or {})
+    if "ops" in wanted and "op_id" not in wanted["ops"]:
+        wanted["ops"] = ["op_id", *wanted["ops"]]
+    tables = {name: pq.read_table(directory / f"{name}.parquet",
+                                  columns=list(wanted[name]) if name in wanted else None) for name in TABLES}
     # A streamed conversion writes a range that stayed open across windows after later ops:
     # hand the ops back in op_id order.
     op_id = np_col(tables["ops"], "op_id")
