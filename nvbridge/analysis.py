@@ -47,11 +47,14 @@ def gpu_time_by_op(ops: pa.Table, gpu_ops: pa.Table, device: int | None = None) 
     """
     if device is None:
         return np_col(ops, "self_gpu_ns"), np_col(ops, "total_gpu_ns")
-    op = np_col(gpu_ops, "op_id", fill=-1)
+    # Ops in any row order (a dataset read without its op_id sort): ids -> row positions.
+    row = np.full(ops.num_rows + 1, -1, np.int64)  # the last slot maps id -1 to -1
+    row[np_col(ops, "op_id")] = np.arange(ops.num_rows)
+    op = row[np_col(gpu_ops, "op_id", fill=-1)]
     op = np.where(np_col(gpu_ops, "device_id", fill=-1) == device, op, -1)
     self_ns = sum_by(op, np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns"), ops.num_rows)
     total = self_ns.copy()
-    parent, depth = np_col(ops, "parent_id", fill=-1), np_col(ops, "depth")
+    parent, depth = row[np_col(ops, "parent_id", fill=-1)], np_col(ops, "depth")
     for d in range(int(depth.max(initial=0)), 0, -1):
         kids = np.flatnonzero((depth == d) & (parent >= 0))
         np.add.at(total, parent[kids], total[kids])

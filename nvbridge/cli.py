@@ -226,7 +226,7 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
         several = len(sources) > 1
         parts, facts, gpu = [], [], []
         for source in sources:
-            report = load(source, SUMMARY_COLUMNS)
+            report = load(source, SUMMARY_COLUMNS, in_order=False)
             parts.append(report.key_averages(
                 group_by_input_shape=group_by == "shape", group_by_module=group_by == "module",
                 group_by_stack_n=stack_depth if group_by == "stack" else 0,

@@ -60,13 +60,16 @@ class Report(EventsMixin):
         return f"<nvbridge.Report {self.meta.get('source')}: {counts}>"
 
 
-def load(path: str | os.PathLike[str], columns: Mapping[str, Sequence[str]] | None = None) -> Report:
+def load(path: str | os.PathLike[str], columns: Mapping[str, Sequence[str]] | None = None,
+         in_order: bool = True) -> Report:
     """Open a dataset written by ``nvbridge convert``, or convert a report in memory.
 
     Args:
         path: a dataset directory, a profiler database file, or an SQLAlchemy URL.
         columns: from a dataset directory, read only these columns of these tables (a table
             not named is read whole), e.g. :data:`nvbridge.analysis.SUMMARY_COLUMNS`.
+        in_order: ops in op_id order (the default); False skips the sort, for the summary
+            tables, which do not need it.
 
     Raises:
         InputError: a report that cannot be read.
@@ -74,7 +77,7 @@ def load(path: str | os.PathLike[str], columns: Mapping[str, Sequence[str]] | No
     """
     p = Path(os.fspath(path))
     if p.is_dir():
-        meta, tables = parquet.read(p, columns)
+        meta, tables = parquet.read(p, columns, in_order)
         return Report(meta, tables)
     from nvbridge.readers import read_profile
 

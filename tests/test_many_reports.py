@@ -111,10 +111,10 @@ def test_summary_reads_one_report_at_a_time(tmp_path: Path, monkeypatch: pytest.
     alive: weakref.WeakSet[nvbridge.Report] = weakref.WeakSet()
     most = 0
 
-    def load(path: Path, columns: Any = None) -> nvbridge.Report:
+    def load(path: Path, *args: Any, **kwargs: Any) -> nvbridge.Report:
         nonlocal most
         gc.collect()
-        report = nvbridge.load(path, columns)
+        report = nvbridge.load(path, *args, **kwargs)
         alive.add(report)
         most = max(most, len(alive))
         return report

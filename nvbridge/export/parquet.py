@@ -144,13 +144,15 @@ def read_meta(directory: Path) -> dict[str, str | None]:
     return meta
 
 
-def read(directory: Path, columns: Mapping[str, Sequence[str]] | None = None,
+def read(directory: Path, columns: Mapping[str, Sequence[str]] | None = None, in_order: bool = True,
          ) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
     """Read a dataset written by :func:`write`: (meta, tables).
 
     Args:
         columns: per table, the only columns to read (a table not named is read whole); the
             ops are always read with ``op_id``.
+        in_order: put the ops in op_id order (a copy of the ops when a streamed conversion
+            wrote some out of order); False for readers that do not need it.
 
     Raises:
         ExportError: ``directory`` is not an nvbridge dataset, or one of a newer schema.
@@ -164,6 +166,6 @@ def read(directory: Path, columns: Mapping[str, Sequence[str]] | None = None,
     # A streamed conversion writes a range that stayed open across windows after later ops:
     # hand the ops back in op_id order.
     op_id = np_col(tables["ops"], "op_id")
-    if len(op_id) > 1 and (op_id[1:] < op_id[:-1]).any():
+    if in_order and len(op_id) > 1 and (op_id[1:] < op_id[:-1]).any():
         tables["ops"] = tables["ops"].take(pa.array(op_id.argsort(kind="stable")))
     return meta, tables
