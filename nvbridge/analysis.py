@@ -100,7 +100,9 @@ class KeyAverages:
             floor = min_time_us * 1e3
             rows = rows.filter(pc.or_(pc.greater_equal(rows.column("cpu_total_ns"), floor),
                                       pc.greater_equal(rows.column("gpu_total_ns"), floor)))
-        rows = rows.sort_by([(column, "ascending" if column == "name" else "descending"), ("name", "ascending")])
+        # Ties break on every grouping key, so the order never depends on the ops' row order.
+        ties = [(k, "ascending") for k in dict.fromkeys(("name", *self.group_by)) if k != column]
+        rows = rows.sort_by([(column, "ascending" if column == "name" else "descending"), *ties])
         return rows.slice(0, row_limit) if row_limit >= 0 else rows
 
     def table(self, sort_by: str = "self_cuda_time_total", row_limit: int = 100, name_regex: str | None = None,
