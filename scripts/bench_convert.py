@@ -57,6 +57,7 @@ import make_large_db  # noqa: E402
 DEFAULT_SOURCE = ROOT.parent / "shared" / "real_db" / "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
 DEFAULT_NVPROF = ROOT.parent / "shared" / "real_db" / "nvprof-2020-pytorch14-pyprof-lm.sqlite"
 DEFAULT_CACHE = ROOT / "bench_out"
+FLOOR = "floor (sqlite3 loop)"
 TWO_GB = 2048.0
 
 # Both print: events, seconds inside the load call, seconds importing (torch for both).
@@ -241,7 +242,7 @@ def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False) ->
                 best[r.tool] = r
 
         for _ in range(repeat):
-            r, rc, err = run("floor (sqlite3 loop)", [sys.executable, "-c", FLOOR_CODE, str(db), queries],
+            r, rc, err = run(FLOOR, [sys.executable, "-c", FLOOR_CODE, str(db), queries],
                              tmp / "floor.txt")
             if rc:
                 raise SystemExit(f"floor failed ({rc}): {err}")
@@ -325,7 +326,7 @@ def table(runs: list[Run]) -> str:
     lines = [f"{'tool':<24}{'wall s':>9}{'cpu s':>9}{'peak RSS MB':>13}  notes"]
     for r in runs:
         lines.append(row(r))
-    nvb, flo, nsy = by.get("nvbridge convert"), by.get("floor (sqlite3 loop)"), by.get("nsys stats nvtxkernsum")
+    nvb, flo, nsy = by.get("nvbridge convert"), by.get(FLOOR), by.get("nsys stats nvtxkernsum")
     if nvb and flo:
         lines.append(f"ratio nvbridge/floor: {nvb.wall / flo.wall:.2f}x wall, "
                      f"{nvb.rss_mb / flo.rss_mb:.2f}x peak RSS")
@@ -482,6 +483,13 @@ def main(argv: list[str] | None = None) -> int:
             parts = [f"{t} {r.wall / a[t].wall:.2f}x time, {r.rss_mb / a[t].rss_mb:.2f}x RSS"
                      for t, r in ((r.tool, r) for r in r1) if t in a]
             print(f"\nscaling {n0:,} -> {n1:,} NVTX rows ({n1 / n0:.1f}x rows): " + "; ".join(parts))
+            # The same plain loop also grows faster or slower than the rows from run to run
+            # (4.9x-5.4x for 5x rows on the 2-vCPU VM); divided by its growth, that drift cancels.
+            b = {r.tool: r for r in r1}
+            if FLOOR in a and FLOOR in b:
+                drift = b[FLOOR].wall / a[FLOOR].wall
+                rel = [f"{t} {b[t].wall / a[t].wall / drift:.2f}x" for t in b if t in a and t != FLOOR]
+                print(f"time growth over the floor's ({drift:.2f}x): " + "; ".join(rel))
         if args.real_summary.is_file():
             print("\n" + real_summary(args.real_summary, args.repeat), flush=True)
         else:
