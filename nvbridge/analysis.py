@@ -263,11 +263,10 @@ def rank_facts(report: Any, gpu: list[dict[str, Any]] | None = None) -> dict[str
             "steps": step_times(report.ops)}
 
 
-def rank_summary(reports: list[Any]) -> dict[str, Any]:
-    """Across ranks: GPU busy time per report and device, and per step the slowest rank and the
-    spread (slowest minus fastest), which is what a straggler looks like. ``reports`` are
-    reports or their :func:`rank_facts`."""
-    facts = [r if isinstance(r, dict) else rank_facts(r) for r in reports]
+def rank_summary(facts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Across ranks, from each report's :func:`rank_facts`: GPU busy time per report and device,
+    and per step the slowest rank and the spread (slowest minus fastest), which is what a
+    straggler looks like."""
     ranks = [{k: v for k, v in f.items() if k != "steps"} for f in facts]
     steps: dict[int, dict[str, int]] = {}
     for f in facts:
