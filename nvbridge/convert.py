@@ -286,7 +286,7 @@ def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress) -> _D
                 api_ready, gpu_ready = engine.final_rows()
                 api_out.write(api_ready, last=True)
                 gpu_out.write(gpu_ready, last=True)
-                tables = other_tables(engine, stream_in.marks(), stream_in.syncs, stream_in.threads(),
+                tables = other_tables(engine, stream_in.marks(), stream_in.threads(),
                                       stream_in.devices)
                 _write_tables(tmp, tables)
             finally:

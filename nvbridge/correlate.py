@@ -140,10 +140,6 @@ def _api_by_correlation(api: pa.Table, procs: np.ndarray, corr: np.ndarray) -> n
     return np.where(corr >= 0, found, -1)
 
 
-def _sync_calls(api: pa.Table, syncs: pa.Table) -> np.ndarray:
-    return _api_by_correlation(api, np_col(syncs, "process_key", fill=0), np_col(syncs, "correlation_id", fill=-1))
-
-
 def _match_gpu_ops(api: pa.Table, gpu: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """GPU ops -> API call by (process, correlation id).
 
@@ -214,15 +210,16 @@ class Correlator:
             ops, rather than after the last window (0.25 s at 10M NVTX rows).
     """
 
-    def __init__(self, info: SourceInfo, api: pa.Table, gpu: pa.Table, capture_end: int,
-                 syncs: pa.Table | None = None) -> None:
+    def __init__(self, info: SourceInfo, api: pa.Table, gpu: pa.Table, capture_end: int, syncs: pa.Table) -> None:
         self.info = info
         self.capture_end = capture_end
         self.api = api
         self.gpu = gpu
         self._g_order, self._g_start, self._g_end, self._g_api = _match_gpu_ops(api, gpu)
-        self._syncs = syncs
-        self._sync_api = None if syncs is None else _sync_calls(api, syncs)
+        self.syncs = syncs
+        # Position of each sync's API call (-1 none).
+        self.sync_api = _api_by_correlation(api, np_col(syncs, "process_key", fill=0),
+                                            np_col(syncs, "correlation_id", fill=-1))
         a_start = np_col(api, "start_ns")
         self._a_end = np_col(api, "end_ns")
         # API calls are taken in start order (exports are nearly sorted; the sort is stable).
@@ -574,12 +571,6 @@ class Correlator:
         """start_ns, end_ns, op_id and api_call_id of the GPU ops in gpu_op_id order (-1 = none)."""
         return self._g_start, self._g_end, self.g_op, self._g_api
 
-    def sync_calls(self, syncs: pa.Table) -> np.ndarray:
-        """Position of each sync's API call (-1 none); matched at set-up for the syncs given then."""
-        if syncs is self._syncs and self._sync_api is not None:
-            return self._sync_api
-        return _sync_calls(self.api, syncs)
-
     def device_ids(self) -> np.ndarray:
         return np.unique(np_col(self.gpu, "device_id", fill=-1))
 
@@ -631,14 +622,13 @@ def correlate(profile: RawProfile) -> Model:
     ops = engine.add(r, None)
     engine.finish()
     return Model(profile.info, ops, gpu_ops=engine.gpu_ops(), api_calls=engine.api_calls(),
-                 **other_tables(engine, profile.marks, profile.syncs, profile.threads, profile.devices))
+                 **other_tables(engine, profile.marks, profile.threads, profile.devices))
 
 
-def other_tables(engine: Correlator, marks: pa.Table, syncs: pa.Table, threads: pa.Table,
-                 devices: pa.Table) -> dict[str, pa.Table]:
+def other_tables(engine: Correlator, marks: pa.Table, threads: pa.Table, devices: pa.Table) -> dict[str, pa.Table]:
     """Every output table but ops, api_calls and gpu_ops (:meth:`Correlator.api_calls`,
     :meth:`Correlator.gpu_ops`), once the engine has seen the last window."""
-    s_api = engine.sync_calls(syncs)
+    syncs, s_api = engine.syncs, engine.sync_api
     seen = set(np_col(devices, "device_id", fill=-1).tolist())
     extra = sorted({int(d) for d in engine.device_ids() if d >= 0} - seen)
     # Devices the report names, plus any device a GPU op ran on that it does not name.

@@ -479,13 +479,12 @@ def main(argv: list[str] | None = None) -> int:
             results.append((n, runs))
         if len(results) >= 2:
             (n0, r0), (n1, r1) = results[0], results[-1]
-            a = {r.tool: r for r in r0}
+            a, b = {r.tool: r for r in r0}, {r.tool: r for r in r1}
             parts = [f"{t} {r.wall / a[t].wall:.2f}x time, {r.rss_mb / a[t].rss_mb:.2f}x RSS"
-                     for t, r in ((r.tool, r) for r in r1) if t in a]
+                     for t, r in b.items() if t in a]
             print(f"\nscaling {n0:,} -> {n1:,} NVTX rows ({n1 / n0:.1f}x rows): " + "; ".join(parts))
             # The same plain loop also grows faster or slower than the rows from run to run
             # (4.9x-5.4x for 5x rows on the 2-vCPU VM); divided by its growth, that drift cancels.
-            b = {r.tool: r for r in r1}
             if FLOOR in a and FLOOR in b:
                 drift = b[FLOOR].wall / a[FLOOR].wall
                 rel = [f"{t} {b[t].wall / a[t].wall / drift:.2f}x" for t in b if t in a and t != FLOOR]

@@ -324,7 +324,7 @@ def test_windows_give_the_one_pass_result(
     times = [np.asarray(p.ranges.column("start_ns")), np.asarray(p.api_calls.column("start_ns")),
              np.asarray(p.api_calls.column("end_ns"))]
     hi = int(max((int(t.max()) for t in times if len(t)), default=0))
-    engine = Correlator(p.info, p.api_calls, p.gpu_ops, capture_end(p.info, hi))
+    engine = Correlator(p.info, p.api_calls, p.gpu_ops, capture_end(p.info, hi), p.syncs)
     windows = [p.ranges.slice(i, window) for i in range(0, p.ranges.num_rows, window)]
     if rnd.random() < 0.5:  # names parsed already, as the streamed reader sends them
         windows = [with_parsed_names(w) for w in windows]
