@@ -103,7 +103,7 @@ def test_summary_reads_one_report_at_a_time(tmp_path: Path, monkeypatch: pytest.
 
     from click.testing import CliRunner
 
-    import nvbridge.cli
+    import nvbridge.cli.summary
     from nvbridge.cli import cli
 
     sources = [real_db(n) for n in REPORTS]
@@ -119,7 +119,7 @@ def test_summary_reads_one_report_at_a_time(tmp_path: Path, monkeypatch: pytest.
         most = max(most, len(alive))
         return report
 
-    monkeypatch.setattr(nvbridge.cli, "load", load)
+    monkeypatch.setattr(nvbridge.cli.summary, "load", load)
     result = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--json", "--limit", "-1"])
     assert result.exit_code == 0, result.output
     assert most == 1

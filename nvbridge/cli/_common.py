@@ -1,0 +1,93 @@
+"""What every command shares: error translation, progress, time windows and formatting."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import click
+import pyarrow.compute as pc
+
+from nvbridge import __version__
+from nvbridge.analysis import parse_time
+from nvbridge.convert import Progress
+from nvbridge.dataset import Report
+from nvbridge.errors import NvbridgeError
+
+
+@contextlib.contextmanager
+def errors() -> Iterator[None]:
+    """Bad input ends in one line on stderr and exit status 1, never a traceback."""
+    try:
+        yield
+    except NvbridgeError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
+        raise
+    except Exception as exc:  # a bug of ours: still one line, and say where to send it
+        raise click.ClickException(
+            f"internal error ({type(exc).__name__}: {exc}); please report it with "
+            f"nvbridge {__version__} and the command you ran."
+        ) from exc
+
+
+@contextlib.contextmanager
+def progress(enabled: bool, label: str, total_rows: int) -> Iterator[Progress | None]:
+    """On a terminal: stage, rows done of the estimate, rows/s and time left, on stderr."""
+    if not enabled:
+        yield None
+        return
+    import time
+
+    from rich.console import Console
+    from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    with Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+             TextColumn("{task.completed:,.0f}/{task.total:,.0f} rows"), TextColumn("{task.fields[rate]}"),
+             TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=max(total_rows, 1), rate="")
+        start = time.perf_counter()
+
+        def update(stage: str, rows: int) -> None:
+            bar.update(task, description=f"{label}: {stage}", advance=rows)
+            done, total = bar.tasks[task].completed, bar.tasks[task].total or 1
+            elapsed = time.perf_counter() - start
+            if done and elapsed > 0:
+                rate = done / elapsed
+                left = max(total - done, 0) / rate
+                bar.update(task, rate=f"{rate:,.0f} rows/s, about {left:,.0f} s left")
+        yield update
+
+
+def window(report: Report, start: str | None, end: str | None) -> tuple[int | None, int | None]:
+    """--start/--end (times from the report's first event) -> absolute ns in the report's time base."""
+    try:
+        start_us = parse_time(start) if start else None
+        end_us = parse_time(end) if end else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
+    origin = min((int(pc.min(t.column("start_ns")).as_py()) for t in (report.ops, report.api_calls, report.gpu_ops)
+                  if t.num_rows), default=0)
+    return (None if start_us is None else origin + int(start_us * 1e3),
+            None if end_us is None else origin + int(end_us * 1e3))
+
+
+def steps(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    first, _, last = text.partition(":")
+    try:
+        return int(first), int(last or first)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a step range; write it like 3:5 or 4",
+                                 param_hint="--steps") from None
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n} B"
+
+
