@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
-
-from nvbridge.convert import ConversionResult, convert, export_chrome_trace  # noqa: E402
-from nvbridge.dataset import Report, load  # noqa: E402
-from nvbridge.errors import (  # noqa: E402
+from nvbridge._version import __version__
+from nvbridge.convert import ConversionResult, convert, export_chrome_trace
+from nvbridge.dataset import Report, load
+from nvbridge.errors import (
     CorrelationError,
     DamagedDatabase,
     ExportError,

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge import __version__
+from nvbridge._version import __version__
 from nvbridge.correlate import Correlator, capture_end, correlate, other_tables, stream, with_parsed_names
 from nvbridge.dataset import Report, load
 from nvbridge.errors import ExportError, NotStreamable

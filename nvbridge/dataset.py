@@ -9,7 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from nvbridge import __version__, analysis
+from nvbridge import analysis
+from nvbridge._version import __version__
 from nvbridge.correlate import Model, correlate
 from nvbridge.events import EventsMixin
 from nvbridge.export import parquet

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from nvbridge import __version__
+from nvbridge._version import __version__
 from nvbridge.cli.convert import convert_cmd
 from nvbridge.cli.plot import plot_cmd
 from nvbridge.cli.summary import summary_cmd

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import click
 import pyarrow.compute as pc
 
-from nvbridge import __version__
+from nvbridge._version import __version__
 from nvbridge.analysis import parse_time
 from nvbridge.convert import Progress
 from nvbridge.dataset import Report
