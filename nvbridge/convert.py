@@ -24,13 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge._version import __version__
-from nvbridge.correlate import Correlator, capture_end, correlate, other_tables, stream, with_parsed_names
+from nvbridge.columns import np_col
 from nvbridge.dataset import Report, load
+from nvbridge.engine import Correlator, capture_end, correlate, other_tables, stream, with_parsed_names
 from nvbridge.errors import ExportError, NotStreamable
 from nvbridge.export import chrome, parquet
 from nvbridge.profile import SourceInfo
 from nvbridge.readers import read_profile
-from nvbridge.readers._arrow import np_col
 
 # progress(stage, rows): ``stage`` names what starts now; ``rows`` is how many rows' worth of the
 # whole job the finished stage stands for, so a display can show rows/s and time left.

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from nvbridge import analysis
 from nvbridge._version import __version__
-from nvbridge.correlate import Model, correlate
+from nvbridge.engine import Model, correlate
 from nvbridge.events import EventsMixin
 from nvbridge.export import parquet
 

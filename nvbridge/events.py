@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nvbridge.readers._arrow import np_col
+from nvbridge.columns import np_col
 
 if TYPE_CHECKING:
     from nvbridge.dataset import Report

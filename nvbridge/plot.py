@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.columns import np_col
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import step_window
-from nvbridge.readers._arrow import np_col
 
 MAX_DEPTH = 6  # nesting levels drawn per host lane; deeper ops are folded into the last one
 LABELS = 12  # longest ops labelled

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge import names
-from nvbridge.readers._arrow import dense_ids, np_col, one_chunk
+from nvbridge.columns import dense_ids, np_col, one_chunk
 
 # A forward op is keyed by (process, thread or "any", seq) packed into one int64: a dense
 # group number above SEQ_BITS bits of seq (torch's per-thread counter never gets near 2**40;

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from nvbridge.columns import np_col
 from nvbridge.dataset import load
-from nvbridge.readers._arrow import np_col
 
 
 def load_nvprof(path: str | os.PathLike[str]) -> Any:

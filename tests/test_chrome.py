@@ -21,10 +21,10 @@ import pyarrow.compute as pc
 import pytest
 
 import nvbridge
+from nvbridge.columns import np_col
 from nvbridge.convert import export_chrome_trace
 from nvbridge.errors import ExportError
 from nvbridge.export import chrome
-from nvbridge.readers._arrow import np_col
 from tests.conftest import ALL_FILES, SAMPLE_DB, raw, real_db
 
 SAMPLES = sorted(p.name for p in SAMPLE_DB.glob("*.sqlite"))

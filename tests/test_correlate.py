@@ -10,21 +10,20 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvbridge.correlate import (
+from nvbridge.engine import (
     CROSS_THREAD,
     CROSSING,
     NO_API_CALL,
     OPEN_AT_END,
     Correlator,
-    _lookup_keys,
     capture_end,
     check,
     correlate,
     stream,
     with_parsed_names,
 )
-from nvbridge.profile import RawProfile, SourceInfo
-from nvbridge.readers._arrow import GPU_OPS_SCHEMA
+from nvbridge.engine.keys import lookup_keys
+from nvbridge.profile import GPU_OPS_SCHEMA, RawProfile, SourceInfo
 
 
 def _range(
@@ -349,6 +348,6 @@ def test_key_lookup_by_table_matches_a_plain_search(keys: list[int], queries: li
     """The direct table (dense keys) and the sorted search give the first matching key's row."""
     k, q = np.array(keys, np.int64), np.array(queries, np.int64)
     expected = [keys.index(x) if x in keys else -1 for x in queries]
-    with patch("nvbridge.correlate._DENSE_KEYS", 10**6):  # always the table of 41 slots
-        assert _lookup_keys(k, q, 41).tolist() == expected
-    assert _lookup_keys(k, q).tolist() == expected  # sorted search
+    with patch("nvbridge.engine.keys.DENSE_KEYS", 10**6):  # always the table of 41 slots
+        assert lookup_keys(k, q, 41).tolist() == expected
+    assert lookup_keys(k, q).tolist() == expected  # sorted search

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.cli import cli
+from nvbridge.columns import np_col
 from nvbridge.errors import ExportError
-from nvbridge.readers._arrow import np_col
 from tests.conftest import SAMPLE_DB, real_db
 
 pytest.importorskip("matplotlib", reason="plots need matplotlib: pip install -e '.[plot]'")

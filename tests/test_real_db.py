@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nvbridge
-from nvbridge.correlate import CROSS_THREAD, NO_API_CALL, OPEN_AT_END, check, correlate
+from nvbridge.engine import CROSS_THREAD, NO_API_CALL, OPEN_AT_END, check, correlate
 from nvbridge.readers import read_profile
 from tests.conftest import NSYS_FILES, NVPROF_FILES, raw, real_db
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import nvbridge
-from nvbridge.correlate import correlate
+from nvbridge.engine import correlate
 from tests.conftest import SAMPLE_DB, raw, real_db
 from tests.test_correlate import _range, profile
 

@@ -16,8 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge.correlate import sum_by
-from nvbridge.readers._arrow import np_col
+from nvbridge.columns import np_col, sum_by
 
 GroupBy = Literal["name", "shape", "module", "stack"]
 SORT_KEYS = {

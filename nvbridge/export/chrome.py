@@ -35,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge.correlate import CROSS_THREAD, CROSSING
-from nvbridge.readers._arrow import np_col
+from nvbridge.columns import np_col
+from nvbridge.engine import CROSS_THREAD, CROSSING
 
 SUFFIXES = (".json", ".json.gz")
 BATCH_ROWS = 200_000

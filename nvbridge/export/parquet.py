@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nvbridge.correlate import Model
+from nvbridge.columns import np_col
+from nvbridge.engine import Model
 from nvbridge.errors import ExportError
 from nvbridge.profile import SourceInfo
-from nvbridge.readers._arrow import np_col
 
 DATASET_SCHEMA_VERSION = "1"
 TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")

@@ -21,8 +21,8 @@ from typing import Any, Literal
 import pyarrow as pa
 import sqlalchemy as sa
 
+from nvbridge.columns import one_chunk
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
-from nvbridge.readers._arrow import one_chunk
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Nsight Systems' own report formats: the user has to export them to SQLite first.

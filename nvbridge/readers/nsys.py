@@ -19,19 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy as sa
 
+from nvbridge.columns import dense_ids, np_col, set_column
 from nvbridge.errors import NotStreamable
 from nvbridge.profile import RawProfile, SourceInfo
-from nvbridge.readers._arrow import (
-    align_gpu_ops,
-    concat_gpu_ops,
-    constant,
-    dense_ids,
-    lookup,
-    np_col,
-    prefixed,
-    resolve_strings,
-    set_column,
-)
+from nvbridge.readers._arrow import align_gpu_ops, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
 from nvbridge.readers._db import Column, Database
 
 # ENUM_NSYS_EVENT_TYPE: these ids are stable since NVTX_EVENTS exists; ENUM_* tables are

@@ -16,18 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.columns import np_col, set_column
 from nvbridge.profile import RawProfile, SourceInfo
-from nvbridge.readers._arrow import (
-    align_gpu_ops,
-    blob_u32,
-    concat_gpu_ops,
-    constant,
-    lookup,
-    np_col,
-    prefixed,
-    resolve_strings,
-    set_column,
-)
+from nvbridge.readers._arrow import align_gpu_ops, blob_u32, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
 from nvbridge.readers._db import Column, Database
 from nvbridge.readers.nsys import COPY_KINDS, SYNC_TYPES
 

@@ -1,0 +1,30 @@
+"""What the engine produces: the correlated tables, and the flag bits they carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from nvbridge.profile import SourceInfo
+
+# ops.flags bits
+OPEN_AT_END = 1
+CROSS_THREAD = 2
+CROSSING = 4
+# gpu_ops.flags bits
+NO_API_CALL = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """The correlated profile: Arrow tables keyed by op_id / api_call_id / gpu_op_id."""
+
+    info: SourceInfo
+    ops: pa.Table
+    api_calls: pa.Table
+    gpu_ops: pa.Table
+    marks: pa.Table
+    syncs: pa.Table
+    threads: pa.Table
+    devices: pa.Table
