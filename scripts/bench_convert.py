@@ -15,6 +15,10 @@ the process and the children it reaped):
 
   floor    a plain Python ``sqlite3`` loop iterating every row of the columns nvbridge reads
            (taken from the readers' Column declarations, so it follows them)
+  raw      the same columns read straight into Arrow by ConnectorX, two queries at a time:
+           the read a conversion cannot beat (issue 19's floor)
+  baseline ``nvbridge convert`` as of ``--baseline REV`` (git archive of that revision), so a
+           change is compared with what it replaced in the same rounds
   convert  ``python -m nvbridge convert DB -o TMP`` (Parquet written to a temporary directory)
   summary  ``python -m nvbridge summary TMP`` on the dataset convert just wrote
   trace    ``python -m nvbridge trace DB -o TMP/trace.json.gz`` (Chrome trace of the whole report)
@@ -58,6 +62,8 @@ DEFAULT_SOURCE = ROOT.parent / "shared" / "real_db" / "nsys-2026.2-pytorch2-fsdp
 DEFAULT_NVPROF = ROOT.parent / "shared" / "real_db" / "nvprof-2020-pytorch14-pyprof-lm.sqlite"
 DEFAULT_CACHE = ROOT / "bench_out"
 FLOOR = "floor (sqlite3 loop)"
+RAW = "raw read (ConnectorX)"
+BASELINE = "convert at baseline"
 TWO_GB = 2048.0
 
 # Both print: events, seconds inside the load call, seconds importing (torch for both).
@@ -88,6 +94,18 @@ for sql in json.loads(sys.argv[2]):
     for _row in conn.execute(sql):
         n += 1
 print(n)
+"""
+
+# The read a conversion cannot beat: exactly the columns it needs, straight into Arrow through
+# ConnectorX (nvbridge's own bulk path), two queries at a time on the 2 cores.
+RAW_CODE = """
+import json, sys
+from concurrent.futures import ThreadPoolExecutor
+import connectorx as cx
+url = "sqlite://" + sys.argv[1]
+with ThreadPoolExecutor(2) as pool:
+    tables = list(pool.map(lambda q: cx.read_sql(url, q, return_type="arrow"), json.loads(sys.argv[2])))
+print(sum(t.num_rows for t in tables))
 """
 
 
@@ -163,7 +181,8 @@ with open(sys.argv[1], "w") as fh:
 """
 
 
-def run(tool: str, cmd: list[str], stdout: Path, timeout: float | None = None) -> tuple[Run, int, str]:
+def run(tool: str, cmd: list[str], stdout: Path, timeout: float | None = None,
+        env: dict[str, str] | None = None) -> tuple[Run, int, str]:
     """Run ``cmd``: wall time, user+sys CPU and peak RSS of it and the children it reaped.
 
     Past ``timeout`` seconds the launcher and the command (one process group) are killed and
@@ -172,7 +191,7 @@ def run(tool: str, cmd: list[str], stdout: Path, timeout: float | None = None) -
     usage = stdout.with_suffix(".usage.json")
     with stdout.open("wb") as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([sys.executable, "-c", LAUNCHER_CODE, str(usage), *cmd],
-                                stdout=out, stderr=err, start_new_session=True)
+                                stdout=out, stderr=err, start_new_session=True, env=env)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -228,7 +247,22 @@ def cached_db(source: Path, nvtx_target: int, cache: Path) -> tuple[Path, int]:
     return db, tiles
 
 
-def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False) -> list[Run]:
+def baseline_checkout(rev: str, into: Path) -> Path:
+    """The repository at ``rev``, exported (``git archive``) into ``into`` and byte-compiled."""
+    import compileall
+    import io
+    import tarfile
+
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "nvbridge"], check=True,
+                          capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(into, filter="data")
+    compileall.compile_dir(into / "nvbridge", quiet=1)
+    return into
+
+
+def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False,
+          baseline: Path | None = None) -> list[Run]:
     nsys = None if skip_nsys or convert_only else shutil.which("nsys")
     runs: list[Run] = []
     queries = json.dumps(floor_queries(db))
@@ -248,6 +282,21 @@ def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False) ->
                 raise SystemExit(f"floor failed ({rc}): {err}")
             r.note = f"{int((tmp / 'floor.txt').read_text()):,} rows iterated"
             keep(r)
+            r, rc, err = run(RAW, [sys.executable, "-c", RAW_CODE, str(db), queries], tmp / "raw.txt")
+            if rc:
+                raise SystemExit(f"raw read failed ({rc}): {err}")
+            r.note = f"{int((tmp / 'raw.txt').read_text()):,} rows into Arrow, 2 queries at a time"
+            keep(r)
+            if baseline is not None:
+                out = tmp / "baseline"
+                env = {**os.environ, "PYTHONPATH": str(baseline)}
+                r, rc, err = run(BASELINE, [sys.executable, "-m", "nvbridge", "convert", str(db), "-o", str(out),
+                                            "--force"], tmp / "baseline.txt", env=env)
+                if rc:
+                    raise SystemExit(f"baseline convert failed ({rc}): {err}")
+                r.note = f"the same command at {baseline.name}"
+                shutil.rmtree(out)
+                keep(r)
 
             out = tmp / "dataset"
             r, rc, err = run("nvbridge convert", [sys.executable, "-m", "nvbridge", "convert", str(db),
@@ -327,6 +376,13 @@ def table(runs: list[Run]) -> str:
     for r in runs:
         lines.append(row(r))
     nvb, flo, nsy = by.get("nvbridge convert"), by.get(FLOOR), by.get("nsys stats nvtxkernsum")
+    raw, base = by.get(RAW), by.get(BASELINE)
+    if nvb and raw:
+        lines.append(f"ratio nvbridge/raw read: {nvb.wall / raw.wall:.2f}x wall, {nvb.cpu / raw.cpu:.2f}x CPU, "
+                     f"{nvb.rss_mb / raw.rss_mb:.2f}x peak RSS")
+    if nvb and base:
+        lines.append(f"ratio nvbridge/baseline: {nvb.wall / base.wall:.2f}x wall, {nvb.cpu / base.cpu:.2f}x CPU, "
+                     f"{nvb.rss_mb / base.rss_mb:.2f}x peak RSS")
     if nvb and flo:
         lines.append(f"ratio nvbridge/floor: {nvb.wall / flo.wall:.2f}x wall, "
                      f"{nvb.rss_mb / flo.rss_mb:.2f}x peak RSS")
@@ -446,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-nsys", action="store_true", help="do not run nsys stats")
     ap.add_argument("--convert-only", action="store_true",
                     help="time only the floor and nvbridge convert on each size (no summary, trace, nsys)")
+    ap.add_argument("--baseline", metavar="REV", default=None,
+                    help="also time 'nvbridge convert' as of this git revision, in the same rounds (ratio printed)")
     ap.add_argument("--clean", action="store_true", help="delete the tiled databases afterwards (cached ones too)")
     ap.add_argument("--real-summary", type=Path, default=DEFAULT_SOURCE, metavar="REPORT",
                     help="real report whose converted dataset 'nvbridge summary' is timed on "
@@ -468,13 +526,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bytecode compiled: {compile_package()}")
     results: list[tuple[int, list[Run]]] = []
     made: list[Path] = []
+    base_dir = Path(tempfile.mkdtemp(prefix="nvbridge-baseline-")) if args.baseline else None
+    base = baseline_checkout(args.baseline, base_dir / args.baseline) if base_dir and args.baseline else None
+    if base is not None:
+        print(f"baseline: {args.baseline} ({base})")
     try:
         for n in sizes:
             db, tiles = cached_db(args.source, n, args.cache_dir)
             made.append(db)
             print(f"\n== {n:,} NVTX rows requested: {db.name}, {tiles} tiles, "
                   f"{db.stat().st_size / 1e6:.0f} MB")
-            runs = bench(db, args.repeat, args.skip_nsys, args.convert_only)
+            runs = bench(db, args.repeat, args.skip_nsys, args.convert_only, base)
             print(table(runs), flush=True)
             results.append((n, runs))
         if len(results) >= 2:
@@ -500,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"\nnote: {args.nvprof_source}: no such file, torch load_nvprof comparison skipped")
     finally:
+        if base_dir is not None:
+            shutil.rmtree(base_dir, ignore_errors=True)
         if args.clean:
             for db in made:
                 db.unlink(missing_ok=True)
