@@ -124,6 +124,7 @@ def floor_queries(db: Path) -> list[str]:
     import sqlite3
 
     from nvbridge.readers import nsys, nvprof
+    from nvbridge.readers._db import Column
 
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     kind = make_large_db.detect_kind(conn)
@@ -131,7 +132,7 @@ def floor_queries(db: Path) -> list[str]:
     if kind == "nsys":
         wanted = (*nsys.RANGE_TYPES, nsys.NVTX_MARK, nsys.NVTX_THREAD_NAME, nsys.NVTX_DOMAIN_CREATE)
         specs = [
-            ("StringIds", [nsys.Column("id", "id"), nsys.Column("value", "value")], ""),
+            ("StringIds", [Column("id", "id"), Column("value", "value")], ""),
             ("NVTX_EVENTS", nsys.NVTX, f" WHERE eventType IN ({', '.join(map(str, wanted))})"),
             (k + "RUNTIME", nsys.RUNTIME, ""),
             (k + "KERNEL", nsys.KERNEL, ""),
@@ -142,7 +143,7 @@ def floor_queries(db: Path) -> list[str]:
         ]
     else:
         specs = [
-            ("StringTable", [nvprof.Column("id", "_id_"), nvprof.Column("value", "value")], ""),
+            ("StringTable", [Column("id", "_id_"), Column("value", "value")], ""),
             (k + "MARKER", nvprof.MARKER, ""),
             (k + "RUNTIME", nvprof.API, ""),
             (k + "DRIVER", nvprof.API, ""),

@@ -213,16 +213,16 @@ def build(src: Path, out: Path, *, tiles: int | None = None, nvtx_target: int | 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    seconds, size = time.perf_counter() - t_start, out.stat().st_size
     result = {
         "kind": kind, "tiles": tiles, "src_counts": src_counts, "out_counts": out_counts,
-        "time_step_ns": p["time_step"], "seconds": time.perf_counter() - t_start,
-        "bytes": out.stat().st_size,
+        "time_step_ns": p["time_step"], "seconds": seconds, "bytes": size,
     }
     if not quiet:
         nv = "NVTX_EVENTS" if kind == "nsys" else K + "MARKER"
         print(f"{out}: {kind}, {tiles} tiles of {src.name} "
               f"({out_counts.get(nv, 0):,} {nv} rows, {sum(out_counts.values()):,} event rows, "
-              f"{result['bytes'] / 1e6:.0f} MB) in {result['seconds']:.1f} s")
+              f"{size / 1e6:.0f} MB) in {seconds:.1f} s")
     return result
 
 
