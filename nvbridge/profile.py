@@ -44,7 +44,7 @@ GPU_OPS_SCHEMA = pa.schema([
     ("name", DICT_STR), ("short_name", DICT_STR), ("mangled_name", DICT_STR),
     ("device_id", pa.int64()), ("context_id", pa.int64()), ("stream_id", pa.int64()),
     ("process_key", pa.int64()), ("correlation_id", pa.int64()),
-    ("bytes", pa.int64()), ("copy_kind", DICT_STR),
+    ("bytes", pa.int64()), ("copy_kind", DICT_STR), ("src_kind", DICT_STR), ("dst_kind", DICT_STR),
     ("grid_x", pa.int64()), ("grid_y", pa.int64()), ("grid_z", pa.int64()),
     ("block_x", pa.int64()), ("block_y", pa.int64()), ("block_z", pa.int64()),
     ("registers_per_thread", pa.int64()), ("static_shared_bytes", pa.int64()),

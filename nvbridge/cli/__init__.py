@@ -14,6 +14,7 @@ import sys
 import click
 
 from nvbridge._version import __version__
+from nvbridge.cli.advise import advise_cmd
 from nvbridge.cli.convert import convert_cmd
 from nvbridge.cli.plot import plot_cmd
 from nvbridge.cli.summary import summary_cmd
@@ -26,7 +27,7 @@ def cli() -> None:
     """PyTorch-level answers from Nsight Systems and nvprof profiles."""
 
 
-for _command in (convert_cmd, summary_cmd, trace_cmd, plot_cmd):
+for _command in (convert_cmd, summary_cmd, trace_cmd, plot_cmd, advise_cmd):
     cli.add_command(_command)
 
 

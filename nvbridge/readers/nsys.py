@@ -38,6 +38,9 @@ COPY_KINDS = {
     0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
     7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD",
 }
+# ENUM_CUDA_MEM_KIND (memcpy srcKind/dstKind; CUPTI/nvprof count the same kinds from 1).
+MEM_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
+             6: "managed static", 7: "unknown"}
 # ENUM_CUPTI_SYNC_TYPE.
 SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait", 3: "Stream sync", 4: "Context sync"}
 # ENUM_NSYS_EVENT_CLASS for CUPTI_ACTIVITY_KIND_RUNTIME.eventClass.
@@ -94,6 +97,8 @@ KERNEL = _GPU_COMMON + [
 MEMCPY = _GPU_COMMON + [
     Column("bytes", "bytes"),
     Column("copy_kind_id", "copyKind"),
+    Column("src_kind_id", "srcKind"),
+    Column("dst_kind_id", "dstKind"),
 ]
 MEMSET = _GPU_COMMON + [Column("bytes", "bytes")]
 GRAPH_TRACE = _GPU_COMMON + [Column("graph_id", "graphId")]
@@ -317,6 +322,8 @@ def _gpu_part(key: str, t: pa.Table, strings: pa.Table | Future[pa.Table]) -> pa
     elif key == "memcpy":
         copy = lookup(np_col(t, "copy_kind_id", fill=0), COPY_KINDS)
         t = set_column(set_column(t, "copy_kind", copy), "name", prefixed("Memcpy ", copy))
+        for side in ("src_kind", "dst_kind"):
+            t = set_column(t, side, lookup(np_col(t, side + "_id", fill=7), MEM_KINDS))
     elif key == "memset":
         t = set_column(t, "name", constant("Memset", t.num_rows))
     else:

@@ -20,7 +20,7 @@ from nvbridge.columns import np_col, set_column
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import align_gpu_ops, blob_u32, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
 from nvbridge.readers._db import Column, Database
-from nvbridge.readers.nsys import COPY_KINDS, SYNC_TYPES
+from nvbridge.readers.nsys import COPY_KINDS, MEM_KINDS, SYNC_TYPES
 
 K = "CUPTI_ACTIVITY_KIND_"
 MARKER_INSTANT, MARKER_START, MARKER_END = 1, 2, 4
@@ -81,7 +81,8 @@ KERNEL = _GPU + [
     Column("static_shared_bytes", "staticSharedMemory"),
     Column("dynamic_shared_bytes", "dynamicSharedMemory"),
 ]
-MEMCPY = _GPU + [Column("bytes", "bytes"), Column("copy_kind_id", "copyKind")]
+MEMCPY = _GPU + [Column("bytes", "bytes"), Column("copy_kind_id", "copyKind"),
+                 Column("src_kind_id", "srcKind"), Column("dst_kind_id", "dstKind")]
 MEMSET = _GPU + [Column("bytes", "bytes")]
 SYNC = [
     Column("start_ns", "start", required=True),
@@ -230,6 +231,8 @@ def _gpu_ops(db: Database, strings: pa.Table) -> pa.Table:
         m = db.read_table(K + table, MEMCPY)
         copy = lookup(np_col(m, "copy_kind_id", fill=0), COPY_KINDS)
         m = set_column(m, "copy_kind", copy)
+        for side in ("src_kind", "dst_kind"):  # CUPTI's memory kinds are nsys' plus one
+            m = set_column(m, side, lookup(np_col(m, side + "_id", fill=0) - 1, MEM_KINDS, "unknown"))
         m = set_column(m, "name", prefixed("Memcpy ", copy))
         parts.append(set_column(m, "kind", constant("memcpy", m.num_rows)))
     s = db.read_table(K + "MEMSET", MEMSET)
