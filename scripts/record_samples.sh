@@ -30,3 +30,6 @@ for name in cnn transformer_shapes threads; do
   nsys export --type sqlite -o "$OUT/${name}_cpu.sqlite" "$rep.nsys-rep" >/dev/null
   ls -l "$OUT/${name}_cpu.sqlite"
 done
+
+# advise/diff recordings with planted problems (scripts/record_advise.sh)
+bash scripts/record_advise.sh

@@ -25,6 +25,7 @@ KIND_ORDER = ("host_sync", "pageable_copy", "small_copies", "launch_bound", "ncc
               "gpu_idle")
 NO_OP = "(no op range)"
 BETWEEN_OPS = "(Python between ops)"
+IN_STEP = "ProfilerStep (outside ops)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +117,8 @@ def _label(ctx: Context, row: int, kind: str) -> tuple[str, str | None]:
     if row < 0:
         return (NO_OP if kind != "rank_skew" else "ProfilerStep"), None
     name = ctx.op_names[ctx.op_name[row]] or NO_OP
-    if kind == "gpu_idle" and name.startswith("ProfilerStep#"):
-        return BETWEEN_OPS, None
+    if ctx.op_step_range[row]:
+        return (BETWEEN_OPS if kind == "gpu_idle" else IN_STEP), None
     return name, ctx.modules[ctx.module[row]]
 
 
@@ -133,6 +134,8 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
     has = row >= 0
     name, mod = np.full(len(row), -1, np.int64), np.full(len(row), -1, np.int64)
     name[has], mod[has] = ctx.op_name[row[has]], ctx.module[row[has]]
+    # time in any ProfilerStep outside its ops is one finding, not one per step
+    name[has & ctx.op_step_range[np.maximum(row, 0)]] = -2
     lane_key = ev.lane if ev.per_lane else np.zeros(len(row), np.int64)
     keys = np.stack([name, mod, lane_key], axis=1)
     _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)

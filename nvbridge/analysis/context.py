@@ -43,6 +43,7 @@ class Context:
     op_end: np.ndarray
     op_thread: np.ndarray
     op_step: np.ndarray  # -1: none
+    op_step_range: np.ndarray  # bool: the op is a ProfilerStep#N range
     lane_process: np.ndarray  # per lane
     lane_device: np.ndarray
     gpu_lane: np.ndarray  # per gpu op
@@ -110,7 +111,7 @@ def build(report: Report) -> Context:
     return Context(
         report=report, t0=t0, op_name=op_name, op_names=op_names, module=module, modules=modules,
         op_parent=np_col(ops, "parent_id", fill=-1), op_start=op_start, op_end=op_end,
-        op_thread=np_col(ops, "thread_id"), op_step=np_col(ops, "step", fill=-1),
+        op_thread=np_col(ops, "thread_id"), op_step=np_col(ops, "step", fill=-1), op_step_range=is_step,
         lane_process=lane_process, lane_device=lane_device, gpu_lane=gpu_lane, busy=spans.union(*enc),
         step_lane=wl[order], step_number=step_n[wr][order], step_start=ws[order],
         step_end=(wl * spans.LANE_NS + (op_end[wr] - t0))[order])

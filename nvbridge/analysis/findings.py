@@ -74,7 +74,8 @@ def _sync_device(ctx: Context, process: np.ndarray, stream: np.ndarray, device: 
 
 
 def host_syncs(ctx: Context) -> Evidence:
-    """Blocking syncs and blocking device-to-host copies: the GPU idle time after each wait."""
+    """Blocking syncs and blocking device-to-host copies: the GPU idle time after each wait, up to
+the length of the wait."""
     r = ctx.report
     sy, api = r.syncs, r.api_calls
     api_op = np_col(api, "op_id", fill=-1)
@@ -101,7 +102,9 @@ def host_syncs(ctx: Context) -> Evidence:
     call = np.concatenate([call, c])
     w_start = np.concatenate([w_start, np_col(api, "start_ns")[c]])
     w_end = np.concatenate([w_end, np_col(api, "end_ns")[c]])
-    idle_end = _idle_after(ctx, lane, w_end)
+    # Without the wait the host would have gone on that much earlier, so at most the wait of
+    # the GPU's idle time after it can be won back.
+    idle_end = np.minimum(_idle_after(ctx, lane, w_end), w_end + (w_end - w_start))
     return Evidence("host_sync", api_op[call], lane, w_end, idle_end,
                     {"wait_ns": w_end - w_start})
 
