@@ -106,5 +106,7 @@ def train_diff(extra: bool, steps: int = 3) -> None:
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    {"advise": train_advise, "diff_base": lambda: train_diff(False),
-     "diff_extra": lambda: train_diff(True)}[sys.argv[1]]()
+    if sys.argv[1] == "advise":
+        train_advise()
+    else:
+        train_diff(extra={"diff_base": False, "diff_extra": True}[sys.argv[1]])
