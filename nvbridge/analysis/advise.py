@@ -135,7 +135,9 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
     name, mod = np.full(len(row), -1, np.int64), np.full(len(row), -1, np.int64)
     name[has], mod[has] = ctx.op_name[row[has]], ctx.module[row[has]]
     # time in any ProfilerStep outside its ops is one finding, not one per step
-    name[has & ctx.op_step_range[np.maximum(row, 0)]] = -2
+    in_step = np.zeros(len(row), bool)
+    in_step[has] = ctx.op_step_range[row[has]]
+    name[in_step] = -2
     lane_key = ev.lane if ev.per_lane else np.zeros(len(row), np.int64)
     keys = np.stack([name, mod, lane_key], axis=1)
     _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
