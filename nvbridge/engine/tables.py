@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from nvbridge.engine.correlator import Correlator
 
 # gpu_ops columns copied from the reader's table as they are.
-_GPU_PASSED = ("bytes", "copy_kind", "src_kind", "dst_kind", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+_GPU_PASSED = ("bytes", "copy_kind", "src_kind", "dst_kind", "grid_x", "grid_y", "grid_z",
+               "block_x", "block_y", "block_z",
                "registers_per_thread", "static_shared_bytes", "dynamic_shared_bytes",
                "short_name", "mangled_name", "graph_node_id")
 
