@@ -36,7 +36,8 @@ def planted(path: Path) -> tuple[int, int, int]:
     ranges = raw(path, "SELECT globalTid, start, end FROM NVTX_EVENTS WHERE eventType = 59")
     tables = {t for (t,) in raw(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
     kernels = [] if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables else raw(path, """
-        SELECT r.globalTid, r.start, r.end, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = k.correlationId""")
+        SELECT r.globalTid, r.start, r.end, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL AS k
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = k.correlationId""")
     self_cpu = self_gpu = 0
     for tid, s, e in mms:
         children = [(cs, ce) for t, cs, ce in ranges if t == tid and s <= cs and ce <= e and (cs, ce) != (s, e)]
