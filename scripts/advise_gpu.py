@@ -29,7 +29,8 @@ import synthetic_gpu  # noqa: E402
 
 # Input tensors per step, by recording: advise's batch is 8x32 float32 + 8 int64 labels,
 # diff's is 16x64 float32 + 16 int64 labels.
-BATCH_BYTES = {"advise_cpu": [1024, 64], "diff_base_cpu": [4096, 128], "diff_extra_cpu": [4096, 128]}
+BATCH_BYTES = {"advise_cpu": [1024, 64], "diff_base_cpu": [4096, 128], "diff_extra_cpu": [4096, 128],
+               "ranks_cpu": [4096, 128]}
 COPY_DTOH, MEM_DEVICE, MEM_PAGEABLE = 2, 2, 0
 ITEM_BYTES = 4
 ITEM_LATENCY_NS, ITEM_COPY_NS = 500, 1_000

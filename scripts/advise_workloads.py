@@ -1,6 +1,6 @@
 """CPU training loops with planted performance problems, recorded for ``nvbridge advise``/``diff``.
 
-Usage: ``python scripts/advise_workloads.py {advise,diff_base,diff_extra}`` (run under
+Usage: ``python scripts/advise_workloads.py {advise,diff_base,diff_extra,ranks}`` (run under
 ``nsys profile`` by the advise block of scripts/record_samples.sh; see sample_db/README.md).
 
 - ``advise``: a small MLP, 4 SGD steps under ``emit_nvtx``; each batch comes from a DataLoader
@@ -10,10 +10,14 @@ Usage: ``python scripts/advise_workloads.py {advise,diff_base,diff_extra}`` (run
 - ``diff_base`` / ``diff_extra``: the same 3-step training loop of a two-block model with
   ``record_shapes=True``; ``diff_extra`` plants one change: block ``blocks.1`` multiplies by one
   more 64x64 matrix (one extra ``aten::mm`` per forward, in module ``blocks.1``).
+- ``ranks``: two processes (``rank 0``, ``rank 1``; started as subprocesses, so one capture
+  holds both) each run ``diff_base``'s loop for 3 steps; rank 1 is the straggler: it sleeps
+  RANK1_SLEEP_S in every step, inside a ``straggler work`` range.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,9 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+import nvbridge.annotate as annotate  # noqa: E402
 from nvbridge.annotate import emit_nvtx  # noqa: E402
 
 SAMPLE_SLEEP_S = 0.002  # per sample: the slow data loader
+RANK1_SLEEP_S = 0.005  # per step, on rank 1 only
 
 
 class SlowDataset(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -89,8 +95,8 @@ class TwoBlocks(torch.nn.Module):
         return result
 
 
-def train_diff(extra: bool, steps: int = 3) -> None:
-    """Three SGD steps of TwoBlocks on one fixed batch of 16."""
+def train_diff(extra: bool, steps: int = 3, straggle: bool = False) -> None:
+    """Three SGD steps of TwoBlocks on one fixed batch of 16 (``straggle``: sleep in each step)."""
     torch.manual_seed(0)
     model = TwoBlocks(extra)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -102,11 +108,25 @@ def train_diff(extra: bool, steps: int = 3) -> None:
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
+            if straggle:
+                with annotate.range("straggler work"):
+                    time.sleep(RANK1_SLEEP_S)
+
+
+def run_ranks() -> None:
+    """Two rank processes, started at once, waited for."""
+    procs = [subprocess.Popen([sys.executable, __file__, "rank", str(r)]) for r in (0, 1)]
+    if any(p.wait() for p in procs):
+        sys.exit("a rank process failed")
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
     if sys.argv[1] == "advise":
         train_advise()
+    elif sys.argv[1] == "ranks":
+        run_ranks()
+    elif sys.argv[1] == "rank":
+        train_diff(extra=False, straggle=sys.argv[2] == "1")
     else:
         train_diff(extra={"diff_base": False, "diff_extra": True}[sys.argv[1]])

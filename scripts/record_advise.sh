@@ -10,7 +10,7 @@ trap 'rm -rf "$TMP"' EXIT
 PYTHON=${PYTHON:-$(command -v python)}
 IMPORTER=${QDSTRM_IMPORTER:-/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter}
 
-for name in advise diff_base diff_extra; do
+for name in advise diff_base diff_extra ranks; do
   rep="$TMP/${name}_cpu"
   env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 \
     nsys profile -t nvtx,osrt --sample=none --cpuctxsw=none \

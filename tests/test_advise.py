@@ -190,7 +190,7 @@ def test_own_recording_names_the_slow_dataloader_the_item_sync_and_the_pageable_
 
 
 @pytest.mark.parametrize("name", [*ALL_FILES, "sample:advise_cpu+synthetic_gpu.sqlite",
-                                  "sample:cnn_cpu+synthetic_gpu.sqlite"])
+                                  "sample:cnn_cpu+synthetic_gpu.sqlite", "sample:ranks_cpu+synthetic_gpu.sqlite"])
 def test_findings_add_up_honestly(name: str) -> None:
     path = SAMPLE_DB / name.removeprefix("sample:") if name.startswith("sample:") else real_db(name)
     advice = advise_report(nvbridge.load(path))
@@ -229,3 +229,55 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["advise", str(bad)])
     assert result.exit_code == 1
     assert result.output.startswith("Error: ") and result.output.count("\n") == 1
+
+
+def test_own_multi_process_recording_names_the_straggler_rank() -> None:
+    path = SAMPLE_DB / "ranks_cpu+synthetic_gpu.sqlite"
+    steps: dict[str, dict[int, int]] = defaultdict(dict)
+    for pid, text, dur in raw(path, f"""SELECT {PID.replace('globalPid', 'globalTid')}, text, end - start
+                                        FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'"""):
+        steps[text][pid] = dur
+    slow = {max(by_pid, key=by_pid.__getitem__) for by_pid in steps.values()}
+    (found,) = _of(advise_report(nvbridge.load(path)), "rank_skew")
+    assert len(slow) == 1 and found.lanes == (f"pid {slow.pop()} GPU 0",)
+    assert found.count == len(steps) == 3
+    assert found.own_ns == sum(max(v.values()) - min(v.values()) for v in steps.values())
+    assert found.step == 0 and "straggler" in found.fix
+
+
+def _built_report(copies: int) -> nvbridge.Report:
+    """A hand-built report (not a recording): one aten::index op on pid 7 making ``copies``
+    small pinned HtoD copies, each by its own cudaMemcpyAsync call, plus one kernel after."""
+    import pyarrow as pa
+
+    n = copies
+    call_s = [1_000 + 10_000 * i for i in range(n)]
+    ops = pa.table({"op_id": [0], "parent_id": pa.array([None], pa.int64()), "name": ["aten::index"],
+                    "op_name": ["aten::index"], "module_path": pa.array([None], pa.string()),
+                    "process_id": [7], "thread_id": [7], "start_ns": [0], "end_ns": [10_000 * n + 50_000],
+                    "step": pa.array([None], pa.int64())})
+    api = pa.table({"api_call_id": list(range(n + 1)), "op_id": [0] * (n + 1),
+                    "name": ["cudaMemcpyAsync_v3020"] * n + ["cudaLaunchKernel_v7000"], "process_id": [7] * (n + 1),
+                    "thread_id": [7] * (n + 1), "start_ns": call_s + [10_000 * n + 1_000],
+                    "end_ns": [s + 4_000 for s in call_s] + [10_000 * n + 5_000]})
+    gpu = pa.table({"gpu_op_id": list(range(n + 1)), "op_id": [0] * (n + 1), "api_call_id": list(range(n + 1)),
+                    "kind": ["memcpy"] * n + ["kernel"], "name": ["Memcpy HtoD"] * n + ["k"],
+                    "device_id": [0] * (n + 1), "stream_id": [7] * (n + 1), "process_id": [7] * (n + 1),
+                    "thread_id": [7] * (n + 1), "start_ns": [s + 2_000 for s in call_s] + [10_000 * n + 3_000],
+                    "end_ns": [s + 3_000 for s in call_s] + [10_000 * n + 9_000], "bytes": [256] * n + [None],
+                    "copy_kind": ["HtoD"] * n + [None], "src_kind": ["pinned"] * n + [None],
+                    "dst_kind": ["device"] * n + [None]})
+    syncs = pa.table({"start_ns": pa.array([], pa.int64()), "end_ns": pa.array([], pa.int64()),
+                      "device_id": pa.array([], pa.int64()), "stream_id": pa.array([], pa.int64()),
+                      "sync_type": pa.array([], pa.string()), "api_call_id": pa.array([], pa.int64())})
+    empty = pa.table({"x": pa.array([], pa.int64())})
+    return nvbridge.Report({"source": "built"}, {"ops": ops, "gpu_ops": gpu, "api_calls": api, "marks": empty,
+                                                 "syncs": syncs, "threads": empty, "devices": empty})
+
+
+def test_small_copies_in_a_loop_on_built_tables() -> None:
+    # no real export has them: 10+ sub-64 KiB copies from one op; time at stake = their calls
+    (found,) = _of(advise_report(_built_report(12)), "small_copies")
+    assert (found.op, found.count, dict(found.figures)["bytes"]) == ("aten::index", 12, 12 * 256)
+    assert found.own_ns == 12 * 4_000
+    assert _of(advise_report(_built_report(9)), "small_copies") == []
