@@ -281,3 +281,23 @@ def test_small_copies_in_a_loop_on_built_tables() -> None:
     assert (found.op, found.count, dict(found.figures)["bytes"]) == ("aten::index", 12, 12 * 256)
     assert found.own_ns == 12 * 4_000
     assert _of(advise_report(_built_report(9)), "small_copies") == []
+
+
+def test_a_dataset_written_before_memory_kinds_still_advises() -> None:
+    report = nvbridge.load(real_db(FSDP))
+    tables = {name: getattr(report, name) for name in ("ops", "api_calls", "marks", "syncs", "threads", "devices")}
+    old = nvbridge.Report(report.meta, {**tables, "gpu_ops": report.gpu_ops.drop_columns(["src_kind", "dst_kind"])})
+    advice = advise_report(old)
+    assert _of(advice, "pageable_copy") == [] and len(_of(advice, "host_sync")) == 1
+
+
+def test_partitioned_dataset_is_advised_report_by_report(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    nvbridge.convert([ADVISE, SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"], out)
+    result = CliRunner().invoke(cli, ["advise", str(out), "--json", "--min-share", "1"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [d["source"] for d in data] == ["advise_cpu+synthetic_gpu.sqlite", "cnn_cpu+synthetic_gpu.sqlite"]
+    for d in data:
+        assert all(f["time_ns"] >= 0.01 * d["span_ns"] for f in d["findings"])
+        assert sum(f["time_ns"] for f in d["findings"]) <= d["at_stake_ns"]

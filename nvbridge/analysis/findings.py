@@ -47,6 +47,14 @@ def _strings(column: pa.ChunkedArray) -> np.ndarray:
     return out
 
 
+def _memory_kind(gpu_ops: pa.Table, side: str) -> np.ndarray:
+    """``src_kind``/``dst_kind`` as strings; all None for a dataset written before they existed
+    (its copies are then never called pageable)."""
+    if side not in gpu_ops.column_names:
+        return np.full(gpu_ops.num_rows, None, dtype=object)
+    return _strings(gpu_ops.column(side))
+
+
 def _idle_after(ctx: Context, lane: np.ndarray, t: np.ndarray) -> np.ndarray:
     """End of the GPU idle time that starts at t on each lane (t itself where the lane is busy
     at t, or where no GPU work follows)."""
@@ -94,7 +102,7 @@ the length of the wait."""
     g = r.gpu_ops
     gcall = np_col(g, "api_call_id", fill=-1)
     copy_kind = _strings(g.column("copy_kind"))
-    dst = _strings(g.column("dst_kind"))
+    dst = _memory_kind(g, "dst_kind")
     d2h = (copy_kind == "DtoH") & (gcall >= 0) & ~np.isin(gcall, call)
     d2h[d2h] = (dst[d2h] == "pageable") | (np.char.find(api_name[gcall[d2h]].astype(str), "Async") < 0)
     c = gcall[d2h]
@@ -168,7 +176,7 @@ def copies(ctx: Context) -> list[Evidence]:
     time of their API calls)."""
     g, api = ctx.report.gpu_ops, ctx.report.api_calls
     kind = _strings(g.column("kind"))
-    src, dst = _strings(g.column("src_kind")), _strings(g.column("dst_kind"))
+    src, dst = _memory_kind(g, "src_kind"), _memory_kind(g, "dst_kind")
     copy_kind = _strings(g.column("copy_kind"))
     nbytes = np_col(g, "bytes", fill=0)
     op = np_col(g, "op_id", fill=-1)
