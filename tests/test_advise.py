@@ -15,10 +15,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 import nvbridge
+from nvbridge.analysis import spans
 from nvbridge.analysis.advise import Advice, Finding, advise_report
 from nvbridge.cli import cli
 from tests.conftest import ALL_FILES, SAMPLE_DB, real_db
@@ -301,3 +305,31 @@ def test_partitioned_dataset_is_advised_report_by_report(tmp_path: Path) -> None
     for d in data:
         assert all(f["time_ns"] >= 0.01 * d["span_ns"] for f in d["findings"])
         assert sum(f["time_ns"] for f in d["findings"]) <= d["at_stake_ns"]
+
+
+intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)).map(lambda x: (x[0], x[0] + x[1])),
+                     max_size=8)
+
+
+@given(intervals, intervals, intervals)
+def test_interval_sets_agree_with_a_boolean_timeline(a: list[tuple[int, int]], b: list[tuple[int, int]],
+                                                     c: list[tuple[int, int]]) -> None:
+    def mask(xs: list[tuple[int, int]]) -> np.ndarray:
+        m = np.zeros(80, bool)
+        for s, e in xs:
+            m[s:e] = True
+        return m
+
+    def arr(xs: list[tuple[int, int]]) -> spans.Spans:
+        return spans.union(np.array([s for s, _ in xs], np.int64), np.array([e for _, e in xs], np.int64))
+
+    ua, ub = arr(a), arr(b)
+    assert spans.length(ua) == mask(a).sum()
+    assert spans.overlap(ua, ub) == (mask(a) & mask(b)).sum()
+    rest = spans.minus(ua, ub)
+    assert (mask(list(zip(*rest))) == (mask(a) & ~mask(b))).all()
+    both = spans.add_disjoint(ub, rest)  # b plus what a adds: a union b, kept sorted
+    assert (mask(list(zip(*both))) == (mask(a) | mask(b))).all() and (np.diff(both[0]) >= 0).all()
+    windows = spans.union(np.array([s for s, _ in c], np.int64), np.array([e for _, e in c], np.int64))
+    per = spans.clip_per_window(both, *windows)
+    assert per.tolist() == [(mask(a) | mask(b))[s:e].sum() for s, e in zip(*windows)]

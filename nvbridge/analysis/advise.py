@@ -182,7 +182,7 @@ def advise_report(report: Report, min_share: float = 0.0) -> Advice:
     out = []
     for d in drafts:
         mine = spans.minus(d.own, claimed)
-        claimed = spans.union(np.concatenate([claimed[0], mine[0]]), np.concatenate([claimed[1], mine[1]]))
+        claimed = spans.add_disjoint(claimed, mine)
         per_step = spans.clip_per_window(mine, ctx.step_start, ctx.step_end)
         by_step = tuple((int(n), int(t)) for n, t in zip(ctx.step_number, per_step) if t > 0)
         worst = int(ctx.step_number[int(np.argmax(per_step))]) if by_step else None
