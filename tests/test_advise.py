@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import nvbridge
 from nvbridge.analysis import spans
-from nvbridge.analysis.advise import Advice, Finding, advise_report
+from nvbridge.analysis.advise import Advice, Finding, advise, advise_report
 from nvbridge.cli import cli
 from tests.conftest import ALL_FILES, SAMPLE_DB, real_db
 from tests.conftest import raw as raw_sql
@@ -333,3 +333,27 @@ def test_interval_sets_agree_with_a_boolean_timeline(a: list[tuple[int, int]], b
     windows = spans.union(np.array([s for s, _ in c], np.int64), np.array([e for _, e in c], np.int64))
     per = spans.clip_per_window(both, *windows)
     assert per.tolist() == [(mask(a) | mask(b))[s:e].sum() for s, e in zip(*windows)]
+
+
+def test_partitioned_dataset_names_the_slowest_rank_per_step(tmp_path: Path) -> None:
+    import shutil
+
+    files = [SAMPLE_DB / "diff_base_cpu+synthetic_gpu.sqlite", SAMPLE_DB / "diff_extra_cpu+synthetic_gpu.sqlite"]
+    ranks = []
+    for r, f in enumerate(files):  # the rank comes from the file name
+        ranks.append(tmp_path / f"rank{r}.sqlite")
+        shutil.copyfile(f, ranks[-1])
+    out = tmp_path / "ds"
+    nvbridge.convert(ranks, out)
+    steps = [{t: d for t, d in raw(f, "SELECT text, end - start FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'")}
+             for f in files]
+    expected: dict[int, int] = defaultdict(int)  # per rank: summed lead over the other rank
+    for text in steps[0]:
+        slow = 0 if steps[0][text] > steps[1][text] else 1
+        expected[slow] += abs(steps[0][text] - steps[1][text])
+    advice = advise(out)
+    for r, a in enumerate(advice):
+        found = _of(a, "rank_skew")
+        assert sum(f.own_ns for f in found) == expected[r]
+        assert all(f.lanes == (f"rank {r} GPU 0",) for f in found)
+    assert sum(expected.values()) > 0

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from nvbridge.analysis import context, findings, spans
 from nvbridge.analysis.context import Context
+from nvbridge.analysis.summary import step_times
 from nvbridge.dataset import Report, is_partitioned, load, report_dirs
 
 KIND_ORDER = ("host_sync", "pageable_copy", "small_copies", "launch_bound", "nccl_exposed", "rank_skew",
@@ -161,22 +162,28 @@ def _steps(ctx: Context) -> tuple[StepTime, ...]:
                  zip(ctx.step_lane, ctx.step_number, ctx.step_start, ctx.step_end, busy))
 
 
-def advise_report(report: Report, min_share: float = 0.0) -> Advice:
+def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[int, int] | None = None) -> Advice:
     """Findings for one report (see the module docstring for how time is shared).
 
     Args:
         report: a loaded report (:func:`nvbridge.load`).
         min_share: drop findings whose time at stake is below this share of the lanes' span.
+        skew_by_step: for a report of a partitioned dataset, the steps in which it was the
+            slowest report and by how much (ns) it trailed the fastest.
 
     Returns:
         The findings, largest time at stake first, and the per-step idle shares.
     """
     ctx = context.build(report)
     drafts: list[_Draft] = []
+    evidence: list[findings.Evidence] = []
     for detect in findings.DETECTORS:
         result = detect(ctx)
-        for ev in result if isinstance(result, list) else [result]:
-            drafts += _drafts(ctx, ev)
+        evidence += result if isinstance(result, list) else [result]
+    if skew_by_step:
+        evidence.append(findings.report_skew(ctx, skew_by_step))
+    for ev in evidence:
+        drafts += _drafts(ctx, ev)
     drafts.sort(key=lambda d: (KIND_ORDER.index(d.kind), -spans.length(d.own)))
     claimed = spans.empty()
     out = []
@@ -211,5 +218,26 @@ def advise(path: str | os.PathLike[str], min_share: float = 0.0) -> list[Advice]
     Raises:
         InputError, ExportError: as :func:`nvbridge.load`.
     """
-    sources = report_dirs(path) if is_partitioned(path) else [Path(os.fspath(path))]
-    return [advise_report(load(source), min_share) for source in sources]
+    if not is_partitioned(path):
+        return [advise_report(load(path), min_share)]
+    dirs = report_dirs(path)
+    skew = slowest_reports([step_times(load(d, STEP_COLUMNS).ops) for d in dirs])
+    return [advise_report(load(d), min_share, skew[i]) for i, d in enumerate(dirs)]
+
+
+# What the first pass over a partitioned dataset reads: the step ranges, one column elsewhere.
+STEP_COLUMNS = {"ops": ["op_name", "start_ns", "end_ns"], "gpu_ops": ["gpu_op_id"], "api_calls": ["api_call_id"],
+                "marks": ["ts_ns"], "syncs": ["start_ns"], "threads": ["thread_id"], "devices": ["device_id"]}
+
+
+def slowest_reports(steps: list[dict[int, int]]) -> list[dict[int, int]]:
+    """Per report, the steps it was slowest in (of the reports that ran the step) and its lead
+    over the fastest: the straggler's extra time per step."""
+    out: list[dict[int, int]] = [{} for _ in steps]
+    for n in sorted({n for s in steps for n in s}):
+        ran = [i for i, s in enumerate(steps) if n in s]
+        if len(ran) < 2:
+            continue
+        slow = max(ran, key=lambda i: steps[i][n])
+        out[slow][n] = steps[slow][n] - min(steps[i][n] for i in ran)
+    return out

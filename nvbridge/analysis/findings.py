@@ -8,7 +8,7 @@ op they belong to; advise groups them into findings and counts overlapping time 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -254,6 +254,17 @@ def rank_skew(ctx: Context) -> Evidence:
         row.append(-1)
     a = [np.asarray(x, np.int64) for x in (row, lane, start, end)]
     return Evidence("rank_skew", a[0], a[1], a[2], a[3], per_lane=True)
+
+
+def report_skew(ctx: Context, skew_by_step: Mapping[int, int]) -> Evidence:
+    """Skew across the reports of a partitioned dataset, for the report that was slowest in
+    those steps: the last ``skew`` ns of each such step, on the report's lanes."""
+    want = np.array([skew_by_step.get(int(n), 0) for n in ctx.step_number], np.int64)
+    m = want > 0
+    lane = ctx.step_lane[m]
+    end = ctx.step_end[m] - lane * spans.LANE_NS + ctx.t0
+    start = np.maximum(end - want[m], ctx.step_start[m] - lane * spans.LANE_NS + ctx.t0)
+    return Evidence("rank_skew", np.full(len(lane), -1, np.int64), lane, start, end, per_lane=True)
 
 
 DETECTORS: tuple[Callable[[Context], Evidence | list[Evidence]], ...] = (
