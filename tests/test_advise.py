@@ -217,7 +217,7 @@ def test_findings_add_up_honestly(name: str) -> None:
 
 def test_cli_fits_100_columns_and_json_has_the_same_findings() -> None:
     runner = CliRunner()
-    for path in (str(ADVISE), str(real_db(FSDP))):
+    for path in (str(ADVISE), str(real_db(FSDP)), str(real_db(LM))):
         text = runner.invoke(cli, ["advise", path, "--limit", "-1", "--steps", "-1"])
         assert text.exit_code == 0, text.output
         assert max(len(line) for line in text.output.splitlines()) <= 100
@@ -357,3 +357,9 @@ def test_partitioned_dataset_names_the_slowest_rank_per_step(tmp_path: Path) -> 
         assert sum(f.own_ns for f in found) == expected[r]
         assert all(f.lanes == (f"rank {r} GPU 0",) for f in found)
     assert sum(expected.values()) > 0
+
+
+def test_cli_on_a_report_without_gpu_work_says_so() -> None:
+    result = CliRunner().invoke(cli, ["advise", str(SAMPLE_DB / "cnn_cpu.sqlite")])
+    assert result.exit_code == 0 and "No GPU work in this report" in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 100

@@ -73,6 +73,7 @@ class Advice:
     steps: tuple[StepTime, ...]
     span_ns: int  # summed over lanes: first to last GPU op (or the steps) of each lane
     at_stake_ns: int  # union of every finding's intervals == sum of their time_ns
+    lanes: tuple[str, ...]  # every (process, GPU) pair with GPU work
 
 
 def fix_for(kind: str, op: str) -> str:
@@ -205,7 +206,8 @@ def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[
         span += int(windows[1].max() - windows[0].min())
     kept = [f for f in out if f.time_ns > 0 and f.time_ns >= min_share * span]
     kept.sort(key=lambda f: (-f.time_ns, KIND_ORDER.index(f.kind), f.op))
-    return Advice(str(report.meta.get("source")), tuple(kept), _steps(ctx), span, spans.length(claimed))
+    return Advice(str(report.meta.get("source")), tuple(kept), _steps(ctx), span, spans.length(claimed),
+                  tuple(ctx.lane_label(i) for i in range(len(ctx.lane_process))))
 
 
 def advise(path: str | os.PathLike[str], min_share: float = 0.0) -> list[Advice]:

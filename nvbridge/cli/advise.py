@@ -46,11 +46,15 @@ def _detail(f: Finding) -> str:
 def render(advice: Advice, limit: int, steps: int) -> str:
     """The findings table and the per-step idle shares, at most 100 columns wide."""
     share = advice.at_stake_ns / advice.span_ns if advice.span_ns else 0.0
-    lines = [f"nvbridge advise: {advice.source}",
-             f"GPU timeline {_ms(advice.span_ns)} over {len({s for f in advice.findings for s in f.lanes}) or 'no'} "
-             f"lane(s); findings cover {_ms(advice.at_stake_ns)} ({100 * share:.1f}%), each moment counted once."]
+    lines = [f"nvbridge advise: {advice.source}"]
+    if not advice.lanes:
+        return "\n".join(lines + ["No GPU work in this report: nothing to advise on (record with nsys profile "
+                                  "-t cuda,nvtx)."])
+    lanes = f"{len(advice.lanes)} lane" + ("s" if len(advice.lanes) > 1 else "")
+    lines.append(f"GPU timeline {_ms(advice.span_ns)} ({lanes}); findings cover {_ms(advice.at_stake_ns)} "
+                 f"({100 * share:.1f}%), each moment counted once.")
     if not advice.findings:
-        return "\n".join(lines + ["No findings: no GPU work, or nothing at stake."])
+        return "\n".join(lines + ["No findings above the bound."])
     lines += ["", HEADER]
     shown = advice.findings if limit < 0 else advice.findings[:limit]
     for i, f in enumerate(shown, 1):
