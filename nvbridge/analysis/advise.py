@@ -131,7 +131,8 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
         return []
     if not keep.all():
         ev = findings.Evidence(ev.kind, ev.op_row[keep], ev.lane[keep], ev.start_ns[keep], ev.end_ns[keep],
-                               {k: v[keep] for k, v in ev.figures.items()}, ev.per_lane)
+                               {k: v[keep] for k, v in ev.figures.items()}, ev.per_lane,
+                               None if ev.event is None else ev.event[keep])
     row = np.asarray(ev.op_row, np.int64)
     has = row >= 0
     name, mod = np.full(len(row), -1, np.int64), np.full(len(row), -1, np.int64)
@@ -141,19 +142,21 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
     in_step[has] = ctx.op_step_range[row[has]]
     name[in_step] = -2
     lane_key = ev.lane if ev.per_lane else np.zeros(len(row), np.int64)
-    keys = np.stack([name, mod, lane_key], axis=1)
-    _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    group = group.ravel()
+    # group by sorting on the keys (np.unique's hashing is slow on millions of rows)
+    order = np.lexsort((lane_key, mod, name))
+    keys = np.stack([name, mod, lane_key])[:, order]
+    new = np.ones(len(order), bool)
+    new[1:] = (keys[:, 1:] != keys[:, :-1]).any(axis=0)
+    bounds = np.append(np.flatnonzero(new), len(order))
     enc_s, enc_e = ctx.enc(ev.lane, ev.start_ns), ctx.enc(ev.lane, ev.end_ns)
-    order = np.argsort(group, kind="stable")
-    bounds = np.searchsorted(group[order], np.arange(len(first) + 1))
     out = []
-    for gi, f in enumerate(first.tolist()):  # one pass per finding, not per row
+    for gi in range(len(bounds) - 1):  # one pass per finding, not per row
         rows = order[bounds[gi]:bounds[gi + 1]]
-        op, module = _label(ctx, int(row[f]), ev.kind)
-        lanes = tuple(ctx.lane_label(int(x)) for x in np.unique(ev.lane[rows]))
+        op, module = _label(ctx, int(row[rows[0]]), ev.kind)
+        lanes = tuple(ctx.lane_label(int(x)) for x in spans.distinct(np.sort(ev.lane[rows])))
         figs = tuple((k, int(v[rows].sum())) for k, v in ev.figures.items())
-        out.append(_Draft(ev.kind, op, module, lanes, len(rows), spans.union(enc_s[rows], enc_e[rows]), figs))
+        count = len(rows) if ev.event is None else len(spans.distinct(np.sort(ev.event[rows])))
+        out.append(_Draft(ev.kind, op, module, lanes, count, spans.union(enc_s[rows], enc_e[rows]), figs))
     return out
 
 

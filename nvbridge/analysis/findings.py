@@ -38,6 +38,7 @@ class Evidence:
     end_ns: np.ndarray
     figures: dict[str, np.ndarray] = field(default_factory=dict)
     per_lane: bool = False  # one finding per lane (per rank) rather than per op across ranks
+    event: np.ndarray | None = None  # rows with one id are one occurrence (pieces of one gap)
 
 
 def _strings(column: pa.ChunkedArray) -> np.ndarray:
@@ -143,32 +144,46 @@ def _innermost_at(ctx: Context, thread: np.ndarray, t: np.ndarray) -> np.ndarray
 
 def gpu_idle(ctx: Context) -> Evidence:
     """GPU idle gaps per lane, inside each step (or between a lane's first and last GPU op),
-    with the host op running on the launching thread in the middle of each gap."""
+    cut where ops on the lane's launching thread begin or end, so each piece goes to the
+    innermost host op running through it (counted once per gap it appears in)."""
     n = len(ctx.lane_process)
-    lanes = np.arange(n)
     first = np.full(n, np.iinfo(np.int64).max)
     last = np.full(n, np.iinfo(np.int64).min)
     s, e = ctx.busy
     lane_of_busy = s // spans.LANE_NS
     np.minimum.at(first, lane_of_busy, s)
     np.maximum.at(last, lane_of_busy, e)
-    has_steps = np.isin(lanes, ctx.step_lane)
-    win_s = np.concatenate([ctx.step_start, first[~has_steps & (first <= last)]])
-    win_e = np.concatenate([ctx.step_end, last[~has_steps & (first <= last)]])
+    plain = ~np.isin(np.arange(n), ctx.step_lane) & (first <= last)
+    win_s = np.concatenate([ctx.step_start, first[plain]])
+    win_e = np.concatenate([ctx.step_end, last[plain]])
     gaps = spans.minus(spans.union(win_s, win_e), ctx.busy)
-    lane = gaps[0] // spans.LANE_NS
-    start = gaps[0] - lane * spans.LANE_NS + ctx.t0
-    end = gaps[1] - lane * spans.LANE_NS + ctx.t0
-    g = ctx.report.gpu_ops
-    threads = np_col(g, "thread_id", fill=-1)
-    main = np.full(n, -1, np.int64)
-    for k in range(n):  # the thread that launched most of the lane's GPU work
+    main = _launch_threads(ctx)
+    cuts = [gaps[0], gaps[1]]
+    for k in range(n):  # op boundaries on each lane's launching thread, on the lane's time axis
+        mine = ctx.op_thread == main[k]
+        for t in (ctx.op_start[mine], ctx.op_end[mine]):
+            cuts.append(ctx.enc(np.full(len(t), k), t))
+    points = spans.distinct(np.sort(np.concatenate(cuts)))
+    lo, hi = points[:-1], points[1:]
+    keep = spans.inside(gaps, lo)
+    lo, hi = lo[keep], hi[keep]
+    lane = lo // spans.LANE_NS
+    start, end = lo - lane * spans.LANE_NS + ctx.t0, hi - lane * spans.LANE_NS + ctx.t0
+    row = _innermost_at(ctx, main[lane], start + (end - start) // 2) if len(lane) else np.zeros(0, np.int64)
+    gap = np.searchsorted(gaps[0], lo, "right") - 1
+    return Evidence("gpu_idle", row, lane, start, end, event=gap)
+
+
+def _launch_threads(ctx: Context) -> np.ndarray:
+    """Per lane, the thread that launched most of its GPU work (-1: none known)."""
+    threads = np_col(ctx.report.gpu_ops, "thread_id", fill=-1)
+    main = np.full(len(ctx.lane_process), -1, np.int64)
+    for k in range(len(main)):  # a few lanes
         t = threads[(ctx.gpu_lane == k) & (threads >= 0)]
         if len(t):
             vals, cnt = np.unique(t, return_counts=True)
             main[k] = vals[np.argmax(cnt)]
-    row = _innermost_at(ctx, main[lane], start + (end - start) // 2) if len(lane) else np.zeros(0, np.int64)
-    return Evidence("gpu_idle", row, lane, start, end, {})
+    return main
 
 
 def copies(ctx: Context) -> list[Evidence]:

@@ -75,11 +75,11 @@ def minus(a: Spans, b: Spans) -> Spans:
         return a
     first = np.cumsum(counts) - counts
     idx = np.repeat(lo, counts) + (np.arange(total) - np.repeat(first, counts))
-    idx = _distinct(np.sort(idx))
+    idx = distinct(np.sort(idx))
     # cut a at every boundary of those b intervals, then keep the pieces b does not cover
-    cuts = _distinct(np.sort(np.concatenate([a[0], a[1], b[0][idx], b[1][idx]])))
+    cuts = distinct(np.sort(np.concatenate([a[0], a[1], b[0][idx], b[1][idx]])))
     lo_t, hi_t = cuts[:-1], cuts[1:]
-    keep = _inside(a, lo_t) & ~_inside(b, lo_t)
+    keep = inside(a, lo_t) & ~inside(b, lo_t)
     return union(lo_t[keep], hi_t[keep])
 
 
@@ -90,7 +90,7 @@ def add_disjoint(a: Spans, b: Spans) -> Spans:
     return np.insert(a[0], at, b[0]), np.insert(a[1], at, b[1])
 
 
-def _distinct(sorted_values: np.ndarray) -> np.ndarray:
+def distinct(sorted_values: np.ndarray) -> np.ndarray:
     """Sorted values without repeats."""
     keep = np.ones(len(sorted_values), bool)
     keep[1:] = sorted_values[1:] != sorted_values[:-1]
@@ -98,7 +98,7 @@ def _distinct(sorted_values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _inside(spans: Spans, t: np.ndarray) -> np.ndarray:
+def inside(spans: Spans, t: np.ndarray) -> np.ndarray:
     """Whether each time t lies in one of the disjoint sorted ``spans``."""
     i = np.searchsorted(spans[0], t, "right") - 1
     inside: np.ndarray = (i >= 0) & (spans[1][np.maximum(i, 0)] > t)
