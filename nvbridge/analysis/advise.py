@@ -20,6 +20,7 @@ import numpy as np
 from nvbridge.analysis import context, findings, spans
 from nvbridge.analysis.context import Context
 from nvbridge.analysis.summary import step_times
+from nvbridge.columns import np_col
 from nvbridge.dataset import Report, is_partitioned, load, report_dirs
 
 KIND_ORDER = ("host_sync", "pageable_copy", "small_copies", "launch_bound", "nccl_exposed", "rank_skew",
@@ -166,6 +167,19 @@ def _steps(ctx: Context) -> tuple[StepTime, ...]:
                  zip(ctx.step_lane, ctx.step_number, ctx.step_start, ctx.step_end, busy))
 
 
+def _timeline(ctx: Context) -> spans.Spans:
+    """Per lane, from the first launch call, GPU op or step start to the last GPU op or step end."""
+    s, e = ctx.busy
+    call = np_col(ctx.report.gpu_ops, "api_call_id", fill=-1)
+    launched = ctx.enc(ctx.gpu_lane[call >= 0], np_col(ctx.report.api_calls, "start_ns")[call[call >= 0]])
+    starts = np.concatenate([s, ctx.step_start, launched])
+    ends = np.concatenate([e, ctx.step_end])
+    lanes = spans.distinct(np.sort(s // spans.LANE_NS))
+    first = np.array([starts[starts // spans.LANE_NS == k].min() for k in lanes.tolist()], np.int64)
+    last = np.array([ends[ends // spans.LANE_NS == k].max() for k in lanes.tolist()], np.int64)
+    return spans.union(first, last)
+
+
 def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[int, int] | None = None) -> Advice:
     """Findings for one report (see the module docstring for how time is shared).
 
@@ -188,25 +202,22 @@ def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[
         evidence.append(findings.report_skew(ctx, skew_by_step))
     for ev in evidence:
         drafts += _drafts(ctx, ev)
+    timeline = _timeline(ctx)
     drafts.sort(key=lambda d: (KIND_ORDER.index(d.kind), -spans.length(d.own)))
     claimed = spans.empty()
     out = []
     for d in drafts:
-        mine = spans.minus(d.own, claimed)
+        own = spans.minus(d.own, spans.minus(d.own, timeline))  # a launch call may precede the lane's first GPU op
+        mine = spans.minus(own, claimed)
         claimed = spans.add_disjoint(claimed, mine)
-        per_step = spans.clip_per_window(mine, ctx.step_start, ctx.step_end)
-        by_step = tuple((int(n), int(t)) for n, t in zip(ctx.step_number, per_step) if t > 0)
-        worst = int(ctx.step_number[int(np.argmax(per_step))]) if by_step else None
-        out.append(Finding(d.kind, d.op, d.module, d.lanes, d.count, spans.length(mine), spans.length(d.own),
-                           worst, by_step, d.figures, fix_for(d.kind, d.op)))
-    s, e = ctx.busy
-    lane_of_busy = s // spans.LANE_NS
-    span = 0
-    for lane in np.unique(lane_of_busy).tolist():
-        m = lane_of_busy == lane
-        windows = spans.union(np.append(ctx.step_start[ctx.step_lane == lane], s[m].min()),
-                              np.append(ctx.step_end[ctx.step_lane == lane], e[m].max()))
-        span += int(windows[1].max() - windows[0].min())
+        totals: dict[int, int] = {}
+        for n, t in zip(ctx.step_number.tolist(), spans.clip_per_window(mine, ctx.step_start, ctx.step_end).tolist()):
+            if t > 0:  # a step run on several lanes adds up
+                totals[n] = totals.get(n, 0) + t
+        worst = max(totals, key=lambda n: totals[n]) if totals else None
+        out.append(Finding(d.kind, d.op, d.module, d.lanes, d.count, spans.length(mine), spans.length(own),
+                           worst, tuple(sorted(totals.items())), d.figures, fix_for(d.kind, d.op)))
+    span = spans.length(timeline)
     kept = [f for f in out if f.time_ns > 0 and f.time_ns >= min_share * span]
     kept.sort(key=lambda f: (-f.time_ns, KIND_ORDER.index(f.kind), f.op))
     return Advice(str(report.meta.get("source")), tuple(kept), _steps(ctx), span, spans.length(claimed),

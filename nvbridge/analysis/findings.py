@@ -83,8 +83,8 @@ def _sync_device(ctx: Context, process: np.ndarray, stream: np.ndarray, device: 
 
 
 def host_syncs(ctx: Context) -> Evidence:
-    """Blocking syncs and blocking device-to-host copies: the GPU idle time after each wait, up to
-the length of the wait."""
+    """Blocking syncs and blocking device-to-host copies: the GPU idle time after each wait, up
+    to the length of the wait."""
     r = ctx.report
     sy, api = r.syncs, r.api_calls
     api_op = np_col(api, "op_id", fill=-1)
@@ -114,8 +114,7 @@ the length of the wait."""
     # Without the wait the host would have gone on that much earlier, so at most the wait of
     # the GPU's idle time after it can be won back.
     idle_end = np.minimum(_idle_after(ctx, lane, w_end), w_end + (w_end - w_start))
-    return Evidence("host_sync", api_op[call], lane, w_end, idle_end,
-                    {"wait_ns": w_end - w_start})
+    return Evidence("host_sync", api_op[call], lane, w_end, idle_end, {"wait_ns": w_end - w_start})
 
 
 def _innermost_at(ctx: Context, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
