@@ -102,3 +102,22 @@ def test_real_export_against_itself_and_a_missing_file() -> None:
     assert runner.invoke(cli, ["diff", path, path]).output.rstrip().endswith("No differences.")
     missing = runner.invoke(cli, ["diff", path, "nowhere.sqlite"])
     assert missing.exit_code == 1 and missing.output.startswith("Error: ") and missing.output.count("\n") == 1
+
+
+def test_partitioned_datasets_add_their_reports_up(tmp_path: Path) -> None:
+    other = SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"
+    before, after = tmp_path / "before", tmp_path / "after"
+    nvbridge.convert([BASE, other], before)
+    nvbridge.convert([EXTRA, other], after)
+    result = CliRunner().invoke(cli, ["diff", str(before), str(after), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    top = data["ops"][0]
+    calls, self_cpu, self_gpu = planted(EXTRA)
+    assert (top["op"], top["module"], top["status"]) == ("aten::mm", "blocks.1", "new")
+    delta = top["delta"]
+    assert (delta["calls"], delta["self_cpu_ns"], delta["self_gpu_ns"]) == (calls, self_cpu, self_gpu)
+    single = diff_reports(nvbridge.load(BASE), nvbridge.load(EXTRA))
+    assert data["gpu_ns"][1] - data["gpu_ns"][0] == single.gpu_ns[1] - single.gpu_ns[0]
+    same = CliRunner().invoke(cli, ["diff", str(before), str(before)])
+    assert same.output.rstrip().endswith("No differences.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +19,7 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.summary import step_times
 from nvbridge.columns import np_col
-from nvbridge.dataset import Report, load
+from nvbridge.dataset import Report, is_partitioned, load, report_dirs
 
 KEYS = ("op", "shapes", "backward", "module")
 OP_SUMS = ("calls", "self_cpu_ns", "total_cpu_ns", "self_gpu_ns", "total_gpu_ns")
@@ -128,8 +129,42 @@ def _joined(a: pa.Table, b: pa.Table, keys: list[str], sums: list[str]) -> pa.Ta
 STATUS = {1: "gone", 2: "new", 3: "changed"}
 
 
-def _ops(a: Report, b: Report, by_gpu: bool) -> tuple[OpDelta, ...]:
-    j = _joined(_op_groups(a), _op_groups(b), list(KEYS), list(OP_SUMS))
+@dataclass(frozen=True)
+class Side:
+    """What diff needs of one side: op and kernel groups, step durations, summed GPU time."""
+
+    source: str
+    ops: pa.Table
+    kernels: pa.Table
+    steps: dict[int, int]
+    gpu_ns: int
+
+
+def side_of(report: Report) -> Side:
+    """One report's groups."""
+    g = report.gpu_ops
+    return Side(str(report.meta.get("source")), _op_groups(report), _kernel_groups(report), step_times(report.ops),
+                int((np_col(g, "end_ns") - np_col(g, "start_ns")).sum()))
+
+
+def merged(sides: list[Side], source: str) -> Side:
+    """The reports of a partitioned dataset as one side: groups add up; a step lasts as long as
+    its slowest report (ranks run a step together)."""
+    def regroup(tables: list[pa.Table], keys: list[str]) -> pa.Table:
+        sums = [c for c in tables[0].column_names if c not in keys]
+        agg = pa.concat_tables(tables).group_by(keys, use_threads=False).aggregate([(c, "sum") for c in sums])
+        return agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
+
+    steps: dict[int, int] = {}
+    for side in sides:
+        for n, ns in side.steps.items():
+            steps[n] = max(steps.get(n, 0), ns)
+    return Side(source, regroup([x.ops for x in sides], list(KEYS)), regroup([x.kernels for x in sides], ["name"]),
+                steps, sum(x.gpu_ns for x in sides))
+
+
+def _ops(a: Side, b: Side, by_gpu: bool) -> tuple[OpDelta, ...]:
+    j = _joined(a.ops, b.ops, list(KEYS), list(OP_SUMS))
     va = np.stack([np_col(j, s + "_a") for s in OP_SUMS], axis=1) if j.num_rows else np.zeros((0, 5), np.int64)
     vb = np.stack([np_col(j, s + "_b") for s in OP_SUMS], axis=1) if j.num_rows else np.zeros((0, 5), np.int64)
     differ = np.flatnonzero((va != vb).any(axis=1))
@@ -145,8 +180,8 @@ def _ops(a: Report, b: Report, by_gpu: bool) -> tuple[OpDelta, ...]:
                  for i, r in enumerate(differ.tolist()))
 
 
-def _kernels(a: Report, b: Report) -> tuple[KernelDelta, ...]:
-    j = _joined(_kernel_groups(a), _kernel_groups(b), ["name"], ["count", "ns"])
+def _kernels(a: Side, b: Side) -> tuple[KernelDelta, ...]:
+    j = _joined(a.kernels, b.kernels, ["name"], ["count", "ns"])
     ca, cb, na, nb = (np_col(j, c) for c in ("count_a", "count_b", "ns_a", "ns_b"))
     differ = np.flatnonzero((ca != cb) | (na != nb))
     differ = differ[np.argsort(-np.abs(nb[differ] - na[differ]), kind="stable")]
@@ -156,20 +191,32 @@ def _kernels(a: Report, b: Report) -> tuple[KernelDelta, ...]:
                  for i, r in enumerate(differ.tolist()))
 
 
-def diff_reports(a: Report, b: Report) -> Diff:
-    """What differs from report ``a`` to report ``b`` (see the module docstring)."""
-    sa, sb = step_times(a.ops), step_times(b.ops)
+def diff_sides(a: Side, b: Side) -> Diff:
+    """What differs from side ``a`` to side ``b`` (see the module docstring)."""
+    sa, sb = a.steps, b.steps
     steps = tuple(StepDelta(n, sa.get(n), sb.get(n)) for n in sorted(set(sa) | set(sb)) if sa.get(n) != sb.get(n))
-    gpu = tuple(int((np_col(r.gpu_ops, "end_ns") - np_col(r.gpu_ops, "start_ns")).sum()) for r in (a, b))
     mean = tuple(sum(s.values()) / len(s) if s else None for s in (sa, sb))
-    return Diff(str(a.meta.get("source")), str(b.meta.get("source")), (gpu[0], gpu[1]), (mean[0], mean[1]),
-                _ops(a, b, by_gpu=any(gpu)), _kernels(a, b), steps)
+    return Diff(a.source, b.source, (a.gpu_ns, b.gpu_ns), (mean[0], mean[1]),
+                _ops(a, b, by_gpu=bool(a.gpu_ns or b.gpu_ns)), _kernels(a, b), steps)
+
+
+def diff_reports(a: Report, b: Report) -> Diff:
+    """What differs from report ``a`` to report ``b``."""
+    return diff_sides(side_of(a), side_of(b))
+
+
+def _load_side(path: str | os.PathLike[str]) -> Side:
+    if not is_partitioned(path):
+        return side_of(load(path))
+    # one report in memory at a time; only its groups are kept
+    return merged([side_of(load(d)) for d in report_dirs(path)], Path(os.fspath(path)).name)
 
 
 def diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> Diff:
-    """Compare two reports or datasets (each a profiler database or a dataset directory).
+    """Compare two reports or datasets (a profiler database, a dataset directory, or a
+    partitioned dataset, whose reports add up).
 
     Raises:
         InputError, ExportError: as :func:`nvbridge.load`.
     """
-    return diff_reports(load(a), load(b))
+    return diff_sides(_load_side(a), _load_side(b))
