@@ -160,20 +160,23 @@ def test_lm_item_is_a_host_sync_under_local_scalar_dense() -> None:
 
 def test_pyprof_launch_bound_kernels_match_raw_sql() -> None:
     path = real_db(PYPROF)
-    short = raw(path, """SELECT r.globalTid, r.start, r.end, k.end - k.start
+    kernels = raw(path, """SELECT r.globalTid, r.start, r.end, k.end - k.start
         FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r
           ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24)
-        WHERE k.end - k.start < r.end - r.start""")
+        WHERE r.end - r.start <= 1000000""")  # longer launch calls are one-time set-up
     ranges = raw(path, """SELECT globalTid, start, coalesce(end, 1 << 62), coalesce(text, s.value)
         FROM NVTX_EVENTS LEFT JOIN StringIds AS s ON s.id = textId WHERE eventType = 59""")
     getattr_text = "{'mod': 'torch', 'op': '__getattr__', 'args': [{'name': '', 'type': 'str', 'value': 'extra_repr'}]}"
-    expected = []
-    for tid, s, e, k_ns in short:  # the innermost range around each launch call
-        around = [(rs, -re, text) for t, rs, re, text in ranges if t == tid and rs <= s and re >= e]
+    by_call: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
+    for tid, s, e, k_ns in kernels:  # the innermost range around each launch call
+        around = [(rs, -re, text, tid) for t, rs, re, text in ranges if t == tid and rs <= s and re >= e]
         if around and max(around)[2] == getattr_text:
-            expected.append((e - s, k_ns))
+            rs, neg_re, _, _ = max(around)
+            by_call[(tid, rs, -neg_re)].append((e - s, k_ns))
+    expected = [(launch, k) for rows in by_call.values() for launch, k in rows
+                if k < launch or (len(rows) >= 8 and sum(k for _, k in rows) < 10_000 * len(rows))]
     found = [f for f in _of(advise_report(nvbridge.load(path)), "launch_bound") if f.op == "torch.__getattr__"]
-    assert len(found) == 1 and found[0].count == len(expected) == 116
+    assert len(found) == 1 and found[0].count == len(expected) == 178
     assert dict(found[0].figures) == {"kernel_ns": sum(k for _, k in expected),
                                       "launch_ns": sum(x for x, _ in expected)}
 

@@ -24,7 +24,9 @@ from nvbridge.columns import np_col
 BLOCKING_SYNCS = ("Event sync", "Stream sync", "Context sync")
 SMALL_COPY_BYTES = 64 << 10
 SMALL_COPIES_MIN = 10  # copies of one op before "small copies in a loop" is worth a finding
-LAUNCH_BOUND_MIN = 10  # kernels of one op shorter than their launch call
+LAUNCH_BOUND_MIN = 10  # launch-bound kernels of one op (name and module) before it is a finding
+TINY_KERNELS_MIN, TINY_KERNEL_NS = 8, 10_000  # "many tiny kernels" from one op call
+LAUNCH_SLOW_NS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,9 @@ def copies(ctx: Context) -> list[Evidence]:
 
 
 def launch_bound(ctx: Context) -> Evidence:
-    """Kernels that ran shorter than the API call that launched them: the host's launch time
-    is the bottleneck (fewer, larger kernels: torch.compile, CUDA graphs)."""
+    """Kernels that ran shorter than the API call that launched them, and kernels of op calls
+    that launched many tiny ones: launching is the bottleneck (fewer, larger kernels:
+    torch.compile, CUDA graphs). Only ops (by name and module) with LAUNCH_BOUND_MIN of them."""
     g, api = ctx.report.gpu_ops, ctx.report.api_calls
     kernel = _strings(g.column("kind")) == "kernel"
     call = np_col(g, "api_call_id", fill=-1)
@@ -221,10 +224,23 @@ def launch_bound(ctx: Context) -> Evidence:
     k_ns = np_col(g, "end_ns") - np_col(g, "start_ns")
     a_s, a_e = np_col(api, "start_ns"), np_col(api, "end_ns")
     ok = kernel & (call >= 0) & (op >= 0)
-    ok[ok] = k_ns[ok] < (a_e - a_s)[call[ok]]
-    if ok.any():
-        per_op = np.bincount(op[ok], minlength=len(ctx.op_name))
-        ok &= per_op[np.maximum(op, 0)] >= LAUNCH_BOUND_MIN
+    if not ok.any():
+        none = np.zeros(0, np.int64)
+        return Evidence("launch_bound", none, none, none, none, {"kernel_ns": none, "launch_ns": none})
+    # a launch call over LAUNCH_SLOW_NS is one-time set-up (lazy module loading), not overhead
+    launch = (a_e - a_s)[np.maximum(call, 0)]
+    ok &= launch <= LAUNCH_SLOW_NS
+    short = ok & (k_ns < launch)
+    # many tiny kernels from one op call: TINY_KERNELS_MIN or more, averaging under TINY_KERNEL_NS
+    n_calls = len(ctx.op_name)
+    per_call = np.bincount(op[ok], minlength=n_calls)
+    ns_call = np.bincount(op[ok], weights=k_ns[ok], minlength=n_calls)
+    tiny_call = (per_call >= TINY_KERNELS_MIN) & (ns_call < TINY_KERNEL_NS * np.maximum(per_call, 1))
+    ok &= short | tiny_call[np.maximum(op, 0)]
+    if ok.any():  # enough of them in one op (name and module) across its calls
+        group = ctx.op_name[op[ok]] * (len(ctx.modules) + 1) + ctx.module[op[ok]]
+        _, inverse, counts = np.unique(group, return_inverse=True, return_counts=True)
+        ok[ok] = counts[inverse.ravel()] >= LAUNCH_BOUND_MIN
     c = call[ok]
     return Evidence("launch_bound", op[ok], ctx.gpu_lane[ok], a_s[c], a_e[c],
                     {"kernel_ns": k_ns[ok], "launch_ns": a_e[c] - a_s[c]})
