@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nvbridge._version import __version__
-from nvbridge.convert import ConversionResult, convert, export_chrome_trace
+from nvbridge.conversion import ConversionResult, convert, export_chrome_trace
 from nvbridge.dataset import Report, load
 from nvbridge.errors import (
     CorrelationError,

@@ -22,7 +22,7 @@ import pytest
 
 import nvbridge
 from nvbridge.columns import np_col
-from nvbridge.convert import export_chrome_trace
+from nvbridge.conversion import export_chrome_trace
 from nvbridge.errors import ExportError
 from nvbridge.export import chrome
 from tests.conftest import ALL_FILES, SAMPLE_DB, raw, real_db

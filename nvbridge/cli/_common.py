@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from nvbridge._version import __version__
 from nvbridge.analysis import parse_time
-from nvbridge.convert import Progress
+from nvbridge.conversion import Progress
 from nvbridge.dataset import Report
 from nvbridge.errors import NvbridgeError
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from nvbridge.cli._common import errors, steps, window
-from nvbridge.convert import export_chrome_trace
+from nvbridge.conversion import export_chrome_trace
 from nvbridge.dataset import load
 
 
