@@ -183,3 +183,15 @@ def test_a_fifo_input_is_refused_at_once(tmp_path: Path) -> None:
     proc = _cli("convert", str(fifo), "-o", str(tmp_path / "out"))  # a hang fails by the timeout
     assert proc.returncode == 1 and "not a regular file" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.sqlite"]
+
+
+def test_progress_fits_80_columns_and_never_claims_0_s_left_while_the_trace_is_written() -> None:
+    from nvbridge.cli._common import BAR_WIDTH, status
+
+    total = 12_345_678
+    lines = [status("converting", stage, done, total, elapsed) for stage, done, elapsed in
+             (("correlating", 4_000_000, 3.0), ("writing", 12_000_000, 9.0), ("writing trace", total, 9.5))]
+    assert lines[0][1] == "4.0M/12.3M, 1.3M rows/s, 6 s left"  # 8.3M rows to go at 1.33M rows/s
+    assert lines[-1][1] == "" and "writing trace" in lines[-1][0]
+    # spinner, description, bar, status and elapsed time, one space apart
+    assert all(2 + len(d) + 1 + BAR_WIDTH + 1 + len(r) + 1 + 7 <= 80 for d, r in lines), lines

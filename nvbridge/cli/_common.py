@@ -43,21 +43,39 @@ def progress(enabled: bool, label: str, total_rows: int) -> Iterator[Progress | 
     from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as Bar
 
-    with Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-             TextColumn("{task.completed:,.0f}/{task.total:,.0f} rows"), TextColumn("{task.fields[rate]}"),
-             TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+    with Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=BAR_WIDTH),
+             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=Console(stderr=True),
+             transient=True) as bar:
         task = bar.add_task(label, total=max(total_rows, 1), rate="")
         start = time.perf_counter()
 
         def update(stage: str, rows: int) -> None:
-            bar.update(task, description=f"{label}: {stage}", advance=rows)
+            bar.update(task, advance=rows)
             done, total = bar.tasks[task].completed, bar.tasks[task].total or 1
-            elapsed = time.perf_counter() - start
-            if done and elapsed > 0:
-                rate = done / elapsed
-                left = max(total - done, 0) / rate
-                bar.update(task, rate=f"{rate:,.0f} rows/s, about {left:,.0f} s left")
+            description, rate = status(label, stage, done, total, time.perf_counter() - start)
+            bar.update(task, description=description, rate=rate)
         yield update
+
+
+BAR_WIDTH = 16  # with the spinner, elapsed time and status, a line fits an 80-column terminal
+
+
+def status(label: str, stage: str, done: float, total: float, elapsed: float) -> tuple[str, str]:
+    """The progress line's description and rate text: rows, rows/s and time left where the stage
+    is counted in rows; nothing where it is not (the trace), rather than a wrong estimate."""
+    description = stage if stage else label
+    if stage.startswith("writing trace") or not done or elapsed <= 0:
+        return description, ""
+    rate = done / elapsed
+    left = max(total - done, 0) / rate
+    return description, f"{_short(done)}/{_short(total)}, {_short(rate)} rows/s, {left:,.0f} s left"
+
+
+def _short(n: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n:.0f}"
 
 
 def window(report: Report, start: str | None, end: str | None) -> tuple[int | None, int | None]:
