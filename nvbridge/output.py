@@ -45,9 +45,10 @@ def _host() -> str:
 def check_parent(path: Path, what: str) -> None:
     """The folder an output goes into must exist (nothing is created silently)."""
     parent = path.absolute().parent
+    if parent.exists() and not parent.is_dir():
+        raise ExportError(f"cannot write {what} {path}: {parent} is a file, not a folder; choose another path.")
     if not parent.is_dir():
-        kind = "is a file" if parent.exists() else "does not exist"
-        raise ExportError(f"cannot write {what} {path}: the folder {parent} {kind}; create it first or "
+        raise ExportError(f"cannot write {what} {path}: the folder {parent} does not exist; create it first or "
                           f"choose another path.")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ExportError(f"cannot write {what} {path}: the folder {parent} is not writable; choose another path.")

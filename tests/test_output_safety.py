@@ -195,3 +195,27 @@ def test_progress_fits_80_columns_and_never_claims_0_s_left_while_the_trace_is_w
     assert lines[-1][1] == "" and "writing trace" in lines[-1][0]
     # spinner, description, bar, status and elapsed time, one space apart
     assert all(2 + len(d) + 1 + BAR_WIDTH + 1 + len(r) + 1 + 7 <= 80 for d, r in lines), lines
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--chrome", "nodir/t.json"], "cannot write the trace nodir/t.json: the folder {tmp}/nodir does not exist"),
+    (["--chrome", "t.txt"], "t.txt: a Chrome trace is written as .json or .json.gz"),
+])
+def test_trace_destinations_are_checked_before_converting(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = _cli("convert", str(SAMPLE), "-o", "out", *args, cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"Error: {message.format(tmp=tmp_path)}")
+    assert proc.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_an_output_under_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    proc = _cli("convert", str(SAMPLE), "-o", str(tmp_path / "afile" / "out"))
+    assert proc.returncode == 1 and f"{tmp_path}/afile is a file, not a folder" in proc.stderr
+
+
+def test_an_sqlalchemy_url_is_read_as_a_url(tmp_path: Path) -> None:
+    proc = _cli("convert", f"sqlite:///{SAMPLE}", "-o", str(tmp_path / "out"), "-q")
+    assert proc.returncode == 0, proc.stderr
+    direct = tmp_path / "direct"
+    nvbridge.convert(SAMPLE, direct)
+    assert pq.read_table(tmp_path / "out" / "ops.parquet").equals(pq.read_table(direct / "ops.parquet"))
