@@ -42,6 +42,24 @@ def _host() -> str:
     return socket.gethostname().replace(".", "_") or "host"
 
 
+# Errors writing an output that are the machine's, not a bug: the message says which.
+_WRITE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                 errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+                 errno.EPERM: "permission denied", errno.EFBIG: "the file is too large for the file system"}
+
+
+@contextlib.contextmanager
+def writing(path: Path, what: str) -> Iterator[None]:
+    """Turn a write that the machine refused (disk full, read-only, permissions) into one line."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            raise
+        raise ExportError(f"cannot write {what} {path}: {_WRITE_ERRNOS[exc.errno]}; free space or choose another "
+                          f"path.") from exc
+
+
 def check_parent(path: Path, what: str) -> None:
     """The folder an output goes into must exist (nothing is created silently)."""
     parent = path.absolute().parent

@@ -219,3 +219,15 @@ def test_an_sqlalchemy_url_is_read_as_a_url(tmp_path: Path) -> None:
     direct = tmp_path / "direct"
     nvbridge.convert(SAMPLE, direct)
     assert pq.read_table(tmp_path / "out" / "ops.parquet").equals(pq.read_table(direct / "ops.parquet"))
+
+
+def test_a_full_disk_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nvbridge.export import parquet
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(28, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    monkeypatch.setattr(parquet, "write_meta", full)
+    with pytest.raises(ExportError, match="cannot write the dataset .*out: the disk is full"):
+        nvbridge.convert(SAMPLE, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []

@@ -72,10 +72,12 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     expected = estimate_rows(source) if progress else 0
     t0 = time.perf_counter()
     with outputs.staging(out) as tmp:
-        tallies = _convert_into(source, tmp, report, expected)
+        with outputs.writing(out, "the dataset"):
+            tallies = _convert_into(source, tmp, report, expected)
         if chrome_trace is not None:
             report("writing trace", 0)
-            chrome.write(load(tmp), chrome_trace, rank=tallies.info.rank or 0)
+            with outputs.writing(Path(chrome_trace), "the trace"):
+                chrome.write(load(tmp), chrome_trace, rank=tallies.info.rank or 0)
         outputs.publish(tmp, out, force)
     report("done", max(expected - tallies.rows_read, 0))
     return tallies.result(out, time.perf_counter() - t0)
