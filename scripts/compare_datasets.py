@@ -66,7 +66,8 @@ def differences(a: Path, b: Path, ignore_new: bool) -> list[str]:
             ta = ta.select(tb.column_names)
         if not ta.equals(tb):
             cols = [c for c in ta.column_names if c in tb.column_names and not ta.column(c).equals(tb.column(c))]
-            found.append(f"{name}: differs ({ta.num_rows} vs {tb.num_rows} rows; columns {', '.join(cols) or 'schema'})")
+            what = ", ".join(cols) or "schema"
+            found.append(f"{name}: differs ({ta.num_rows} vs {tb.num_rows} rows; columns {what})")
     return found
 
 
