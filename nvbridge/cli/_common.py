@@ -6,10 +6,10 @@ import contextlib
 from collections.abc import Iterator
 
 import click
-import pyarrow.compute as pc
 
 from nvbridge._version import __version__
-from nvbridge.analysis import parse_time
+from nvbridge.analysis import parse_time, plural
+from nvbridge.columns import earliest_start_ns
 from nvbridge.conversion import Progress
 from nvbridge.dataset import Report
 from nvbridge.errors import NvbridgeError
@@ -79,14 +79,14 @@ def _short(n: float) -> str:
 
 
 def window(report: Report, start: str | None, end: str | None) -> tuple[int | None, int | None]:
-    """--start/--end (times from the report's first event) -> absolute ns in the report's time base."""
+    """--start/--end (times from the report's first event; a bare number is microseconds) ->
+    absolute ns in the report's time base."""
     try:
         start_us = parse_time(start) if start else None
         end_us = parse_time(end) if end else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
-    origin = min((int(pc.min(t.column("start_ns")).as_py()) for t in (report.ops, report.api_calls, report.gpu_ops)
-                  if t.num_rows), default=0)
+    origin = earliest_start_ns(report.ops, report.api_calls, report.gpu_ops) or 0
     return (None if start_us is None else origin + int(start_us * 1e3),
             None if end_us is None else origin + int(end_us * 1e3))
 
@@ -102,10 +102,12 @@ def steps(text: str | None) -> tuple[int, int] | None:
                                  param_hint="--steps") from None
 
 
+__all__ = ["errors", "human_bytes", "plural", "progress", "steps", "window"]
+
+
 def human_bytes(n: int) -> str:
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= size:
             return f"{n / size:,.1f} {unit}"
     return f"{n} B"
-
 
