@@ -189,9 +189,8 @@ class TraceWriter:
         start, end = np_col(t, "start_ns"), np_col(t, "end_ns")
         for d in np.unique(dev):
             _bump(self.stats.gpu_ns_by_device, int(d), int((end - start)[dev == d].sum()))
-        kinds, counts = np.unique(np.asarray(t.column("kind").to_numpy(zero_copy_only=False)), return_counts=True)
-        for k, c in zip(kinds.tolist(), counts.tolist()):
-            _bump(self.stats.slices, str(k), int(c))
+        for row in pc.value_counts(t.column("kind")).to_pylist():
+            _bump(self.stats.slices, str(row["values"]), int(row["counts"]))
         moved = self._lanes.moved((dev << 32) | stream, start, end)
         stay = t.filter(pa.array(~moved)) if moved.any() else t
         self._streams |= {(int(d), int(s)) for d, s in np.unique(np.stack([dev[~moved], stream[~moved]], 1),
@@ -249,6 +248,7 @@ class TraceWriter:
 
     def abort(self) -> None:
         """Close and remove the partial file (nothing is left behind)."""
+        self._sink.stop()
         try:
             self._fh.close()
         except (OSError, ValueError):

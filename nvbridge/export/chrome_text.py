@@ -8,6 +8,7 @@ microseconds with exactly three decimals (exact nanoseconds), relative to the tr
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any
 
 import numpy as np
@@ -16,9 +17,18 @@ import pyarrow.compute as pc
 
 from nvbridge.columns import np_col
 
+EMPTY = pa.scalar('""')  # a null name is written as the empty string
+ESCAPED = frozenset({"name", "op_name", "domain", "input_shapes", "module_path"})
+
 
 def escape(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Strings as JSON string literals (quotes included), valid for strict parsers; null stays null."""
+    """Strings as JSON string literals (quotes included), valid for strict parsers; null stays null.
+    Dictionary-encoded names (kernels, API calls) are escaped once per distinct name."""
+    if isinstance(values, pa.ChunkedArray):
+        parts = [escape(chunk) for chunk in values.chunks]
+        return pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+    if pa.types.is_dictionary(values.type):
+        return escape(values.dictionary).take(values.indices)
     values = values.cast(pa.string())
     try:
         values.validate(full=True)
@@ -54,9 +64,10 @@ def _opt(label: str, values: pa.Array | pa.ChunkedArray, quote: bool = False) ->
 
 
 def decoded(table: pa.Table) -> pa.Table:
-    """The table with dictionary-encoded columns decoded (string kernels want strings)."""
-    schema = pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
-                        for f in table.schema])
+    """The table with dictionary-encoded columns decoded (string kernels want strings), but for
+    the names, which :func:`escape` takes encoded."""
+    schema = pa.schema([pa.field(f.name, f.type.value_type)
+                        if pa.types.is_dictionary(f.type) and f.name not in ESCAPED else f for f in table.schema])
     return table.cast(schema)
 
 
@@ -66,7 +77,7 @@ def op_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
     torch_op = pc.or_(pc.is_valid(t.column("seq")), pc.is_valid(t.column("torch_op_id")))
     cat = pc.if_else(torch_op, pa.scalar('"cpu_op"'), pa.scalar('"user_annotation"'))
     return join(
-        '{"ph":"X","cat":', cat, ',"name":', escape(t.column("op_name").fill_null("")),
+        '{"ph":"X","cat":', cat, ',"name":', pc.fill_null(escape(t.column("op_name")), EMPTY),
         ',"pid":', num(np_col(t, "process_id")), ',"tid":', num(tid),
         ',"ts":', us(s), ',"dur":', us(e),
         ',"args":{"External id":', num(np_col(t, "op_id")),
@@ -74,7 +85,7 @@ def op_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
         _opt("Input Dims", t.column("input_shapes"), quote=True),
         _opt("Module", t.column("module_path"), quote=True),
         _opt("NVTX domain", t.column("domain"), quote=True),
-        ',"NVTX name":', escape(t.column("name").fill_null("")), "}},\n")
+        ',"NVTX name":', pc.fill_null(escape(t.column("name")), EMPTY), "}},\n")
 
 
 def api_lines(t: pa.Table, origin: int) -> pa.Array:
@@ -82,7 +93,7 @@ def api_lines(t: pa.Table, origin: int) -> pa.Array:
     d = np_col(t, "end_ns") - np_col(t, "start_ns")
     cat = pc.if_else(pc.equal(t.column("kind"), "driver"), pa.scalar('"cuda_driver"'), pa.scalar('"cuda_runtime"'))
     return join(
-        '{"ph":"X","cat":', cat, ',"name":', escape(t.column("name").fill_null("")),
+        '{"ph":"X","cat":', cat, ',"name":', pc.fill_null(escape(t.column("name")), EMPTY),
         ',"pid":', num(np_col(t, "process_id")), ',"tid":', num(np_col(t, "thread_id")),
         ',"ts":', us(s), ',"dur":', us(d),
         ',"args":{"correlation":', t.column("correlation_id").cast(pa.string()).fill_null("null"),
@@ -107,7 +118,7 @@ def gpu_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
     bw_text = pc.fill_null(join(',"memory bandwidth (GB/s)":', pc.round(bandwidth, 3).cast(pa.string())), "")
     device = num(np_col(t, "device_id", fill=0))
     return join(
-        '{"ph":"X","cat":', cat, ',"name":', escape(t.column("name").fill_null("")),
+        '{"ph":"X","cat":', cat, ',"name":', pc.fill_null(escape(t.column("name")), EMPTY),
         ',"pid":', device, ',"tid":', num(tid), ',"ts":', us(s), ',"dur":', us(d),
         ',"args":{"device":', device, ',"stream":', num(np_col(t, "stream_id", fill=0)),
         ',"correlation":', t.column("correlation_id").cast(pa.string()).fill_null("null"),
@@ -139,11 +150,15 @@ class EventSink:
 
     Lines arrive ending in ``,\\n``; each array's final separator is held back and written
     before the next array, so the list ends without a trailing comma and without a dummy event.
+    Writing (and gzip compression, which releases the GIL) runs on a thread of its own while the
+    caller builds the next lines: one array in flight bounds the memory.
     """
 
     def __init__(self, fh: IO[bytes], head: dict[str, Any]) -> None:
         self.fh = fh
         self.pending = False
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvbridge-trace")
+        self._writing: Future[None] | None = None
         text = json.dumps(head)  # default separators: HTA finds the rank with r'"rank":\s+(\d+)'
         fh.write(text[:-1].encode() + b', "traceEvents": [\n')
 
@@ -155,11 +170,29 @@ class EventSink:
         if arr.type == pa.large_string():
             arr = arr.cast(pa.string())
         offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset: arr.offset + len(arr) + 1]
-        data = memoryview(arr.buffers()[2])[int(offsets[0]):int(offsets[-1])]
-        if self.pending:
-            self.fh.write(b",\n")
-        self.fh.write(data[:-2])
+        data = memoryview(arr.buffers()[2])[int(offsets[0]):int(offsets[-1]) - 2]  # keeps the buffer alive
+        separator = b",\n" if self.pending else b""
         self.pending = True
+        self.wait()
+        self._writing = self._pool.submit(self._write, separator, data)
+
+    def _write(self, separator: bytes, data: memoryview) -> None:
+        self.fh.write(separator)
+        self.fh.write(data)
+
+    def wait(self) -> None:
+        """Until the lines handed over are written (raising what writing raised)."""
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()
 
     def close(self) -> None:
-        self.fh.write(b"\n]}\n")
+        try:
+            self.wait()
+            self.fh.write(b"\n]}\n")
+        finally:
+            self._pool.shutdown()
+
+    def stop(self) -> None:
+        """Give up: let the write in flight end, write nothing more."""
+        self._pool.shutdown(cancel_futures=True)
