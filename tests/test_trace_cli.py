@@ -3,6 +3,7 @@ non-zero, and no file left behind (issue 14's trace findings)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,23 @@ def test_window_from_a_report_and_its_dataset_agree(dataset: Path, tmp_path: Pat
     assert events(tmp_path / "db.json") == events(tmp_path / "ds.json")
     assert run(dataset, "-o", tmp_path / "all.json")[0] == 0
     assert 0 < sum(events(tmp_path / "ds.json")[1].values()) < sum(events(tmp_path / "all.json")[1].values())
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    ("junk", "ops.parquet cannot be read"),
+    ("missing", "gpu_ops.parquet is missing; the dataset is incomplete, convert the report again."),
+    ("meta", "is not an nvbridge dataset (no meta.parquet)"),
+])
+def test_broken_dataset_is_named(dataset: Path, tmp_path: Path, damage: str, message: str) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(dataset, broken)
+    if damage == "junk":
+        (broken / "ops.parquet").write_bytes(b"PAR1 not really parquet")
+    elif damage == "missing":
+        (broken / "gpu_ops.parquet").unlink()
+    else:
+        (broken / "meta.parquet").unlink()
+    code, _, err = run(broken, "-o", tmp_path / "t.json")
+    assert code == 1
+    _one_line_error(err, message)
+    assert not (tmp_path / "t.json").exists() and not (tmp_path / "t.json.partial").exists()
