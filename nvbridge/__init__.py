@@ -11,7 +11,7 @@ from typing import Any
 
 from nvbridge._version import __version__
 from nvbridge.analysis import Summary, summarize
-from nvbridge.conversion import ConversionResult, convert, export_chrome_trace
+from nvbridge.conversion import ConversionResult, convert
 from nvbridge.dataset import Report, load
 from nvbridge.errors import (
     CorrelationError,
@@ -24,6 +24,7 @@ from nvbridge.errors import (
     NotAProfileDatabase,
     NvbridgeError,
 )
+from nvbridge.export.trace import export_chrome_trace
 
 __all__ = [
     "ConversionResult",

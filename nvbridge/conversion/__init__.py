@@ -10,7 +10,5 @@ from nvbridge.conversion.estimate import estimate_rows
 from nvbridge.conversion.many import convert
 from nvbridge.conversion.report import Progress, convert_one
 from nvbridge.conversion.result import ConversionResult, rank_from_name
-from nvbridge.conversion.trace import export_chrome_trace
 
-__all__ = ["ConversionResult", "Progress", "convert", "convert_one", "estimate_rows", "export_chrome_trace",
-           "rank_from_name"]
+__all__ = ["ConversionResult", "Progress", "convert", "convert_one", "estimate_rows", "rank_from_name"]
