@@ -198,7 +198,7 @@ def test_progress_fits_80_columns_and_never_claims_0_s_left_while_the_trace_is_w
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--chrome", "nodir/t.json"], "cannot write the trace nodir/t.json: the folder {tmp}/nodir does not exist"),
+    (["--chrome", "nodir/t.json"], "nodir does not exist; create the folder first"),
     (["--chrome", "t.txt"], "t.txt: a Chrome trace is written as .json or .json.gz"),
 ])
 def test_trace_destinations_are_checked_before_converting(tmp_path: Path, args: list[str], message: str) -> None:

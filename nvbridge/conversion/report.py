@@ -22,10 +22,12 @@ from nvbridge._version import __version__
 from nvbridge.columns import np_col
 from nvbridge.conversion.estimate import estimate_rows
 from nvbridge.conversion.result import ConversionResult, OpsTally, Tallies, gpu_figures, with_rank
-from nvbridge.dataset import load
-from nvbridge.engine import Correlator, capture_end, correlate, other_tables, stream, with_parsed_names
-from nvbridge.errors import ExportError, NotStreamable
-from nvbridge.export import chrome, parquet
+from nvbridge.conversion.trace import TraceFeed, earliest, write_whole
+from nvbridge.engine import Correlator, capture_end, correlate, devices_table, other_tables, stream, with_parsed_names
+from nvbridge.errors import NotStreamable
+from nvbridge.export import parquet
+from nvbridge.export.trace import check_destination as check_trace_destination
+from nvbridge.profile import SourceInfo
 from nvbridge.readers import read_profile
 
 # progress(stage, rows): ``stage`` names what starts now; ``rows`` is how many rows' worth of the
@@ -66,41 +68,33 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     """
     out = Path(output)
     outputs.check_destination(out, force, [Path(os.fspath(source))] if "://" not in os.fspath(source) else [])
-    if chrome_trace is not None:
-        check_trace_destination(Path(chrome_trace), force)
+    trace = None if chrome_trace is None else Path(chrome_trace)
+    if trace is not None:
+        check_trace_destination(trace, force)
     report = progress or (lambda _stage, _rows: None)
     expected = estimate_rows(source) if progress else 0
     t0 = time.perf_counter()
     with outputs.staging(out) as tmp:
         with outputs.writing(out, "the dataset"):
-            tallies = _convert_into(source, tmp, report, expected)
-        if chrome_trace is not None:
-            report("writing trace", 0)
-            with outputs.writing(Path(chrome_trace), "the trace"):
-                chrome.write(load(tmp), chrome_trace, rank=tallies.info.rank or 0)
+            tallies = _convert_into(source, tmp, report, expected, trace)
         outputs.publish(tmp, out, force)
     report("done", max(expected - tallies.rows_read, 0))
     return tallies.result(out, time.perf_counter() - t0)
 
 
-def _convert_into(source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int) -> Tallies:
-    """Stream the report into ``tmp``, or read it whole where it cannot stream."""
+def _convert_into(source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int,
+                  trace: Path | None) -> Tallies:
+    """Stream the report into ``tmp`` (and ``trace``), or read it whole where it cannot stream."""
     try:
-        return _streamed(source, tmp, report)
+        return _streamed(source, tmp, report, trace)
     except NotStreamable:
         for part in tmp.iterdir():
             part.unlink()
-    return _whole(source, tmp, report, expected)
+    return _whole(source, tmp, report, expected, trace)
 
 
-def check_trace_destination(path: Path, force: bool) -> None:
-    if not path.name.endswith(chrome.SUFFIXES):
-        raise ExportError(f"{path.name}: a Chrome trace is written as .json or .json.gz; rename the output.")
-    outputs.check_file_destination(path, force, "the trace")
-
-
-def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress) -> Tallies:
-    """Convert an Nsight Systems file window by window into ``tmp``.
+def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress, trace: Path | None) -> Tallies:
+    """Convert an Nsight Systems file window by window into ``tmp`` (and ``trace``).
 
     Raises:
         NotStreamable: not a local Nsight Systems file, or its ranges are out of start order.
@@ -127,57 +121,121 @@ def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress) -> Ta
             _trim_heap()
             reported = stream_in.rows_read
             report("correlating", reported)
-            ops = OpsTally()
-            writer = parquet.TableWriter(tmp / "ops.parquet")
-            # API calls and GPU ops are written as their rows become final, a row group at a
-            # time built on the writers' threads, beside the next windows.
-            api_out = _Finished(tmp / "api_calls.parquet", engine.api_calls)
-            gpu_out = _Finished(tmp / "gpu_ops.parquet", engine.gpu_ops)
+            out = _Outputs(tmp, engine, trace, info, stream_in.devices)
+            first: list[int] = []  # the earliest range start, once the first window is read
             try:
-                for chunk in stream(engine, stream_in.windows()):
-                    writer.write(chunk)
-                    ops.add(chunk)
-                    api_ready, gpu_ready = engine.final_rows()
-                    api_out.write(api_ready)
-                    gpu_out.write(gpu_ready)
+                for chunk in stream(engine, earliest(stream_in.windows(), first)):
+                    out.window(chunk, first)
                     report("correlating", stream_in.rows_read - reported)
                     reported = stream_in.rows_read
                 report("writing", 0)
                 _trim_heap()  # the windows' buffers: the last writes need less, and fresh
-                api_ready, gpu_ready = engine.final_rows()
-                api_out.write(api_ready, last=True)
-                gpu_out.write(gpu_ready, last=True)
-                tables = other_tables(engine, stream_in.marks(), stream_in.threads(),
-                                      stream_in.devices)
-                _write_tables(tmp, tables)
+                tables = other_tables(engine, stream_in.marks(), stream_in.threads(), stream_in.devices)
+                out.finish(first, tables)
+            except BaseException:
+                out.abort()
+                raise
             finally:
-                for out in (writer, api_out.writer, gpu_out.writer):
-                    out.close()
+                out.close()
         gpu = gpu_figures(engine.gpu.column("kind"), *engine.gpu_columns())
-        rows = {"ops": ops.rows, "api_calls": api_out.writer.rows, "gpu_ops": gpu_out.writer.rows,
+        parquet.write_meta(tmp, info, out.rows(tables), __version__)
+        return Tallies(info, out.ops, engine.api_op, gpu, stream_in.rows_read)
+
+
+class _Outputs:
+    """Where a streamed conversion's rows go: the ops, API call and GPU op files, written as
+    their rows become final, and the trace (``convert --chrome``) fed the same tables."""
+
+    def __init__(self, tmp: Path, engine: Correlator, trace: Path | None, info: SourceInfo,
+                 devices: pa.Table) -> None:
+        self.tmp = tmp
+        self.engine = engine
+        self.ops = OpsTally()
+        self.writer = parquet.TableWriter(tmp / "ops.parquet")
+        self.trace = trace
+        self.feed: TraceFeed | None = None
+        self._info, self._devices = info, devices_table(engine, devices)
+        # API calls and GPU ops are written as their rows become final, a row group at a
+        # time built on the writers' threads (the main thread when a trace needs them too).
+        self.api = _Finished(tmp / "api_calls.parquet", engine.api_calls, trace is not None)
+        self.gpu = _Finished(tmp / "gpu_ops.parquet", engine.gpu_ops, trace is not None)
+
+    def _trace(self, first: list[int]) -> TraceFeed | None:
+        if self.trace is not None and self.feed is None:
+            starts = [int(np_col(t, "start_ns").min()) for t in (self.engine.api, self.engine.gpu) if t.num_rows]
+            self.feed = TraceFeed(self.trace, self._info, self._devices, min(starts + first, default=None))
+        return self.feed
+
+    def window(self, chunk: pa.Table, first: list[int]) -> None:
+        self.writer.write(chunk)
+        self.ops.add(chunk)
+        feed = self._trace(first)
+        if feed is not None:
+            feed.ops(chunk)
+        self._final(feed, last=False)
+
+    def _final(self, feed: TraceFeed | None, last: bool) -> None:
+        api_ready, gpu_ready = self.engine.final_rows()
+        api, gpu = self.api.write(api_ready, last), self.gpu.write(gpu_ready, last)
+        if feed is not None:
+            for table in api:
+                feed.api_calls(table)
+            for table in gpu:
+                feed.gpu_ops(table)
+
+    def finish(self, first: list[int], tables: dict[str, pa.Table]) -> None:
+        feed = self._trace(first)
+        self._final(feed, last=True)
+        for name, table in tables.items():
+            parquet.write_table(table, self.tmp / f"{name}.parquet")
+        if feed is not None:
+            feed.finish(tables["threads"])
+
+    def rows(self, tables: dict[str, pa.Table]) -> dict[str, int]:
+        return {"ops": self.ops.rows, "api_calls": self.api.writer.rows, "gpu_ops": self.gpu.writer.rows,
                 **{name: t.num_rows for name, t in tables.items()}}
-        parquet.write_meta(tmp, info, rows, __version__)
-        return Tallies(info, ops, engine.api_op, gpu, stream_in.rows_read)
+
+    def abort(self) -> None:
+        if self.feed is not None:
+            self.feed.abort()
+
+    def close(self) -> None:
+        for out in (self.writer, self.api.writer, self.gpu.writer):
+            out.close()
 
 
 class _Finished:
-    """api_calls or gpu_ops, written in row groups of ROW_GROUP_ROWS rows as they become final."""
+    """api_calls or gpu_ops, written in row groups of ROW_GROUP_ROWS rows as they become final.
 
-    def __init__(self, path: Path, build: Callable[[int, int], pa.Table]) -> None:
+    Each row group is built on the writer's thread, or here when ``keep`` (the trace needs the
+    tables too): :meth:`write` returns the tables it built.
+    """
+
+    def __init__(self, path: Path, build: Callable[[int, int], pa.Table], keep: bool = False) -> None:
         self.writer = parquet.TableWriter(path)
         self._build = build
+        self._keep = keep
         self._done = 0
         self._queued = False
 
-    def write(self, ready: int, last: bool = False) -> None:
+    def write(self, ready: int, last: bool = False) -> list[pa.Table]:
         """Queue the full row groups among the first ``ready`` rows; ``last``: all of them."""
+        built: list[pa.Table] = []
         while ready - self._done >= parquet.ROW_GROUP_ROWS or (last and ready > self._done):
             stop = min(self._done + parquet.ROW_GROUP_ROWS, ready)
-            self.writer.write(functools.partial(self._build, self._done, stop))
+            self._queue(self._done, stop, built)
             self._done, self._queued = stop, True
         if last and not self._queued:  # no rows: the file still holds the table's schema
-            self.writer.write(functools.partial(self._build, 0, 0))
+            self._queue(0, 0, built)
             self._queued = True
+        return built
+
+    def _queue(self, first: int, stop: int, built: list[pa.Table]) -> None:
+        if self._keep:
+            built.append(self._build(first, stop))
+            self.writer.write(built[-1])
+        else:
+            self.writer.write(functools.partial(self._build, first, stop))
 
 
 def _trim_heap() -> None:
@@ -194,7 +252,8 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int) -> Tallies:
+def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int,
+           trace: Path | None) -> Tallies:
     """Read, correlate and write a report in one window."""
     report("reading", 0)
     profile = read_profile(source)
@@ -208,14 +267,11 @@ def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected
     pa.default_memory_pool().release_unused()
     report("writing", round(expected * STAGE_SHARE["correlating"]))
     parquet.write(model, tmp, __version__)
+    if trace is not None:
+        write_whole(model, trace)
     ops = OpsTally()
     ops.add(model.ops)
     g = model.gpu_ops
     gpu = gpu_figures(g.column("kind"), np_col(g, "start_ns"), np_col(g, "end_ns"), np_col(g, "op_id", fill=-1),
                        np_col(g, "api_call_id", fill=-1))
     return Tallies(info, ops, np_col(model.api_calls, "op_id", fill=-1), gpu, rows_read)
-
-
-def _write_tables(tmp: Path, tables: dict[str, pa.Table]) -> None:
-    for name, table in tables.items():
-        parquet.write_table(table, tmp / f"{name}.parquet")
