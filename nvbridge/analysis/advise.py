@@ -19,7 +19,7 @@ import numpy as np
 
 from nvbridge.analysis import context, findings, spans
 from nvbridge.analysis.context import Context
-from nvbridge.analysis.summary import step_times
+from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
 from nvbridge.dataset import Report, is_partitioned, load, report_dirs
 

@@ -70,8 +70,8 @@ class Context:
 
     def lane_label(self, lane: int) -> str:
         """``pid 148 GPU 0``, or ``rank R GPU d`` when the report names its rank."""
-        rank = self.report.meta.get("rank")
-        who = f"rank {rank}" if rank not in (None, "None") else f"pid {int(self.lane_process[lane])}"
+        rank = self.report.rank
+        who = f"rank {rank}" if rank is not None else f"pid {int(self.lane_process[lane])}"
         return f"{who} GPU {int(self.lane_device[lane])}"
 
 

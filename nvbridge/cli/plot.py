@@ -12,18 +12,24 @@ from nvbridge.dataset import load
 
 @click.command("plot")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="Picture to write (timeline.png).")
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
+              help="Picture to write: a .png, .svg or .pdf file (timeline.png).")
 @click.option("--step", type=int, default=None, help="Draw ProfilerStep#N.")
-@click.option("--start", "start", default=None, help="Window start, from the first event (e.g. 1.5s, 200ms).")
+@click.option("--start", "start", default=None,
+              help="Window start, from the first event (1.5s, 200ms; a bare number is microseconds).")
 @click.option("--end", "end", default=None, help="Window end, from the first event.")
-def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end: str | None) -> None:
+@click.option("--force", is_flag=True, help="Replace the picture if it exists.")
+def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end: str | None, force: bool) -> None:
     """Draw one step or window as a timeline picture: host threads above GPU streams, idle GPU shaded."""
     if step is not None and (start or end):
         raise click.BadParameter("give either --step or --start/--end, not both", param_hint="--step")
     with errors():
         from nvbridge import plot
 
+        plot.output_path(output)
+        if output.exists() and not force:
+            raise click.ClickException(f"{output} exists; pass --force to replace it.")
         report = load(path)
         start_ns, end_ns = window(report, start, end)
-        plot.render(report, output, step=step, start_ns=start_ns, end_ns=end_ns)
-    click.echo(f"Wrote {output}.")
+        written = plot.render(report, output, step=step, start_ns=start_ns, end_ns=end_ns)
+    click.echo(f"Wrote {written}.")

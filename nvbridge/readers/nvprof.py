@@ -20,7 +20,7 @@ from nvbridge.columns import np_col, set_column
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import align_gpu_ops, blob_u32, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
 from nvbridge.readers._db import Column, Database
-from nvbridge.readers.nsys import COPY_KINDS, MEM_KINDS, SYNC_TYPES
+from nvbridge.readers.nsys_tables import COPY_KINDS, MEM_KINDS, SYNC_TYPES
 
 K = "CUPTI_ACTIVITY_KIND_"
 MARKER_INSTANT, MARKER_START, MARKER_END = 1, 2, 4
