@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge import output as outputs
 from nvbridge.columns import np_col
 from nvbridge.engine import CROSS_THREAD, CROSSING
 from nvbridge.export.chrome_flows import FlowState, ThreadCodes
@@ -106,8 +107,9 @@ class TraceWriter:
     """A Chrome trace written as chunks of the ops, API calls and GPU ops arrive (see the module doc).
 
     Args:
-        dest: ``.json`` or ``.json.gz`` (compressed while streaming); written as ``dest.partial``
-            and renamed at :meth:`finish`, removed by :meth:`abort` or a failure inside ``with``.
+        dest: ``.json`` or ``.json.gz`` (compressed while streaming); written under a staging name
+            beside it (:func:`nvbridge.output.staging_file`) and renamed at :meth:`finish`; removed
+            by :meth:`abort`, a failure inside ``with``, or an interrupt.
         origin_ns: trace time 0 (report time base); no kept row may start earlier.
         meta: the dataset's ``meta`` (source, time base, session start...); devices: the
             ``devices`` table, for the header.
@@ -131,7 +133,7 @@ class TraceWriter:
         self._streams: set[tuple[int, int]] = set()
         self._unnested: list[pa.Table] = []  # ranges that cannot nest on their thread
         self._moved: list[pa.Table] = []  # GPU ops overlapping an earlier op of their stream
-        self._tmp = self.path.with_name(self.path.name + ".partial")
+        self._tmp = outputs.staging_file(self.path)
         raw: gzip.GzipFile | io.FileIO = gzip.open(self._tmp, "wb", compresslevel=GZIP_LEVEL) \
             if self.path.suffix == ".gz" else io.FileIO(self._tmp, "wb")
         self._fh = io.BufferedWriter(raw, buffer_size=1 << 20)
@@ -232,6 +234,7 @@ class TraceWriter:
             self._fh.flush()
             self._fh.close()
             self._tmp.replace(self.path)
+            outputs.release(self._tmp)
             self._builder.shutdown()
         except BaseException:
             self.abort()
@@ -269,6 +272,7 @@ class TraceWriter:
         except (OSError, ValueError):
             pass
         self._tmp.unlink(missing_ok=True)
+        outputs.release(self._tmp)
 
 
 K = TypeVar("K", int, str)
