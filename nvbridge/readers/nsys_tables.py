@@ -230,7 +230,7 @@ def nvtx_others(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, di
 def normalize_ranges(ev: pa.Table, strings: pa.Table, domains: dict[tuple[int, int], str]) -> pa.Table:
     """Push/pop and start/end range rows -> the normalized ranges table."""
     no_nulls("NVTX_EVENTS", ev, _NVTX_RAW, ["global_tid"])
-    times("NVTX_EVENTS", ev, _NVTX_RAW)
+    times("NVTX_EVENTS", ev, _NVTX_RAW, open_ok=True)
     etype = np_col(ev, "event_type")
     gtid = np_col(ev, "global_tid")
     pid = _process_id(gtid)
@@ -350,7 +350,7 @@ def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Tabl
     if db.has("PROCESSES"):
         for gpid, _pid, name in db.scalar_rows("SELECT globalPid, pid, name FROM PROCESSES"):
             if gpid is not None and name:
-                proc_names[int(gpid)] = str(name)
+                proc_names[_meta_int([(gpid,)], "PROCESSES.globalPid") or 0] = str(name)
     return pa.table({
         "process_id": pa.array(_process_id(keys)),
         "thread_id": pa.array(keys & _TID_BITS),
