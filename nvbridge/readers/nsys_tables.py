@@ -262,7 +262,12 @@ def domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, 
     first = np.zeros(count, np.int64)
     first[ids[::-1]] = np.arange(len(ids))[::-1]  # a row of each (pid, domain) pair
     labels = [names.get((int(pid[i]), int(domain_id[i]))) if domain_id[i] else None for i in first]
-    return pa.DictionaryArray.from_arrays(pa.array(ids.astype(np.int32)), pa.array(labels, pa.string()))
+    # Nulls go in the indices, never in the dictionary: Parquet cannot write a null dictionary
+    # entry (the default domain beside a named one made convert fail).
+    named = np.array([label is not None for label in labels], bool)
+    slot = np.cumsum(named) - 1
+    return pa.DictionaryArray.from_arrays(pa.array(slot[ids].astype(np.int32), mask=~named[ids]),
+                                          pa.array([label for label in labels if label is not None], pa.string()))
 
 
 def normalize_syncs(syncs: pa.Table) -> pa.Table:
