@@ -20,8 +20,8 @@ import pytest
 
 import nvbridge
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
-from nvbridge.readers import read_profile
-from tests.conftest import SAMPLE_DB, raw
+from nvbridge.readers import estimate_rows, exported, read_profile
+from tests.conftest import SAMPLE_DB, raw, real_db, require_nsys
 
 GPU_SAMPLE = SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"
 DOMAINS = SAMPLE_DB / "nvtx_domains.sqlite"
@@ -262,3 +262,60 @@ def test_domains_of_the_recording(tmp_path: Path) -> None:
     assert by_domain["NCCL"] == {"ncclAllReduce", "ncclKernel window"}
     assert "setup (registered, default domain)" in by_domain[None]
     assert report.marks.column("domain").to_pylist() == ["cuBLAS"] * 3
+
+
+def _record_true(tmp_path: Path) -> Path:
+    """A real, tiny capture: nsys profile of /bin/true, left as .qdstrm (2022.4 does not import
+    it itself) in its own folder."""
+    nsys = require_nsys()
+    folder = tmp_path / "capture"
+    folder.mkdir()
+    subprocess.run([nsys, "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none", "-f", "true",
+                    "-o", str(folder / "rep"), "/bin/true"], capture_output=True, timeout=300, check=False,
+                   stdin=subprocess.DEVNULL)
+    for name in ("rep.nsys-rep", "rep.qdstrm"):
+        if (folder / name).is_file():
+            return folder / name
+    pytest.fail(f"nsys profile wrote neither report: {sorted(p.name for p in folder.iterdir())}")
+
+
+def test_exported_reads_reports_through_nsys_and_writes_nothing_beside_them(tmp_path: Path) -> None:
+    report = _record_true(tmp_path)
+    before = _listing(report.parent)
+    with exported(report) as path:
+        assert Path(path).suffix == ".sqlite" and Path(path).parent != report.parent
+        assert int(str(raw(Path(path), "SELECT count(*) FROM StringIds")[0][0])) > 0
+        read_profile(path)
+    assert not Path(path).exists()  # the temporary export is gone
+    assert _listing(report.parent) == before
+
+
+def test_exported_passes_sqlite_through_and_names_the_install_step(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    with exported(GPU_SAMPLE) as path:
+        assert path == GPU_SAMPLE
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(b"not really a report")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nsys here
+    with pytest.raises(NotAProfileDatabase) as err, exported(report):
+        pass
+    assert str(err.value).startswith("run.nsys-rep is an Nsight Systems report and nsys is not on PATH; install "
+                                     "Nsight Systems (")
+
+
+def test_estimate_rows_is_the_event_tables_largest_rowids() -> None:
+    expected = sum(int(str(raw(GPU_SAMPLE, f"SELECT coalesce(max(rowid), 0) FROM {t}")[0][0]))
+                   for t in ("NVTX_EVENTS", K + "RUNTIME", K + "KERNEL", K + "MEMCPY"))
+    assert expected > 0 and estimate_rows(GPU_SAMPLE) == expected
+    assert estimate_rows("sqlite:///x.sqlite") == 0
+
+
+@pytest.mark.parametrize("name", ["nsys-2024.2-pyprof-markers.sqlite", "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"])
+def test_diagnostics_are_the_profilers_warnings_and_errors(name: str) -> None:
+    path = real_db(name)
+    texts = [str(r[0]).strip() for r in raw(path, "SELECT text FROM DIAGNOSTIC_EVENT WHERE severity IN (2, 3) "
+                                               "ORDER BY timestamp")]
+    info = read_profile(path).info
+    assert (info.diagnostics or "").splitlines() == list(dict.fromkeys(texts))
+    if name.startswith("nsys-2024.2"):  # this capture warned (no CPU sampling, no MMAP events)
+        assert info.diagnostics and len(texts) >= 2

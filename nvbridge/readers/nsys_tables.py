@@ -152,7 +152,18 @@ def source_info(db: Database) -> SourceInfo:
         time_base="epoch" if normalized else "session",
         session_start_utc_ns=start_utc,
         capture_end_ns=capture_end,
+        diagnostics=_diagnostics(db),
     )
+
+
+def _diagnostics(db: Database) -> str | None:
+    """Warnings and errors the profiler recorded (severity 2-3 of ENUM_DIAGNOSTIC_SEVERITY_LEVEL),
+    each once, in time order."""
+    if not {"text", "severity"} <= db.columns("DIAGNOSTIC_EVENT"):
+        return None
+    rows = db.scalar_rows("SELECT text FROM DIAGNOSTIC_EVENT WHERE severity IN (2, 3) ORDER BY timestamp")
+    texts = list(dict.fromkeys(str(t).strip() for (t,) in rows if t is not None and str(t).strip()))
+    return "\n".join(texts) or None
 
 
 def _meta_int(rows: list[tuple[Any, ...]], where: str) -> int | None:
