@@ -92,7 +92,7 @@ MEMCPY = _GPU_COMMON + [
 ]
 MEMSET = _GPU_COMMON + [Column("bytes", "bytes")]
 GRAPH_TRACE = _GPU_COMMON + [Column("graph_id", "graphId")]
-STRINGS = [Column("id", "id", required=True), Column("value", "value", "str")]
+STRINGS = [Column("id", "id", required=True), Column("value", "value", "str", required=True)]
 SYNC = [
     Column("start_ns", "start", required=True),
     Column("end_ns", "end", required=True),
@@ -354,8 +354,10 @@ def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Tabl
     names: dict[int, str] = {}
     if db.has("ThreadNames"):
         tn = db.read_table("ThreadNames", [Column("name_id", "nameId"), Column("global_tid", "globalTid")])
-        for key, name in zip(np_col(tn, "global_tid", fill=0),
-                             resolve_strings(strings, np_col(tn, "name_id", fill=-1)).cast(pa.string()).to_pylist()):
+        ids = np_col(tn, "name_id", fill=-1)
+        resolved = resolve_strings(strings, ids)
+        names_found("ThreadNames", "nameId", ids, resolved, "StringIds")
+        for key, name in zip(np_col(tn, "global_tid", fill=0), resolved.cast(pa.string()).to_pylist()):
             if name:
                 names[int(key)] = name
     # Names given through nvtxNameOsThread win over the OS name.

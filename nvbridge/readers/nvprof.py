@@ -111,7 +111,8 @@ def demangle(symbol: str) -> str:
 def read(db: Database) -> RawProfile:
     """Read an nvprof database into normalized Arrow tables."""
     version = db.scalar_rows("SELECT version FROM Version LIMIT 1") if db.has("Version") else []
-    strings = db.read_table("StringTable", [Column("id", "_id_", required=True), Column("value", "value", "str")])
+    strings = db.read_table("StringTable", [Column("id", "_id_", required=True),
+                                           Column("value", "value", "str", required=True)])
     ranges, marks = _markers(db, strings)
     api = _api_calls(db)
     gpu = _gpu_ops(db, strings)
