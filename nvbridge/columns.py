@@ -6,6 +6,8 @@ exporters and analyses all build on it without reaching into one another.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -141,11 +143,26 @@ def latest_end_ns(*tables: pa.Table) -> int | None:
     return max(lasts, default=None)
 
 
+def levels_deepest_first(parent_row: np.ndarray, depth: np.ndarray) -> Iterator[np.ndarray]:
+    """The rows with a parent, one depth level at a time from the deepest up to depth 1: the
+    order in which a tree's sums roll up (``parent_row``: the parent's row, -1 at a root).
+
+    One stable sort by depth groups every level (a radix sort, on int16 depths); a caller may
+    update its sums between levels, as the next level is only sliced out when asked for.
+    """
+    kids = np.flatnonzero(parent_row >= 0)
+    top = int(depth.max(initial=0))
+    kid_depth = depth[kids]
+    order = np.argsort(kid_depth.astype(np.int16) if top < 2**15 else kid_depth, kind="stable")
+    by_depth = kids[order]
+    bounds = np.searchsorted(kid_depth[order], np.arange(top + 2))
+    for d in range(top, 0, -1):
+        yield by_depth[bounds[d]:bounds[d + 1]]
+
+
 def roll_up(values: np.ndarray, parent_row: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Subtree sums: each row's value plus all its descendants', adding one depth level at a
-    time, deepest first (``parent_row``: the parent's row, -1 at a root)."""
+    """Subtree sums: each row's value plus all its descendants'."""
     total: np.ndarray = values.copy()
-    for d in range(int(depth.max(initial=0)), 0, -1):
-        kids = np.flatnonzero((depth == d) & (parent_row >= 0))
+    for kids in levels_deepest_first(parent_row, depth):
         np.add.at(total, parent_row[kids], total[kids])
     return total

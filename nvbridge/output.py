@@ -164,12 +164,29 @@ def staging(output: Path) -> Iterator[Path]:
         _LIVE.discard(tmp)
 
 
+def staging_file(dest: Path) -> Path:
+    """A file name beside ``dest`` to write it under until it is complete (then renamed over
+    ``dest``): removed on SIGINT/SIGTERM (:func:`exit_on_interrupt`), and by the next run into
+    the folder if this process is killed. Call :func:`release` once it is renamed or removed."""
+    parent = dest.absolute().parent
+    remove_stale(parent, dest.name)
+    tmp = parent / f".{dest.name}{_STAGING}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
+    _LIVE.add(tmp)
+    return tmp
+
+
+def release(path: Path) -> None:
+    """``path`` (from :func:`staging_file`) is gone or published: an interrupt leaves it alone."""
+    _LIVE.discard(path)
+
+
 def remove_stale(parent: Path, name: str) -> None:
-    """Remove staging and replaced directories left by killed runs of ``name`` on this host."""
+    """Remove staging files and directories, and replaced datasets, left by killed runs of
+    ``name`` on this host."""
     prefix = f".{name}"
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
-            if not entry.name.startswith(prefix) or not entry.is_dir():
+            if not entry.name.startswith(prefix):
                 continue
             rest = entry.name[len(prefix):]
             for marker in (_STAGING, _OLD):
@@ -233,6 +250,9 @@ def _parent_lock(parent: Path) -> Iterator[None]:
 
 
 def _remove(path: Path) -> None:
+    if not path.is_dir():
+        path.unlink(missing_ok=True)
+        return
     # A writer thread may still create a file in it while it is removed: try a few times.
     for _ in range(5):
         shutil.rmtree(path, ignore_errors=True)
@@ -261,9 +281,9 @@ def deferred_interrupts() -> Iterator[None]:
 
 
 def exit_on_interrupt() -> None:
-    """Make SIGINT and SIGTERM remove this process's staging directories and exit at once.
+    """Make SIGINT and SIGTERM remove this process's staging files and directories and exit at once.
 
-    For the command line only: the reader and writer threads are not waited for (a ConnectorX
+    For the command line only (``nvbridge.cli.main``): the reader and writer threads are not waited for (a ConnectorX
     read cannot be interrupted, and waiting for them took 3-6 s), nothing they write survives.
     """
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -274,9 +294,10 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
     if _depth:
         _pending.append(signum)
         return
+    removed = bool(_LIVE)
     for tmp in list(_LIVE):
         _remove(tmp)
     name = "interrupted" if signum == signal.SIGINT else "terminated"
-    sys.stderr.write(f"\nnvbridge: {name}; the unfinished output was removed.\n")
+    sys.stderr.write(f"\nnvbridge: {name}" + ("; the unfinished output was removed.\n" if removed else ".\n"))
     sys.stderr.flush()
     os._exit(128 + signum)

@@ -72,6 +72,10 @@ class SourceInfo:
     # torchrun's RANK: from the capture's recorded environment (only that variable is read)
     # or from the file name (``rank3``, ``rank_3``, ``%q{RANK}`` patterns such as ``..._3``).
     rank: int | None = None
+    # The profiler's own warnings and errors (nsys DIAGNOSTIC_EVENT, severity Warning or Error),
+    # one per line, e.g. "No CUDA events collected. Does the process use CUDA?": what to show when
+    # a capture holds nothing.
+    diagnostics: str | None = None
 
     def describe(self) -> str:
         """One human phrase, e.g. ``Nsight Systems 2026.2.1.210 (export schema 3.25.0)``."""

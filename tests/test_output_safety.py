@@ -231,3 +231,19 @@ def test_a_full_disk_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(ExportError, match="cannot write the dataset .*out: the disk is full"):
         nvbridge.convert(SAMPLE, tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_staging_files_go_with_an_interrupt_and_after_a_kill(tmp_path: Path) -> None:
+    """A trace (or any file output) is written under a staging name: an interrupt removes it, and
+    the next run into the folder removes one a killed run left."""
+    dest = tmp_path / "t.json.gz"
+    make = (f"import os, signal, pathlib, nvbridge.output as o; o.exit_on_interrupt(); "
+            f"o.staging_file(pathlib.Path({str(dest)!r})).write_text('x'); os.kill(os.getpid(), signal.SIG{{}})")
+    proc = subprocess.run([sys.executable, "-c", make.format("TERM")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and "unfinished output was removed" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+    proc = subprocess.run([sys.executable, "-c", make.format("KILL")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert [p.name.startswith(".t.json.gz.nvbridge-staging.") for p in tmp_path.iterdir()] == [True]
+    outputs.release(outputs.staging_file(dest))  # the next run: the dead process's file goes
+    assert list(tmp_path.iterdir()) == []

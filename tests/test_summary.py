@@ -7,6 +7,7 @@ import struct
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -20,8 +21,13 @@ from tests.conftest import raw, real_db
 LM = "nvprof-2020-pytorch14-pyprof-lm.sqlite"
 
 
+def _rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    return raw(path, sql)
+
+
 def _brute_force_table(path: Path) -> dict[str, tuple[int, int, int, int]]:
     """name -> (calls, self CPU ns, CPU total ns, self CUDA ns), from the raw nvprof rows alone."""
+    raw = _rows
     strings = dict(raw(path, "SELECT _id_, value FROM StringTable"))
     ends = dict(raw(path, "SELECT id, timestamp FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 4"))
     ranges = []
@@ -38,7 +44,7 @@ def _brute_force_table(path: Path) -> dict[str, tuple[int, int, int, int]]:
                     best = i
         return best
 
-    child_ns = defaultdict(int)
+    child_ns: dict[int, int] = defaultdict(int)
     for i, (t, s, e, _) in enumerate(ranges):
         # the parent: innermost range containing this one that precedes it in (start, -end, order)
         cands = [
@@ -49,7 +55,7 @@ def _brute_force_table(path: Path) -> dict[str, tuple[int, int, int, int]]:
         if cands:
             parent = max(cands, key=lambda j: (ranges[j][1], -ranges[j][2], j))
             child_ns[parent] += e - s
-    gpu = defaultdict(int)
+    gpu: dict[int, int] = defaultdict(int)
     for pid, tid, s, e, d in raw(
         path,
         """
@@ -130,7 +136,8 @@ def test_summary_reads_only_what_its_tables_need(tmp_path: Path, monkeypatch: py
     in_file = np.asarray(pq.read_table(out / "ops.parquet", columns=["op_id"]).column("op_id"))
     assert (np.diff(in_file) < 0).any()
     whole = nvbridge.load(out)
-    cases = [({}, []), ({"group_by_input_shape": True}, ["--group-by", "shape"]),
+    cases: list[tuple[dict[str, Any], list[str]]] = [
+             ({}, []), ({"group_by_input_shape": True}, ["--group-by", "shape"]),
              ({"group_by_module": True}, ["--group-by", "module"]),
              ({"group_by_stack_n": 2}, ["--group-by", "stack", "--stack-depth", "2"]),
              ({"top_level_events_only": True}, ["--top-level"]), ({"device": 1}, ["--device", "1"])]

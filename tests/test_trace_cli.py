@@ -115,4 +115,4 @@ def test_broken_dataset_is_named(dataset: Path, tmp_path: Path, damage: str, mes
     code, _, err = run(broken, "-o", tmp_path / "t.json")
     assert code == 1
     _one_line_error(err, message)
-    assert not (tmp_path / "t.json").exists() and not (tmp_path / "t.json.partial").exists()
+    assert not (tmp_path / "t.json").exists() and not list(tmp_path.glob(".t.json*"))

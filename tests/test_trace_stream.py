@@ -10,6 +10,7 @@ against raw SQL and Holistic Trace Analysis in test_chrome.py.
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,12 @@ def test_step_numbers_match_on_plain_and_dictionary_names() -> None:
     assert step_window(ops, 3, 12) == (0, 35)
     with pytest.raises(ValueError, match=r"no steps 4\.\.5 in the report \(it has steps 3\.\.12\)"):
         step_window(ops, 4, 5)
+
+
+def test_gzip_without_isal_writes_the_same_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = nvbridge.load(SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite")
+    chrome.write(report, tmp_path / "isal.json.gz")
+    monkeypatch.setitem(sys.modules, "isal", None)  # import isal now raises ImportError: zlib's gzip
+    chrome.write(report, tmp_path / "zlib.json.gz")
+    assert events(tmp_path / "zlib.json.gz") == events(tmp_path / "isal.json.gz")
+    assert (tmp_path / "zlib.json.gz").read_bytes() != (tmp_path / "isal.json.gz").read_bytes()

@@ -36,7 +36,8 @@ SUMMARY_COLUMNS: dict[str, list[str]] = {
     "ops": ["op_id", "parent_id", "depth", "op_name", "start_ns", "end_ns", "self_cpu_ns", "total_cpu_ns",
             "self_gpu_ns", "total_gpu_ns", "input_shapes", "module_path", "stack", "flags"],
     "gpu_ops": ["op_id", "kind", "device_id", "start_ns", "end_ns", "bytes", "copy_kind"],
-    "api_calls": [], "marks": [], "syncs": [], "threads": [],
+    # API calls only for the check that no interval ends before it starts (dataset.load)
+    "api_calls": ["start_ns", "end_ns"], "marks": [], "syncs": [], "threads": [],
 }
 
 

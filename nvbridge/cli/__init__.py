@@ -20,6 +20,7 @@ from nvbridge.cli.diff import diff_cmd
 from nvbridge.cli.plot import plot_cmd
 from nvbridge.cli.summary import summary_cmd
 from nvbridge.cli.trace import trace_cmd
+from nvbridge.output import exit_on_interrupt
 
 
 @click.group()
@@ -90,6 +91,7 @@ def main() -> None:
     """
     _use_system_allocator()
     _skip_pandas_integration()
+    exit_on_interrupt()
     try:
         cli(prog_name="nvbridge", standalone_mode=False)
         code = 0

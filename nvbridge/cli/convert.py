@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from nvbridge import output as outputs
 from nvbridge.cli._common import errors, progress
 from nvbridge.conversion import convert, estimate_rows
 
@@ -32,7 +31,6 @@ def convert_cmd(inputs: tuple[str, ...], output: Path, chrome_trace: Path | None
 
     Interrupted (Ctrl-C, SIGTERM), it removes what it had not finished and exits at once.
     """
-    outputs.exit_on_interrupt()
     show = not quiet and sys.stderr.isatty()
     with errors():
         total = sum(estimate_rows(p) for p in inputs) if show else 0

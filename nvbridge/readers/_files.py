@@ -86,8 +86,8 @@ def readable_copy(path: Path) -> tuple[Path, bool, Path | None]:
     journal = path.with_name(path.name + "-journal")
     if journal.is_file() and journal.stat().st_size > 0:
         raise DamagedDatabase(
-            f"{path.name} is locked / in use by another program (an unfinished write left "
-            f"{journal.name} beside it); let that program finish, or copy both files elsewhere and "
+            f"{path.name} is locked / in use by another program ({journal.name} beside it: a write "
+            "in progress or cut short); let that program finish, or copy both files elsewhere and "
             "open the copy once with sqlite3 to complete the recovery."
         )
     if not _is_wal(path):

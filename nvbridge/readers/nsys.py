@@ -52,6 +52,7 @@ def read(db: Database) -> RawProfile:
     """Read an Nsight Systems export into normalized Arrow tables."""
     ranges_only = others = None
     if db.has("NVTX_EVENTS"):
+        db.select("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
         # Two scans, filtered in SQL: the ranges need no row selection in Arrow (a copy of
         # every column), and the few marks, thread names and domains come on the other worker.
         event_type = db.table("NVTX_EVENTS").c.eventType
@@ -116,6 +117,7 @@ class Stream:
                for key in GPU_TABLES}
         syncs = db.submit(*WHOLE_TABLES["sync"], then=normalize_syncs)
         if db.has("NVTX_EVENTS"):
+            db.select("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
             t = db.table("NVTX_EVENTS")
             self._types = sa.or_(t.c.eventType.in_(RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)),
                                  t.c.eventType.is_(None))

@@ -97,7 +97,7 @@ MEMCPY = _GPU_COMMON + [
 ]
 MEMSET = _GPU_COMMON + [Column("bytes", "bytes")]
 GRAPH_TRACE = _GPU_COMMON + [Column("graph_id", "graphId")]
-STRINGS = [Column("id", "id", required=True), Column("value", "value", "str")]
+STRINGS = [Column("id", "id", required=True), Column("value", "value", "str", required=True)]
 SYNC = [
     Column("start_ns", "start", required=True),
     Column("end_ns", "end", required=True),
@@ -157,7 +157,18 @@ def source_info(db: Database) -> SourceInfo:
         time_base="epoch" if normalized else "session",
         session_start_utc_ns=start_utc,
         capture_end_ns=capture_end,
+        diagnostics=_diagnostics(db),
     )
+
+
+def _diagnostics(db: Database) -> str | None:
+    """Warnings and errors the profiler recorded (severity 2-3 of ENUM_DIAGNOSTIC_SEVERITY_LEVEL),
+    each once, in time order."""
+    if not {"text", "severity"} <= db.columns("DIAGNOSTIC_EVENT"):
+        return None
+    rows = db.scalar_rows("SELECT text FROM DIAGNOSTIC_EVENT WHERE severity IN (2, 3) ORDER BY timestamp")
+    texts = list(dict.fromkeys(str(t).strip() for (t,) in rows if t is not None and str(t).strip()))
+    return "\n".join(texts) or None
 
 
 def _meta_int(rows: list[tuple[Any, ...]], where: str) -> int | None:
@@ -235,7 +246,7 @@ def nvtx_others(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, di
 def normalize_ranges(ev: pa.Table, strings: pa.Table, domains: dict[tuple[int, int], str]) -> pa.Table:
     """Push/pop and start/end range rows -> the normalized ranges table."""
     no_nulls("NVTX_EVENTS", ev, _NVTX_RAW, ["global_tid"])
-    times("NVTX_EVENTS", ev, _NVTX_RAW)
+    times("NVTX_EVENTS", ev, _NVTX_RAW, open_ok=True)
     etype = np_col(ev, "event_type")
     gtid = np_col(ev, "global_tid")
     pid = _process_id(gtid)
@@ -267,7 +278,12 @@ def domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, 
     first = np.zeros(count, np.int64)
     first[ids[::-1]] = np.arange(len(ids))[::-1]  # a row of each (pid, domain) pair
     labels = [names.get((int(pid[i]), int(domain_id[i]))) if domain_id[i] else None for i in first]
-    return pa.DictionaryArray.from_arrays(pa.array(ids.astype(np.int32)), pa.array(labels, pa.string()))
+    # Nulls go in the indices, never in the dictionary: Parquet cannot write a null dictionary
+    # entry (the default domain beside a named one made convert fail).
+    named = np.array([label is not None for label in labels], bool)
+    slot = np.cumsum(named) - 1
+    return pa.DictionaryArray.from_arrays(pa.array(slot[ids].astype(np.int32), mask=~named[ids]),
+                                          pa.array([label for label in labels if label is not None], pa.string()))
 
 
 def normalize_syncs(syncs: pa.Table) -> pa.Table:
@@ -345,8 +361,10 @@ def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Tabl
     names: dict[int, str] = {}
     if db.has("ThreadNames"):
         tn = db.read_table("ThreadNames", [Column("name_id", "nameId"), Column("global_tid", "globalTid")])
-        for key, name in zip(np_col(tn, "global_tid", fill=0),
-                             resolve_strings(strings, np_col(tn, "name_id", fill=-1)).cast(pa.string()).to_pylist()):
+        ids = np_col(tn, "name_id", fill=-1)
+        resolved = resolve_strings(strings, ids)
+        names_found("ThreadNames", "nameId", ids, resolved, "StringIds")
+        for key, name in zip(np_col(tn, "global_tid", fill=0), resolved.cast(pa.string()).to_pylist()):
             if name:
                 names[int(key)] = name
     # Names given through nvtxNameOsThread win over the OS name.
@@ -357,7 +375,7 @@ def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Tabl
     if db.has("PROCESSES"):
         for gpid, _pid, name in db.scalar_rows("SELECT globalPid, pid, name FROM PROCESSES"):
             if gpid is not None and name:
-                proc_names[int(gpid)] = str(name)
+                proc_names[_meta_int([(gpid,)], "PROCESSES.globalPid") or 0] = str(name)
     return pa.table({
         "process_id": pa.array(_process_id(keys)),
         "thread_id": pa.array(keys & _TID_BITS),

@@ -46,12 +46,12 @@ def no_nulls(table: str, t: pa.Table, raw: Mapping[str, str], fields: Sequence[s
 
 
 def times(table: str, t: pa.Table, raw: Mapping[str, str], start: str = "start_ns",
-          end: str | None = "end_ns") -> None:
-    """Refuse NULL starts, times outside [0, 2^62), ends before starts, and durations whose sum
-    does not fit in int64. A NULL ``end`` (a never-closed range) passes."""
+          end: str | None = "end_ns", *, open_ok: bool = False) -> None:
+    """Refuse NULL times, times outside [0, 2^62), ends before starts, and durations whose sum
+    does not fit in int64. With ``open_ok`` a NULL ``end`` (a never-closed NVTX range) passes."""
     if not t.num_rows:
         return
-    no_nulls(table, t, raw, [start])
+    no_nulls(table, t, raw, [start] if open_ok or end is None else [start, end])
     s = np_col(t, start)
     _in_range(table, raw.get(start, start), s)
     if end is None:
