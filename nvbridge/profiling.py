@@ -7,7 +7,6 @@ the user passes to nsys come after ours, so they win.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -17,9 +16,6 @@ from nvbridge.errors import InputError
 
 NSYS_OPTIONS = ("--trace=cuda,nvtx,osrt,cublas,cudnn", "--sample=none", "--cpuctxsw=none",
                 "--osrt-threshold=100000", "--force-overwrite=true")
-# nsys 2022.4 from Debian often cannot find its importer after profiling: this turns the raw
-# .qdstrm stream into a .nsys-rep (DESIGN.md; QDSTRM_IMPORTER overrides the path).
-IMPORTER = Path(os.environ.get("QDSTRM_IMPORTER", "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"))
 INSTALL_HINT = ("install Nsight Systems (on Debian: scripts/install_nsys.sh, or NVIDIA's installer) so `nsys` is on "
                 "PATH")
 
@@ -33,7 +29,9 @@ def nsys_path() -> str:
 
 
 def record(command: Sequence[str], report: Path, nsys_options: Sequence[str] = ()) -> Path:
-    """Run ``command`` under ``nsys profile``, writing ``report``.nsys-rep; returns its path.
+    """Run ``command`` under ``nsys profile``, writing ``report``.nsys-rep; returns its path, or
+    the raw ``.qdstrm`` where nsys could not import it (2022.4 from Debian often cannot find its
+    importer; :func:`nvbridge.readers.exported` imports it).
 
     Raises:
         InputError: nsys is missing, the command could not be started, or nothing was recorded.
@@ -45,11 +43,8 @@ def record(command: Sequence[str], report: Path, nsys_options: Sequence[str] = (
     argv = [nsys, "profile", *NSYS_OPTIONS, *nsys_options, "--output", str(report), *command]
     # The program's own output goes to the terminal, as it would without the profiler.
     done = subprocess.run(argv, check=False)
-    if not rep.exists():
-        qdstrm = report.with_suffix(".qdstrm")
-        if qdstrm.exists() and IMPORTER.is_file():
-            subprocess.run([str(IMPORTER), "-i", str(qdstrm)], check=False, capture_output=True)
-    if not rep.exists():
-        raise InputError(f"nsys profile recorded nothing (exit status {done.returncode}); run "
-                         f"`{' '.join(argv)}` to see why.")
-    return rep
+    for made in (rep, report.with_suffix(".qdstrm")):
+        if made.exists():
+            return made
+    raise InputError(f"nsys profile recorded nothing (exit status {done.returncode}); run `{' '.join(argv)}` to see "
+                     f"why.")

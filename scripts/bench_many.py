@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 REAL_DB = Path(os.environ.get("NVBRIDGE_REAL_DB", ROOT.parent / "shared" / "real_db"))
 
 import nvbridge  # noqa: E402
+import nvbridge.readers  # noqa: E402
 
 
 def reports(into: Path, count: int) -> list[Path]:
@@ -85,7 +86,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nvbridge-many-") as tmp:
         work = Path(tmp)
         sources = reports(work / "in", args.reports)
-        rows = sum(nvbridge.conversion.estimate_rows(s) for s in sources)
+        rows = sum(nvbridge.readers.estimate_rows(s) for s in sources)
         print(f"{len(sources)} reports, {rows:,} rows; {os.cpu_count()} cores")
         serial, base = best_of(args.rounds, work, "serial", lambda out: nvbridge.convert(sources, out))
         jobs, jobs_out = best_of(args.rounds, work, "jobs", lambda out: nvbridge.convert(sources, out, jobs=args.jobs))

@@ -190,7 +190,7 @@ def test_progress_reports_stages_and_rows(tmp_path: Path) -> None:
     """The terminal display gets every stage, and the rows it advances add up to the estimate,
     which is the exact event-row count for an unfiltered export."""
     import nvbridge
-    from nvbridge.conversion import estimate_rows
+    from nvbridge.readers import estimate_rows
 
     src = real_db(FSDP)
     tables = ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from nvbridge.cli._common import errors, progress
-from nvbridge.conversion import convert, estimate_rows
+from nvbridge.conversion import convert
+from nvbridge.readers import estimate_rows
 
 
 @click.command("convert")

@@ -82,12 +82,19 @@ def check_inputs(sources: Sequence[Source], deep: bool = False) -> None:
                                           f"to a file and convert that.")
             if not os.access(path, os.R_OK):
                 raise NotAProfileDatabase(f"{name} cannot be read (permission denied); check its permissions.")
-        if deep:
+        if deep and not _is_report(text):
             from nvbridge.readers import detect
             from nvbridge.readers._db import Database
 
             with Database(source) as db, db.translate_errors():
                 detect(db)
+
+
+def _is_report(text: str) -> bool:
+    """An Nsight Systems report that is exported when its turn comes (nsys is needed then)."""
+    from nvbridge.readers._files import NSYS_REPORT_SUFFIXES
+
+    return "://" not in text and Path(text).suffix.lower() in NSYS_REPORT_SUFFIXES
 
 
 def _check_partitioned_destination(out: Path, sources: Sequence[Source]) -> None:

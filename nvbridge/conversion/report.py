@@ -20,7 +20,6 @@ import pyarrow as pa
 from nvbridge import output as outputs
 from nvbridge._version import __version__
 from nvbridge.columns import np_col
-from nvbridge.conversion.estimate import estimate_rows
 from nvbridge.conversion.result import ConversionResult, OpsTally, Tallies, gpu_figures, with_rank
 from nvbridge.conversion.trace import TraceFeed, earliest, write_whole
 from nvbridge.engine import Correlator, capture_end, correlate, devices_table, other_tables, stream, with_parsed_names
@@ -28,7 +27,7 @@ from nvbridge.errors import NotStreamable
 from nvbridge.export import parquet
 from nvbridge.export.trace import check_destination as check_trace_destination
 from nvbridge.profile import SourceInfo
-from nvbridge.readers import read_profile
+from nvbridge.readers import estimate_rows, exported, read_profile
 
 # progress(stage, rows): ``stage`` names what starts now; ``rows`` is how many rows' worth of the
 # whole job the finished stage stands for, so a display can show rows/s and time left.
@@ -53,7 +52,8 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     read whole.
 
     Args:
-        source: an nvprof or Nsight Systems SQLite file, or an SQLAlchemy URL.
+        source: an nvprof or Nsight Systems SQLite file, an Nsight Systems report (``.nsys-rep``,
+            ``.qdrep``, ``.qdstrm``: exported with ``nsys`` on PATH), or an SQLAlchemy URL.
         output: the dataset directory to create.
         force: replace ``output`` if it exists.
         progress: called with a short stage name as work advances.
@@ -74,9 +74,10 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     report = progress or (lambda _stage, _rows: None)
     expected = estimate_rows(source) if progress else 0
     t0 = time.perf_counter()
-    with outputs.staging(out) as tmp:
+    # An .nsys-rep (or .qdrep, .qdstrm) is exported to SQLite with the user's nsys first.
+    with outputs.staging(out) as tmp, exported(source) as database:
         with outputs.writing(out, "the dataset"):
-            tallies = _convert_into(source, tmp, report, expected, trace)
+            tallies = _convert_into(database, tmp, report, expected, trace)
         outputs.publish(tmp, out, force)
     report("done", max(expected - tallies.rows_read, 0))
     return tallies.result(out, time.perf_counter() - t0)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nvbridge.errors import NotAProfileDatabase
-from nvbridge.readers._files import NSYS_REPORT_SUFFIXES
+from nvbridge.readers._files import NSYS_REPORT_SUFFIXES, sqlite_uri
 
 _EVENT_TABLES = (
     "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
@@ -32,14 +32,15 @@ def estimate_rows(source: str | os.PathLike[str]) -> int:
     if "://" in os.fspath(source) or not path.is_file():
         return 0
     try:
-        con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+        # immutable: an estimate needs no locks, and a WAL-mode file then gets no -shm beside it
+        con = sqlite3.connect(sqlite_uri(path, immutable=True), uri=True)
         try:
             have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             return sum(int(con.execute(f'SELECT max(rowid) FROM "{t}"').fetchone()[0] or 0)
                        for t in _EVENT_TABLES if t in have)
         finally:
             con.close()
-    except sqlite3.DatabaseError:
+    except (sqlite3.Error, OSError, ValueError, TypeError, OverflowError):
         return 0  # the conversion itself reports what is wrong with the file
 
 
