@@ -247,3 +247,27 @@ def test_staging_files_go_with_an_interrupt_and_after_a_kill(tmp_path: Path) -> 
     assert [p.name.startswith(".t.json.gz.nvbridge-staging.") for p in tmp_path.iterdir()] == [True]
     outputs.release(outputs.staging_file(dest))  # the next run: the dead process's file goes
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_capture_says_so_with_the_profilers_own_diagnostics(tmp_path: Path) -> None:
+    import shutil
+    import sqlite3
+
+    src = real_db("nsys-2024.6-nvfuser-cpp-nvtx.sqlite")
+    empty = tmp_path / "empty.sqlite"
+    shutil.copyfile(src, empty)
+    con = sqlite3.connect(empty)
+    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for table in tables:
+        if table == "NVTX_EVENTS" or table.startswith("CUPTI_ACTIVITY_KIND_"):
+            con.execute(f"DELETE FROM {table}")
+    con.commit()
+    said = [t for (t,) in con.execute("SELECT text FROM DIAGNOSTIC_EVENT WHERE severity IN (2, 3)")]
+    con.close()
+    assert said  # the export carries a warning of the profiler's own
+    [result] = nvbridge.convert(empty, tmp_path / "out")
+    text = result.describe()
+    assert "Nothing was recorded: no NVTX ranges and no CUDA activity" in text
+    assert all(t.rstrip(".") in text for t in said)
+    [full] = nvbridge.convert(src, tmp_path / "full")
+    assert "Nothing was recorded" not in full.describe()

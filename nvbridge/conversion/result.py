@@ -49,8 +49,19 @@ class ConversionResult:
             f"{plural(self.gpu_ops_unattributed, 'GPU op')} ({share:.1f}% of GPU time) "
             f"{'is' if self.gpu_ops_unattributed == 1 else 'are'} attributed to no op, "
             f"{self.gpu_ops_without_api_call:,} of them because their launching API call is not in the capture. "
-            f"Wrote {self.output}."
+            f"Wrote {self.output}." + self._empty_note()
         )
+
+    def _empty_note(self) -> str:
+        """A capture with nothing in it: say so, with what the profiler itself said about it."""
+        if self.ops or self.api_calls or self.kernels or self.memcpys or self.memsets:
+            return ""
+        note = (" Nothing was recorded: no NVTX ranges and no CUDA activity (profile with nsys --trace=cuda,nvtx "
+                "and annotate with nvbridge.emit_nvtx()).")
+        if self.info.diagnostics:
+            note += " The profiler reported: " + " ".join(line.rstrip(".") + "." for line in
+                                                          self.info.diagnostics.splitlines())
+        return note
 
 
 def plural(count: int, noun: str) -> str:
