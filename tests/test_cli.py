@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from nvbridge.cli import cli
-from tests.conftest import real_db
+from tests.conftest import real_db, require_nsys
 
 FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
 
@@ -71,14 +71,15 @@ def test_not_sqlite(tmp_path: Path) -> None:
 
 
 def test_nsys_rep(tmp_path: Path) -> None:
+    """A report is exported with nsys first; a damaged one is named in one line (with nsys missing,
+    the line names the install step: tests/test_readers_validation.py)."""
+    require_nsys()
     rep = tmp_path / "run1.nsys-rep"
     rep.write_bytes(b"\x00\x01QDSTRM not sqlite")
-    _expect_error(
-        tmp_path,
-        rep,
-        "run1.nsys-rep is an Nsight Systems report, not its SQLite export; run "
-        "`nsys export --type sqlite -o run1.sqlite run1.nsys-rep` and convert that.",
-    )
+    code, _, err = run("convert", str(rep), "-o", str(tmp_path / "out"))
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith("Error: nsys could not read run1.nsys-rep (") and "the report may be damaged" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run1.nsys-rep"]
 
 
 def test_sqlite_of_another_program(tmp_path: Path) -> None:
