@@ -132,6 +132,10 @@ def from_model(model: Model) -> Report:
 
 
 def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> Report:
+    if is_partitioned(directory):
+        parts = sorted(directory.glob("report=*"))
+        raise ExportError(f"{directory} holds {len(parts)} converted reports; pass one of them, "
+                          f"e.g. {parts[0]} (`nvbridge summary` reads them all).")
     read_meta(directory)
     check_files(directory, parquet.TABLES, columns)
     try:

@@ -1,6 +1,6 @@
 """FunctionEvent views: one small object per op, made only when a user asks for it.
 
-The tables stay columnar; a view holds its report and a row number and reads columns on
+The tables stay columnar; a view holds its report's index and a row number and reads columns on
 demand, so iterating a million-op report costs nothing until attributes are touched.
 """
 

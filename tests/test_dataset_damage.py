@@ -110,6 +110,21 @@ def test_one_broken_partition_of_many(tmp_path: Path) -> None:
     assert result.exit_code == 1 and str(parts[0]) in result.stderr and "meta.parquet" in result.stderr
 
 
+def test_partitioned_dataset_names_its_reports(tmp_path: Path) -> None:
+    """plot and trace draw one report: a folder of several says which to pass (it once said the
+    folder was not a dataset and to convert into it)."""
+    out = tmp_path / "many"
+    nvbridge.convert([SAMPLE_DB / "cnn_cpu.sqlite", SAMPLE_DB / "threads_cpu.sqlite"], out)
+    first = sorted(out.glob("report=*"))[0]
+    expected = (f"Error: {out} holds 2 converted reports; pass one of them, e.g. {first} "
+                "(`nvbridge summary` reads them all).")
+    for args in (["plot", str(out), "-o", str(tmp_path / "p.png")],
+                 ["trace", str(out), "-o", str(tmp_path / "t.json")]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1 and result.stderr.strip() == expected
+    assert CliRunner().invoke(cli, ["plot", str(first), "-o", str(tmp_path / "p.png"), "--step", "0"]).exit_code == 0
+
+
 def test_pristine_copy_reads(pristine: Path) -> None:
     """The checks pass on what convert writes (and the swapped-ends helper finds rows to swap)."""
     report = nvbridge.load(pristine)

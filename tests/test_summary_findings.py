@@ -147,7 +147,7 @@ def test_rank_lines_read_naturally(tmp_path: Path) -> None:  # finding 16
 
 
 def test_counts_are_singular_or_plural() -> None:  # finding 16
-    from nvbridge.cli._common import plural
+    from nvbridge.analysis import plural
 
     assert [plural(n, "kernel") for n in (0, 1, 2, 1234)] == ["0 kernels", "1 kernel", "2 kernels", "1,234 kernels"]
     assert plural(1, "GPU op") == "1 GPU op" and plural(1, "host thread") == "1 host thread"

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import click
 
 from nvbridge._version import __version__
-from nvbridge.analysis import parse_time, plural
+from nvbridge.analysis import parse_time
 from nvbridge.columns import earliest_start_ns
 from nvbridge.conversion import Progress
 from nvbridge.dataset import Report
@@ -100,9 +100,6 @@ def steps(text: str | None) -> tuple[int, int] | None:
     except ValueError:
         raise click.BadParameter(f"{text!r} is not a step range; write it like 3:5 or 4",
                                  param_hint="--steps") from None
-
-
-__all__ = ["errors", "human_bytes", "plural", "progress", "steps", "window"]
 
 
 def human_bytes(n: int) -> str:

@@ -11,11 +11,20 @@ from typing import Any
 
 import click
 
-from nvbridge.analysis import GpuHeader, Summary, check_regex, format_time, parse_time, sort_column, summarize
-from nvbridge.cli._common import errors, human_bytes, plural
+from nvbridge.analysis import (
+    GpuHeader,
+    Summary,
+    check_regex,
+    format_time,
+    parse_time,
+    plural,
+    sort_column,
+    summarize,
+)
+from nvbridge.cli._common import errors, human_bytes
 from nvbridge.errors import OptionError
 
-GPU_SORT_COLUMNS = ("self_gpu_ns", "gpu_total_ns", "gpu_avg_ns")
+CPU_LABELS = {"self_cpu_ns": "self CPU time", "cpu_total_ns": "CPU total", "cpu_avg_ns": "CPU time avg"}
 
 
 def _rank_lines(summary: Summary) -> list[str]:
@@ -113,9 +122,8 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
         rows = averages.sorted(sort_by, limit, name_regex, min_us)
     notes = summary.notes()
     if averages.sort_column(sort_by) != sort_column(sort_by) and averages.rows.num_rows:
-        notes.append("no GPU time was recorded: rows are sorted by self CPU time instead"
-                     if sort_column(sort_by) == "self_gpu_ns" else
-                     f"no GPU time was recorded: rows are sorted by {averages.sort_column(sort_by)} instead")
+        notes.append(f"no GPU time was recorded: rows are sorted by {CPU_LABELS[averages.sort_column(sort_by)]} "
+                     "instead")
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:
