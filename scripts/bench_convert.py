@@ -123,7 +123,8 @@ def floor_queries(db: Path) -> list[str]:
     """SELECTs of exactly the raw columns nvbridge's reader reads, table by table."""
     import sqlite3
 
-    from nvbridge.readers import nsys, nvprof
+    from nvbridge.readers import nsys_tables as nsys
+    from nvbridge.readers import nvprof
     from nvbridge.readers._db import Column
 
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

@@ -27,9 +27,9 @@ FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
 SAMPLE = SAMPLE_DB / "cnn_cpu.sqlite"
 
 
-def _cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "nvbridge", *args], capture_output=True, text=True, timeout=120,
-                          **kwargs)  # type: ignore[call-overload]
+                          cwd=cwd)
 
 
 def _tree(path: Path) -> dict[str, bytes]:
