@@ -49,7 +49,7 @@ def real_db(name: str) -> Path:
     return path
 
 
-def raw(path: Path, sql: str) -> list[tuple[object, ...]]:
+def raw(path: Path, sql: str) -> list[tuple[Any, ...]]:
     """Run SQL on a real export, read-only: the independent side of every comparison."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:

@@ -59,7 +59,7 @@ def _api(start: int, end: int, corr: int, tid: int = 1, pid: int = 10) -> dict[s
 
 
 def _kernel(start: int, end: int, corr: int, pid: int = 10) -> dict[str, Any]:
-    row = {f.name: None for f in GPU_OPS_SCHEMA}
+    row: dict[str, Any] = {f.name: None for f in GPU_OPS_SCHEMA}
     row.update(
         start_ns=start,
         end_ns=end,

@@ -82,7 +82,7 @@ def test_cross_rank_summary(tmp_path: Path) -> None:
     kernels = sqlite3.connect(sources[0]).execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     assert [r["kernels"] for r in data["ranks"]["ranks"]] == [kernels, 0, 0]
     # Independent step times: ProfilerStep ranges straight from each file.
-    raw = {}
+    raw: dict[int, dict[str, int]] = {}
     for rank, src in enumerate(sources):
         for text, start, end in sqlite3.connect(src).execute(
                 "SELECT text, start, end FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'"):
@@ -90,7 +90,7 @@ def test_cross_rank_summary(tmp_path: Path) -> None:
             raw[int(text.split("#")[1])][f"rank {rank}"] += end - start
     for st in data["ranks"]["steps"]:
         by_rank = raw[st["step"]]
-        assert st["slowest"] == max(by_rank, key=by_rank.get)
+        assert st["slowest"] == max(by_rank, key=lambda r: by_rank[r])
         assert st["spread_ns"] == max(by_rank.values()) - min(by_rank.values())
     text = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--limit", "3"]).stdout
     assert text.startswith("3 reports:\n  rank 0 (train_rank0.sqlite)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import struct
 import warnings
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ import nvbridge
 from tests.conftest import raw, real_db, subtree_kernel_ns
 
 
-def _torch_load_nvprof():  # type: ignore[no-untyped-def]
+def _torch_load_nvprof() -> Any:
     try:
         import torch.autograd.profiler as profiler
     except ImportError:
