@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from nvbridge._version import __version__
-from nvbridge.dataset_check import check_files, check_rows, fix
+from nvbridge.dataset_check import check_dataset, check_rows, fix
+from nvbridge.dataset_check import is_partitioned as is_partitioned  # part of this module's API
+from nvbridge.dataset_check import read_meta as read_meta
 from nvbridge.engine import Model, correlate
-from nvbridge.errors import DamagedDataset, ExportError, MissingDependency
+from nvbridge.errors import DamagedDataset, MissingDependency
 from nvbridge.events import EventIndex, FunctionEvent
 from nvbridge.export import parquet
 
@@ -132,12 +134,7 @@ def from_model(model: Model) -> Report:
 
 
 def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> Report:
-    if is_partitioned(directory):
-        parts = sorted(directory.glob("report=*"))
-        raise ExportError(f"{directory} holds {len(parts)} converted reports; pass one of them, "
-                          f"e.g. {parts[0]} (`nvbridge summary` reads them all).")
-    read_meta(directory)
-    check_files(directory, parquet.TABLES, columns)
+    check_dataset(directory, parquet.TABLES, columns)
     try:
         meta, tables = parquet.read(directory, columns, in_order)
     except (OSError, pa.ArrowException) as exc:  # damage inside a file whose footer reads
@@ -145,22 +142,6 @@ def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_orde
         raise DamagedDataset(f"{directory} cannot be read ({detail}); {fix(directory)}.") from exc
     check_rows(directory, tables)
     return Report(meta, tables)
-
-
-def read_meta(directory: Path) -> dict[str, str | None]:
-    """A dataset's meta table, a damaged one as DamagedDataset."""
-    try:
-        return parquet.read_meta(directory)
-    except ExportError:
-        raise
-    except (OSError, pa.ArrowException, KeyError) as exc:
-        raise DamagedDataset(f"{directory / 'meta.parquet'} is not a readable meta table; {fix(directory)}.") from exc
-
-
-def is_partitioned(path: str | os.PathLike[str]) -> bool:
-    """A directory of ``report=<name>/`` datasets (what converting several reports writes)."""
-    p = Path(os.fspath(path))
-    return p.is_dir() and not (p / "meta.parquet").is_file() and any(p.glob("report=*/meta.parquet"))
 
 
 def report_dirs(path: str | os.PathLike[str]) -> list[Path]:

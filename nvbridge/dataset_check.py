@@ -5,6 +5,7 @@ conversion never writes (an end before its start, or no start or end)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from nvbridge.errors import DamagedDataset
+from nvbridge.errors import DamagedDataset, ExportError
+from nvbridge.export import parquet
 
 # What a reader of each table can rely on (docs/dataset.md lists every column).
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -60,14 +62,51 @@ def check_rows(directory: Path, tables: Mapping[str, pa.Table]) -> None:
     nonsense times with no warning."""
     for name in TIMED:
         table = tables[name]
-        if not {"start_ns", "end_ns"} <= set(table.column_names) or not table.num_rows:
-            continue
-        start, end = table.column("start_ns"), table.column("end_ns")
-        bad = int(pc.sum(pc.less(end, start)).as_py() or 0) + start.null_count + end.null_count
-        if bad:
-            raise DamagedDataset(f"{directory / (name + '.parquet')} has {bad:,} row{'s' if bad > 1 else ''} "
-                                 f"whose end_ns is before start_ns or missing, which a conversion never writes; "
-                                 f"{fix(directory)}.")
+        if {"start_ns", "end_ns"} <= set(table.column_names):
+            check_intervals(directory, name, table)
+
+
+def check_intervals(directory: Path, name: str, table: pa.Table) -> None:
+    """``table`` (all of table ``name`` or a part of it) has no row ending before it starts or
+    lacking an end; a reader that streams a dataset checks each part it reads."""
+    if not table.num_rows:
+        return
+    start, end = table.column("start_ns"), table.column("end_ns")
+    bad = int(pc.sum(pc.less(end, start)).as_py() or 0) + start.null_count + end.null_count
+    if bad:
+        raise DamagedDataset(f"{directory / (name + '.parquet')} has {bad:,} row{'s' if bad > 1 else ''} "
+                             f"whose end_ns is before start_ns or missing, which a conversion never writes; "
+                             f"{fix(directory)}.")
+
+
+def check_dataset(directory: Path, tables: Sequence[str], columns: Mapping[str, Sequence[str]],
+                  ) -> dict[str, str | None]:
+    """The meta of the one-report dataset ``directory``, once its ``tables`` files are there,
+    readable and hold ``columns``: a folder of several reports, a damaged meta or table file is
+    one line naming it."""
+    if is_partitioned(directory):
+        parts = sorted(directory.glob("report=*"))
+        raise ExportError(f"{directory} holds {len(parts)} converted reports; pass one of them, "
+                          f"e.g. {parts[0]} (`nvbridge summary` reads them all).")
+    meta = read_meta(directory)
+    check_files(directory, tables, columns)
+    return meta
+
+
+def read_meta(directory: Path) -> dict[str, str | None]:
+    """A dataset's meta table, a damaged one as DamagedDataset."""
+    try:
+        return parquet.read_meta(directory)
+    except ExportError:
+        raise
+    except (OSError, pa.ArrowException, KeyError) as exc:
+        raise DamagedDataset(f"{directory / 'meta.parquet'} is not a readable meta table; {fix(directory)}.") from exc
+
+
+def is_partitioned(path: str | os.PathLike[str]) -> bool:
+    """A directory of ``report=<name>/`` datasets (what converting several reports writes)."""
+    p = Path(os.fspath(path))
+    return p.is_dir() and not (p / "meta.parquet").is_file() and any(p.glob("report=*/meta.parquet"))
 
 
 def _first_line(exc: BaseException) -> str:

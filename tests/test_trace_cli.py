@@ -99,8 +99,8 @@ def test_window_from_a_report_and_its_dataset_agree(dataset: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize(("damage", "message"), [
-    ("junk", "ops.parquet cannot be read"),
-    ("missing", "gpu_ops.parquet is missing; the dataset is incomplete, convert the report again."),
+    ("junk", "ops.parquet is not a readable Parquet file"),
+    ("missing", "gpu_ops.parquet is missing; convert the report again with `nvbridge convert REPORT -o"),
     ("meta", "is not an nvbridge dataset (no meta.parquet)"),
 ])
 def test_broken_dataset_is_named(dataset: Path, tmp_path: Path, damage: str, message: str) -> None:

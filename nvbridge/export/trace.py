@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nvbridge.columns import np_col
-from nvbridge.errors import ExportError
-from nvbridge.export import parquet
+from nvbridge.dataset_check import check_dataset, check_intervals, fix
+from nvbridge.errors import DamagedDataset, ExportError
 from nvbridge.export.chrome import (
     API_COLUMNS,
     BATCH_ROWS,
@@ -75,7 +75,8 @@ class _Dataset:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.meta = parquet.read_meta(directory)
+        # The checks dataset.load makes, on the files this reader opens (rows: as each part is read).
+        self.meta = check_dataset(directory, (*EVENT_TABLES, "threads", "devices"), COLUMNS)
         with self._reading("threads"):
             self.threads = pq.read_table(directory / "threads.parquet")
         with self._reading("devices"):
@@ -84,13 +85,9 @@ class _Dataset:
         for name in EVENT_TABLES:
             with self._reading(name):
                 self.files[name] = pq.ParquetFile(directory / f"{name}.parquet")
-                missing = set(COLUMNS[name]) - set(self.files[name].schema_arrow.names)
-            if missing:
-                raise ExportError(f"{directory}/{name}.parquet lacks columns {sorted(missing)}; convert the report "
-                                  "again with this nvbridge.")
 
     def _reading(self, name: str) -> _Translate:
-        return _Translate(f"{self.directory}/{name}.parquet")
+        return _Translate(self.directory, name)
 
     def rows(self, name: str) -> int:
         return int(self.files[name].metadata.num_rows)
@@ -102,23 +99,27 @@ class _Dataset:
                 continue
             with self._reading(name):
                 chunk = pf.read_row_group(i, columns=columns)
+            if "end_ns" in columns:
+                check_intervals(self.directory, name, chunk)
             yield chunk
 
 
 class _Translate:
-    """Arrow's and the file system's errors on a dataset file as one ExportError naming the file."""
+    """Arrow's and the file system's errors on a dataset file as one line naming the file and
+    the fix (as dataset.load words them)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory, self.path = directory, directory / f"{name}.parquet"
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, (pa.ArrowException, OSError)) and not isinstance(exc, FileNotFoundError):
-            raise ExportError(f"{self.path} cannot be read ({exc}); convert the report again.") from exc
         if isinstance(exc, FileNotFoundError):
-            raise ExportError(f"{self.path} is missing; the dataset is incomplete, convert the report again.") from exc
+            raise DamagedDataset(f"{self.path} is missing; {fix(self.directory)}.") from exc
+        if isinstance(exc, (pa.ArrowException, OSError)):
+            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise DamagedDataset(f"{self.path} cannot be read ({detail}); {fix(self.directory)}.") from exc
 
 
 def _outside(row_group: pq.RowGroupMetaData, schema: pa.Schema, window: tuple[int | None, int | None]) -> bool:
