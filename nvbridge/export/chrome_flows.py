@@ -18,8 +18,11 @@ from nvbridge.columns import np_col
 from nvbridge.export.chrome_text import flow_lines
 
 UNSEEN, NOT_KEPT = -2, -1  # API call codes besides a thread code >= 0
-_NO_LINES = pa.array([], pa.string())
 Arrays = tuple[np.ndarray, ...]
+
+
+def _no_lines() -> pa.Array:
+    return pa.array([], pa.string())  # built when needed: a pyarrow call at import would load pandas
 
 
 class ThreadCodes:
@@ -94,7 +97,7 @@ class FlowState:
     def ac2g_pending(self, origin: int, final: bool) -> pa.Array:
         """Flows to GPU ops that arrived before their API call; at the end, drop what never came."""
         if not self._pending:
-            return _NO_LINES
+            return _no_lines()
         parts, self._pending = self._pending, []
         return self._ac2g(tuple(np.concatenate(c) for c in zip(*parts)), origin, hold=not final)
 
@@ -108,7 +111,7 @@ class FlowState:
             self._pending.append(tuple(a[unseen] for a in gpu))
         ok = code >= 0
         if not ok.any():
-            return _NO_LINES
+            return _no_lines()
         self.counts["ac2g"] += int(ok.sum())
         pid, api_tid = self.threads.pid_tid(code[ok])
         return flow_lines("ac2g", ids[ok] + 1, pid, api_tid, self._api_start[api_of[ok]] - origin,
@@ -133,7 +136,7 @@ class FlowState:
             unnested: (op_id sorted, pid, tid) of the ranges drawn on extra tracks.
         """
         if not self._bwd or not self._fwd:
-            return _NO_LINES
+            return _no_lines()
         f_id, f_code, f_start = (np.concatenate(c) for c in zip(*self._fwd))
         b_id, b_fwd, b_code, b_start = (np.concatenate(c) for c in zip(*self._bwd))
         order = np.argsort(f_id, kind="stable")
