@@ -141,3 +141,35 @@ def test_gzip_without_isal_writes_the_same_events(tmp_path: Path, monkeypatch: p
     chrome.write(report, tmp_path / "zlib.json.gz")
     assert events(tmp_path / "zlib.json.gz") == events(tmp_path / "isal.json.gz")
     assert (tmp_path / "zlib.json.gz").read_bytes() != (tmp_path / "isal.json.gz").read_bytes()
+
+
+def test_a_dataset_is_never_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only row groups of ops, api_calls and gpu_ops are read (whole-table reads fail here)."""
+    import pyarrow.parquet as pq
+
+    import nvbridge.export.parquet as parquet
+
+    monkeypatch.setattr(parquet, "ROW_GROUP_ROWS", 100)
+    nvbridge.convert(SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite", tmp_path / "ds")
+    whole_read = pq.read_table
+
+    def read_table(source: Any, *args: Any, **kwargs: Any) -> pa.Table:
+        assert Path(str(source)).stem not in ("ops", "api_calls", "gpu_ops"), f"{source} read whole"
+        return whole_read(source, *args, **kwargs)
+
+    groups: list[int] = []
+    read_group = pq.ParquetFile.read_row_group
+
+    def one_group(self: pq.ParquetFile, i: int, *args: Any, **kwargs: Any) -> pa.Table:
+        groups.append(i)
+        return read_group(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", read_table)
+    monkeypatch.setattr(pq.ParquetFile, "read", lambda *a, **k: pytest.fail("ParquetFile.read reads a whole table"))
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", one_group)
+    stats = export_chrome_trace(tmp_path / "ds", tmp_path / "t.json", steps=(1, 1))
+    assert stats.slices["ops"] > 0 and len(groups) > 10
+    monkeypatch.undo()
+    report = nvbridge.load(tmp_path / "ds")
+    export_chrome_trace(report, tmp_path / "mem.json", steps=(1, 1))
+    assert events(tmp_path / "t.json") == events(tmp_path / "mem.json")
