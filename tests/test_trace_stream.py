@@ -141,3 +141,81 @@ def test_gzip_without_isal_writes_the_same_events(tmp_path: Path, monkeypatch: p
     chrome.write(report, tmp_path / "zlib.json.gz")
     assert events(tmp_path / "zlib.json.gz") == events(tmp_path / "isal.json.gz")
     assert (tmp_path / "zlib.json.gz").read_bytes() != (tmp_path / "isal.json.gz").read_bytes()
+
+
+def test_a_dataset_is_never_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only row groups of ops, api_calls and gpu_ops are read (whole-table reads fail here)."""
+    import pyarrow.parquet as pq
+
+    import nvbridge.export.parquet as parquet
+
+    monkeypatch.setattr(parquet, "ROW_GROUP_ROWS", 100)
+    nvbridge.convert(SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite", tmp_path / "ds")
+    whole_read = pq.read_table
+
+    def read_table(source: Any, *args: Any, **kwargs: Any) -> pa.Table:
+        assert Path(str(source)).stem not in ("ops", "api_calls", "gpu_ops"), f"{source} read whole"
+        return whole_read(source, *args, **kwargs)
+
+    groups: list[int] = []
+    read_group = pq.ParquetFile.read_row_group
+
+    def one_group(self: pq.ParquetFile, i: int, *args: Any, **kwargs: Any) -> pa.Table:
+        groups.append(i)
+        return read_group(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", read_table)
+    monkeypatch.setattr(pq.ParquetFile, "read", lambda *a, **k: pytest.fail("ParquetFile.read reads a whole table"))
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", one_group)
+    stats = export_chrome_trace(tmp_path / "ds", tmp_path / "t.json", steps=(1, 1))
+    assert stats.slices["ops"] > 0 and len(groups) > 10
+    monkeypatch.undo()
+    report = nvbridge.load(tmp_path / "ds")
+    export_chrome_trace(report, tmp_path / "mem.json", steps=(1, 1))
+    assert events(tmp_path / "t.json") == events(tmp_path / "mem.json")
+
+
+def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
+    """The calls ``convert --chrome`` makes: each window's finished ops, then the API calls and
+    GPU ops that became final (GPU ops may arrive before their calls), threads at the end."""
+    from nvbridge._version import __version__
+    from nvbridge.engine import Correlator, capture_end, other_tables, stream, with_parsed_names
+    from nvbridge.export import parquet
+    from nvbridge.readers._db import Database
+    from nvbridge.readers.nsys import Stream
+
+    source = real_db(FSDP)
+    report = nvbridge.load(source)
+    origin = first_start([report.ops, report.api_calls, report.gpu_ops])
+    assert origin is not None
+    with Database(source) as db:
+        read = Stream(db, 2048, prepare=with_parsed_names)
+        engine = Correlator(read.info, read.api_calls, read.gpu_ops, capture_end(read.info, read.latest_ns), read.syncs)
+        meta_t = parquet.meta_table(read.info, dict.fromkeys(parquet.TABLES, 0), __version__)
+        meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
+        # The header lists the dataset's devices: those the report names plus any a GPU op ran on.
+        seen = set(np_col(read.devices, "device_id").tolist())
+        extra = sorted(set(np.unique(np_col(read.gpu_ops, "device_id", fill=-1)).tolist()) - seen - {-1})
+        devices = pa.concat_tables([read.devices.select(["device_id", "name"]).cast(
+            pa.schema([("device_id", pa.int64()), ("name", pa.string())])),
+            pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())})])
+        done = [0, 0]
+        with chrome.TraceWriter(tmp_path / "conv.json.gz", origin_ns=origin, meta=meta, devices=devices) as writer:
+            def final() -> None:
+                ready = engine.final_rows()
+                if ready[1] > done[1]:  # GPU ops first: their calls may come later
+                    writer.gpu_ops(engine.gpu_ops(done[1], ready[1]))
+                if ready[0] > done[0]:
+                    writer.api_calls(engine.api_calls(done[0], ready[0]))
+                done[:] = ready
+            windows = 0
+            for chunk in stream(engine, read.windows()):
+                writer.ops(chunk)
+                final()
+                windows += 1
+            final()
+            tables = other_tables(engine, read.marks(), read.threads(), read.devices)
+            writer.finish(tables["threads"])
+    assert windows > 3
+    export_chrome_trace(report, tmp_path / "whole.json")
+    assert events(tmp_path / "conv.json.gz") == events(tmp_path / "whole.json")

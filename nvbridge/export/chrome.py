@@ -136,8 +136,13 @@ class TraceWriter:
         self._tmp = outputs.staging_file(self.path)
         self._fh = io.BufferedWriter(_open_gzip(self._tmp) if self.path.suffix == ".gz" else io.FileIO(self._tmp, "wb"),
                                      buffer_size=1 << 20)
-        self._sink = EventSink(self._fh, header(meta or {}, devices, origin_ns, rank, world_size))
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvbridge-lines")
+        try:
+            self._sink = EventSink(self._fh, header(meta or {}, devices, origin_ns, rank, world_size))
+        except BaseException:
+            self._fh.close()
+            self._tmp.unlink(missing_ok=True)
+            raise
 
     def __enter__(self) -> TraceWriter:
         return self

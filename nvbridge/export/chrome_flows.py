@@ -21,11 +21,9 @@ UNSEEN, NOT_KEPT = -2, -1  # API call codes besides a thread code >= 0
 Arrays = tuple[np.ndarray, ...]
 
 
-
 def _no_lines() -> pa.Array:
-    # Built on use, not at import: pyarrow's first conversion of Python values imports pandas,
-    # which the commands keep out of their process (cli._skip_pandas_integration).
-    return pa.array([], pa.string())
+    return pa.array([], pa.string())  # built when needed: a pyarrow call at import would load pandas
+
 
 class ThreadCodes:
     """Dense int32 codes for (process id, thread id) pairs; the pairs are the host tracks."""

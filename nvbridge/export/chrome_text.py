@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from nvbridge.columns import np_col
 
-EMPTY = '""'  # a null name is written as the empty string (a str: no pyarrow conversion at import)
+EMPTY = '""'  # a null name is written as the empty string (a str: no pyarrow call at import)
 ESCAPED = frozenset({"name", "op_name", "domain", "input_shapes", "module_path"})
 
 

@@ -198,6 +198,8 @@ def check_destination(path: Path, force: bool) -> None:
     if not parent.is_dir():
         what = "is not a folder" if parent.exists() else "does not exist"
         raise ExportError(f"{parent} {what}; create the folder first or write the trace elsewhere.")
+    if not os.access(parent, os.W_OK):
+        raise ExportError(f"{parent} is not writable; write the trace elsewhere.")
     if path.is_dir():
         raise ExportError(f"{path} is a folder; name a .json or .json.gz file to write.")
     if path.exists() and not force:
@@ -236,14 +238,18 @@ def export_chrome_trace(source: str | os.PathLike[str] | Tables, dest: str | os.
     found = plan(src, start_ns, end_ns, processes)
     _check_not_empty(found, start_ns, end_ns, processes)
     rank = src.meta.get("rank")
-    with TraceWriter(path, origin_ns=found.origin_ns, meta=src.meta, devices=src.devices,
-                     rank=int(rank) if rank not in (None, "None") else 0, start_ns=start_ns, end_ns=end_ns,
-                     processes=processes) as writer:
-        feed = {"ops": writer.ops, "api_calls": writer.api_calls, "gpu_ops": writer.gpu_ops}
-        for name in EVENT_TABLES:
-            for chunk in src.chunks(name, list(COLUMNS[name]), (start_ns, end_ns)):
-                feed[name](chunk)
-        return writer.finish(src.threads, gpu_rows=src.rows("gpu_ops"))
+    try:
+        with TraceWriter(path, origin_ns=found.origin_ns, meta=src.meta, devices=src.devices,
+                         rank=int(rank) if rank not in (None, "None") else 0, start_ns=start_ns, end_ns=end_ns,
+                         processes=processes) as writer:
+            feed = {"ops": writer.ops, "api_calls": writer.api_calls, "gpu_ops": writer.gpu_ops}
+            for name in EVENT_TABLES:
+                for chunk in src.chunks(name, list(COLUMNS[name]), (start_ns, end_ns)):
+                    feed[name](chunk)
+            return writer.finish(src.threads, gpu_rows=src.rows("gpu_ops"))
+    except OSError as exc:  # disk full, permissions: nothing is left behind
+        raise ExportError(f"cannot write {path} ({exc.strerror or exc}); free some space or write it elsewhere.") \
+            from exc
 
 
 def _step_window(src: Source, steps: tuple[int, int]) -> tuple[int, int]:
