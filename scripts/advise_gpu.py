@@ -29,8 +29,12 @@ import synthetic_gpu  # noqa: E402
 
 # Input tensors per step, by recording: advise's batch is 8x32 float32 + 8 int64 labels,
 # diff's is 16x64 float32 + 16 int64 labels.
-BATCH_BYTES = {"advise_cpu": [1024, 64], "diff_base_cpu": [4096, 128], "diff_extra_cpu": [4096, 128],
-               "ranks_cpu": [4096, 128]}
+BATCH_BYTES = {
+    "advise_cpu": [1024, 64],
+    "diff_base_cpu": [4096, 128],
+    "diff_extra_cpu": [4096, 128],
+    "ranks_cpu": [4096, 128],
+}
 COPY_DTOH, MEM_DEVICE, MEM_PAGEABLE = 2, 2, 0
 ITEM_BYTES = 4
 ITEM_LATENCY_NS, ITEM_COPY_NS = 500, 1_000
@@ -62,14 +66,17 @@ def item_copies(con: sqlite3.Connection) -> int:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
             (k_start, k_end, dev, ctx, _stream, corr, pid, ITEM_BYTES, COPY_DTOH, MEM_DEVICE, MEM_PAGEABLE, dev, ctx),
         )
-        con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = ?, end = ? WHERE rowid = ?",
-                    (api_id, k_end, api_row))
+        con.execute(
+            "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = ?, end = ? WHERE rowid = ?", (api_id, k_end, api_row)
+        )
     con.execute(
         "INSERT INTO NVBRIDGE_SYNTHETIC (name, value) VALUES ('item_copies', ?)",
-        (f"{len(rows)} (scripts/advise_gpu.py): the kernel of each aten::_local_scalar_dense range became a "
-         f"{ITEM_BYTES}-byte DtoH copy device->pageable by {synthetic_gpu.MEMCPY_API}, starting "
-         f"{ITEM_LATENCY_NS} ns after its call or when the stream frees, {ITEM_COPY_NS} ns long; the call ends "
-         "when the copy ends",),
+        (
+            f"{len(rows)} (scripts/advise_gpu.py): the kernel of each aten::_local_scalar_dense range became a "
+            f"{ITEM_BYTES}-byte DtoH copy device->pageable by {synthetic_gpu.MEMCPY_API}, starting "
+            f"{ITEM_LATENCY_NS} ns after its call or when the stream frees, {ITEM_COPY_NS} ns long; the call ends "
+            "when the copy ends",
+        ),
     )
     return len(rows)
 
@@ -88,8 +95,10 @@ def main(argv: list[str] | None = None) -> None:
         con.execute("VACUUM")
     finally:
         con.close()
-    print(f"{out}: {counts['runtime']} API calls, {counts['kernel'] - n} kernels, "
-          f"{counts['memcpy'] + n} copies ({n} of them .item() DtoH)")
+    print(
+        f"{out}: {counts['runtime']} API calls, {counts['kernel'] - n} kernels, "
+        f"{counts['memcpy'] + n} copies ({n} of them .item() DtoH)"
+    )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     advice = advise_report(report)
     print(f"FSDP x{args.tiles}: {n_ops:,} ops, {n_gpu:,} GPU ops, {len(advice.findings)} findings")
     print(f"load {load_s:.2f} s, summary {summary_s:.2f} s, advise {advise_s:.2f} s, diff A-A {diff_s:.2f} s")
-    print(f"advise/load {advise_s / load_s:.2f}x, advise/summary {advise_s / summary_s:.2f}x, "
-          f"diff/load {diff_s / load_s:.2f}x")
+    print(
+        f"advise/load {advise_s / load_s:.2f}x, advise/summary {advise_s / summary_s:.2f}x, "
+        f"diff/load {diff_s / load_s:.2f}x"
+    )
     return 0
 
 

@@ -88,16 +88,21 @@ def _of(advice: Advice, kind: str) -> list[Finding]:
 
 def test_fsdp_stream_syncs_wait_and_idle_after_match_raw_sql(fsdp: Advice) -> None:
     path = real_db(FSDP)
-    syncs = raw(path, f"""
-        SELECT y.start, y.end, y.streamId, {PID.replace('globalPid', 'y.globalPid')}
+    syncs = raw(
+        path,
+        f"""
+        SELECT y.start, y.end, y.streamId, {PID.replace("globalPid", "y.globalPid")}
         FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION AS y
         JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r
           ON r.correlationId = y.correlationId AND (r.globalTid >> 24) = (y.globalPid >> 24)
         JOIN StringIds AS s ON s.id = r.nameId
-        WHERE y.syncType IN (1, 3, 4) AND s.value NOT LIKE '%Query%'""")
+        WHERE y.syncType IN (1, 3, 4) AND s.value NOT LIKE '%Query%'""",
+    )
     assert len(syncs) == 30  # cudaStreamSynchronize; cudaEventQuery polls and Stream waits excluded
-    stream_dev = {(int(p), int(st)): int(d) for p, st, d in raw(
-        path, f"SELECT DISTINCT {PID}, streamId, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL")}
+    stream_dev = {
+        (int(p), int(st)): int(d)
+        for p, st, d in raw(path, f"SELECT DISTINCT {PID}, streamId, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    }
     busy = {k: union(v) for k, v in _gpu_by_lane(path).items()}
     after: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)  # per lane: lanes overlap in time
     for s, e, stream, pid in syncs:
@@ -122,8 +127,11 @@ def test_fsdp_gpu_idle_is_the_span_minus_busy_time_per_lane(fsdp: Advice) -> Non
 
 
 def test_fsdp_exposed_nccl_is_nccl_time_not_under_other_kernels(fsdp: Advice) -> None:
-    rows = raw(real_db(FSDP), f"""SELECT {PID}, k.deviceId, k.start, k.end, s.value
-        FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN StringIds AS s ON s.id = k.demangledName""")
+    rows = raw(
+        real_db(FSDP),
+        f"""SELECT {PID}, k.deviceId, k.start, k.end, s.value
+        FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN StringIds AS s ON s.id = k.demangledName""",
+    )
     nccl: dict[str, list[tuple[int, int]]] = defaultdict(list)
     other: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for pid, dev, s, e, name in rows:
@@ -137,8 +145,9 @@ def test_fsdp_exposed_nccl_is_nccl_time_not_under_other_kernels(fsdp: Advice) ->
 
 
 def test_fsdp_pageable_copies_match_memory_kinds_in_raw_sql(fsdp: Advice) -> None:
-    rows = raw(real_db(FSDP), "SELECT start, end, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY "
-                              "WHERE srcKind = 0 OR dstKind = 0")  # ENUM_CUDA_MEM_KIND 0: pageable
+    rows = raw(
+        real_db(FSDP), "SELECT start, end, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE srcKind = 0 OR dstKind = 0"
+    )  # ENUM_CUDA_MEM_KIND 0: pageable
     found = _of(fsdp, "pageable_copy")
     assert sum(f.count for f in found) == len(rows) == 32
     assert sum(dict(f.figures)["bytes"] for f in found) == sum(int(b) for _, _, b in rows)
@@ -147,9 +156,12 @@ def test_fsdp_pageable_copies_match_memory_kinds_in_raw_sql(fsdp: Advice) -> Non
 
 def test_lm_item_is_a_host_sync_under_local_scalar_dense() -> None:
     path = real_db(LM)
-    copies = raw(path, """SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_MEMCPY AS m
+    copies = raw(
+        path,
+        """SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_MEMCPY AS m
         JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = m.correlationId
-        WHERE m.copyKind = 2 AND m.dstKind = 1""")  # DtoH into pageable memory (CUPTI kinds)
+        WHERE m.copyKind = 2 AND m.dstKind = 1""",
+    )  # DtoH into pageable memory (CUPTI kinds)
     syncs = raw(path, "SELECT end - start FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE type = 3")
     found = _of(advise_report(nvbridge.load(path)), "host_sync")
     assert sum(f.count for f in found) == len(copies) + len(syncs) == 42
@@ -160,12 +172,18 @@ def test_lm_item_is_a_host_sync_under_local_scalar_dense() -> None:
 
 def test_pyprof_launch_bound_kernels_match_raw_sql() -> None:
     path = real_db(PYPROF)
-    kernels = raw(path, """SELECT r.globalTid, r.start, r.end, k.end - k.start
+    kernels = raw(
+        path,
+        """SELECT r.globalTid, r.start, r.end, k.end - k.start
         FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r
           ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24)
-        WHERE r.end - r.start <= 1000000""")  # longer launch calls are one-time set-up
-    ranges = raw(path, """SELECT globalTid, start, coalesce(end, 1 << 62), coalesce(text, s.value)
-        FROM NVTX_EVENTS LEFT JOIN StringIds AS s ON s.id = textId WHERE eventType = 59""")
+        WHERE r.end - r.start <= 1000000""",
+    )  # longer launch calls are one-time set-up
+    ranges = raw(
+        path,
+        """SELECT globalTid, start, coalesce(end, 1 << 62), coalesce(text, s.value)
+        FROM NVTX_EVENTS LEFT JOIN StringIds AS s ON s.id = textId WHERE eventType = 59""",
+    )
     getattr_text = "{'mod': 'torch', 'op': '__getattr__', 'args': [{'name': '', 'type': 'str', 'value': 'extra_repr'}]}"
     by_call: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
     for tid, s, e, k_ns in kernels:  # the innermost range around each launch call
@@ -173,12 +191,18 @@ def test_pyprof_launch_bound_kernels_match_raw_sql() -> None:
         if around and max(around)[2] == getattr_text:
             rs, neg_re, _, _ = max(around)
             by_call[(tid, rs, -neg_re)].append((e - s, k_ns))
-    expected = [(launch, k) for rows in by_call.values() for launch, k in rows
-                if k < launch or (len(rows) >= 8 and sum(k for _, k in rows) < 10_000 * len(rows))]
+    expected = [
+        (launch, k)
+        for rows in by_call.values()
+        for launch, k in rows
+        if k < launch or (len(rows) >= 8 and sum(k for _, k in rows) < 10_000 * len(rows))
+    ]
     found = [f for f in _of(advise_report(nvbridge.load(path)), "launch_bound") if f.op == "torch.__getattr__"]
     assert len(found) == 1 and found[0].count == len(expected) == 178
-    assert dict(found[0].figures) == {"kernel_ns": sum(k for _, k in expected),
-                                      "launch_ns": sum(x for x, _ in expected)}
+    assert dict(found[0].figures) == {
+        "kernel_ns": sum(k for _, k in expected),
+        "launch_ns": sum(x for x, _ in expected),
+    }
 
 
 def test_own_recording_names_the_slow_dataloader_the_item_sync_and_the_pageable_copies() -> None:
@@ -190,15 +214,23 @@ def test_own_recording_names_the_slow_dataloader_the_item_sync_and_the_pageable_
     assert top.kind == "gpu_idle" and top.op.startswith("enumerate(DataLoader)#") and "DataLoader" in top.fix
     # its time: the loads' own time (no nested range running) while the GPU had nothing to do
     ranges = raw(ADVISE, "SELECT start, end FROM NVTX_EVENTS WHERE eventType = 59")
-    gpu = raw(ADVISE, "SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
-                      "SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY")
-    own = [p for s, e in in_steps for p in subtract([(s, e)], [(a, b) for a, b in ranges if s <= a and b <= e
-                                                              and (a, b) != (s, e)])]
+    gpu = raw(
+        ADVISE,
+        "SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY",
+    )
+    own = [
+        p
+        for s, e in in_steps
+        for p in subtract([(s, e)], [(a, b) for a, b in ranges if s <= a and b <= e and (a, b) != (s, e)])
+    ]
     assert top.own_ns == length(subtract(own, gpu)) >= 0.9 * sum(e - s for s, e in in_steps)
     assert top.step in {0, 1, 2} and len(in_steps) == 4  # the one in step 3 ends the loop (StopIteration)
 
-    item = raw(ADVISE, """SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_MEMCPY AS m
-        JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = m.correlationId WHERE m.copyKind = 2""")
+    item = raw(
+        ADVISE,
+        """SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_MEMCPY AS m
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = m.correlationId WHERE m.copyKind = 2""",
+    )
     (sync,) = _of(advice, "host_sync")
     assert sync.op == "aten::_local_scalar_dense" and sync.count == len(item) == 5
     assert dict(sync.figures)["wait_ns"] == sum(int(d) for (d,) in item)
@@ -210,8 +242,15 @@ def test_own_recording_names_the_slow_dataloader_the_item_sync_and_the_pageable_
     assert dict(pageable.figures)["bytes"] == sum(int(b) for (b,) in copies)
 
 
-@pytest.mark.parametrize("name", [*ALL_FILES, "sample:advise_cpu+synthetic_gpu.sqlite",
-                                  "sample:cnn_cpu+synthetic_gpu.sqlite", "sample:ranks_cpu+synthetic_gpu.sqlite"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        *ALL_FILES,
+        "sample:advise_cpu+synthetic_gpu.sqlite",
+        "sample:cnn_cpu+synthetic_gpu.sqlite",
+        "sample:ranks_cpu+synthetic_gpu.sqlite",
+    ],
+)
 def test_findings_add_up_honestly(name: str) -> None:
     path = SAMPLE_DB / name.removeprefix("sample:") if name.startswith("sample:") else real_db(name)
     advice = advise_report(nvbridge.load(path))
@@ -255,8 +294,11 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
 def test_own_multi_process_recording_names_the_straggler_rank() -> None:
     path = SAMPLE_DB / "ranks_cpu+synthetic_gpu.sqlite"
     steps: dict[str, dict[int, int]] = defaultdict(dict)
-    for pid, text, dur in raw(path, f"""SELECT {PID.replace('globalPid', 'globalTid')}, text, end - start
-                                        FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'"""):
+    for pid, text, dur in raw(
+        path,
+        f"""SELECT {PID.replace("globalPid", "globalTid")}, text, end - start
+                                        FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'""",
+    ):
         steps[text][pid] = dur
     slow = {max(by_pid, key=by_pid.__getitem__) for by_pid in steps.values()}
     (found,) = _of(advise_report(nvbridge.load(path)), "rank_skew")
@@ -273,27 +315,73 @@ def _built_report(copies: int) -> nvbridge.Report:
 
     n = copies
     call_s = [1_000 + 10_000 * i for i in range(n)]
-    ops = pa.table({"op_id": [0], "parent_id": pa.array([None], pa.int64()), "name": ["aten::index"],
-                    "op_name": ["aten::index"], "module_path": pa.array([None], pa.string()),
-                    "process_id": [7], "thread_id": [7], "start_ns": [0], "end_ns": [10_000 * n + 50_000],
-                    "step": pa.array([None], pa.int64())})
-    api = pa.table({"api_call_id": list(range(n + 1)), "op_id": [0] * (n + 1),
-                    "name": ["cudaMemcpyAsync_v3020"] * n + ["cudaLaunchKernel_v7000"], "process_id": [7] * (n + 1),
-                    "thread_id": [7] * (n + 1), "start_ns": call_s + [10_000 * n + 1_000],
-                    "end_ns": [s + 4_000 for s in call_s] + [10_000 * n + 5_000]})
-    gpu = pa.table({"gpu_op_id": list(range(n + 1)), "op_id": [0] * (n + 1), "api_call_id": list(range(n + 1)),
-                    "kind": ["memcpy"] * n + ["kernel"], "name": ["Memcpy HtoD"] * n + ["k"],
-                    "device_id": [0] * (n + 1), "stream_id": [7] * (n + 1), "process_id": [7] * (n + 1),
-                    "thread_id": [7] * (n + 1), "start_ns": [s + 2_000 for s in call_s] + [10_000 * n + 3_000],
-                    "end_ns": [s + 3_000 for s in call_s] + [10_000 * n + 9_000], "bytes": [256] * n + [None],
-                    "copy_kind": ["HtoD"] * n + [None], "src_kind": ["pinned"] * n + [None],
-                    "dst_kind": ["device"] * n + [None]})
-    syncs = pa.table({"start_ns": pa.array([], pa.int64()), "end_ns": pa.array([], pa.int64()),
-                      "device_id": pa.array([], pa.int64()), "stream_id": pa.array([], pa.int64()),
-                      "sync_type": pa.array([], pa.string()), "api_call_id": pa.array([], pa.int64())})
+    ops = pa.table(
+        {
+            "op_id": [0],
+            "parent_id": pa.array([None], pa.int64()),
+            "name": ["aten::index"],
+            "op_name": ["aten::index"],
+            "module_path": pa.array([None], pa.string()),
+            "process_id": [7],
+            "thread_id": [7],
+            "start_ns": [0],
+            "end_ns": [10_000 * n + 50_000],
+            "step": pa.array([None], pa.int64()),
+        }
+    )
+    api = pa.table(
+        {
+            "api_call_id": list(range(n + 1)),
+            "op_id": [0] * (n + 1),
+            "name": ["cudaMemcpyAsync_v3020"] * n + ["cudaLaunchKernel_v7000"],
+            "process_id": [7] * (n + 1),
+            "thread_id": [7] * (n + 1),
+            "start_ns": call_s + [10_000 * n + 1_000],
+            "end_ns": [s + 4_000 for s in call_s] + [10_000 * n + 5_000],
+        }
+    )
+    gpu = pa.table(
+        {
+            "gpu_op_id": list(range(n + 1)),
+            "op_id": [0] * (n + 1),
+            "api_call_id": list(range(n + 1)),
+            "kind": ["memcpy"] * n + ["kernel"],
+            "name": ["Memcpy HtoD"] * n + ["k"],
+            "device_id": [0] * (n + 1),
+            "stream_id": [7] * (n + 1),
+            "process_id": [7] * (n + 1),
+            "thread_id": [7] * (n + 1),
+            "start_ns": [s + 2_000 for s in call_s] + [10_000 * n + 3_000],
+            "end_ns": [s + 3_000 for s in call_s] + [10_000 * n + 9_000],
+            "bytes": [256] * n + [None],
+            "copy_kind": ["HtoD"] * n + [None],
+            "src_kind": ["pinned"] * n + [None],
+            "dst_kind": ["device"] * n + [None],
+        }
+    )
+    syncs = pa.table(
+        {
+            "start_ns": pa.array([], pa.int64()),
+            "end_ns": pa.array([], pa.int64()),
+            "device_id": pa.array([], pa.int64()),
+            "stream_id": pa.array([], pa.int64()),
+            "sync_type": pa.array([], pa.string()),
+            "api_call_id": pa.array([], pa.int64()),
+        }
+    )
     empty = pa.table({"x": pa.array([], pa.int64())})
-    return nvbridge.Report({"source": "built"}, {"ops": ops, "gpu_ops": gpu, "api_calls": api, "marks": empty,
-                                                 "syncs": syncs, "threads": empty, "devices": empty})
+    return nvbridge.Report(
+        {"source": "built"},
+        {
+            "ops": ops,
+            "gpu_ops": gpu,
+            "api_calls": api,
+            "marks": empty,
+            "syncs": syncs,
+            "threads": empty,
+            "devices": empty,
+        },
+    )
 
 
 def test_small_copies_in_a_loop_on_built_tables() -> None:
@@ -324,13 +412,13 @@ def test_partitioned_dataset_is_advised_report_by_report(tmp_path: Path) -> None
         assert sum(f["time_ns"] for f in d["findings"]) <= d["at_stake_ns"]
 
 
-intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)).map(lambda x: (x[0], x[0] + x[1])),
-                     max_size=8)
+intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)).map(lambda x: (x[0], x[0] + x[1])), max_size=8)
 
 
 @given(intervals, intervals, intervals)
-def test_interval_sets_agree_with_a_boolean_timeline(a: list[tuple[int, int]], b: list[tuple[int, int]],
-                                                     c: list[tuple[int, int]]) -> None:
+def test_interval_sets_agree_with_a_boolean_timeline(
+    a: list[tuple[int, int]], b: list[tuple[int, int]], c: list[tuple[int, int]]
+) -> None:
     def mask(xs: list[tuple[int, int]]) -> np.ndarray:
         m = np.zeros(80, bool)
         for s, e in xs:
@@ -362,8 +450,10 @@ def test_partitioned_dataset_names_the_slowest_rank_per_step(tmp_path: Path) -> 
         shutil.copyfile(f, ranks[-1])
     out = tmp_path / "ds"
     nvbridge.convert(ranks, out)
-    steps = [{t: d for t, d in raw(f, "SELECT text, end - start FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'")}
-             for f in files]
+    steps = [
+        {t: d for t, d in raw(f, "SELECT text, end - start FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'")}
+        for f in files
+    ]
     expected: dict[int, int] = defaultdict(int)  # per rank: summed lead over the other rank
     for text in steps[0]:
         slow = 0 if steps[0][text] > steps[1][text] else 1
@@ -379,4 +469,11 @@ def test_partitioned_dataset_names_the_slowest_rank_per_step(tmp_path: Path) -> 
 def test_cli_on_a_report_without_gpu_work_says_so() -> None:
     result = CliRunner().invoke(cli, ["advise", str(SAMPLE_DB / "cnn_cpu.sqlite")])
     assert result.exit_code == 0 and "No GPU work in this report" in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 100
+
+
+@pytest.mark.parametrize("name", ALL_FILES)
+def test_every_real_export_advises_within_100_columns(name: str) -> None:
+    result = CliRunner().invoke(cli, ["advise", str(real_db(name)), "--limit", "-1", "--steps", "-1"])
+    assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.output.splitlines()) <= 100

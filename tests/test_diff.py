@@ -30,14 +30,24 @@ def raw(path: Path, sql: str) -> list[tuple[Any, ...]]:
 
 def planted(path: Path) -> tuple[int, int, int]:
     """(calls, self CPU ns, self GPU ns) of the aten::mm ranges inside ``blocks.1`` ranges."""
-    mms = raw(path, """SELECT m.globalTid, m.start, m.end FROM NVTX_EVENTS AS m JOIN NVTX_EVENTS AS b
+    mms = raw(
+        path,
+        """SELECT m.globalTid, m.start, m.end FROM NVTX_EVENTS AS m JOIN NVTX_EVENTS AS b
         ON b.globalTid = m.globalTid AND b.start <= m.start AND m.end <= b.end
-        WHERE b.text = 'nn.Module: blocks.1 (Block)' AND m.text LIKE 'aten::mm,%'""")
+        WHERE b.text = 'nn.Module: blocks.1 (Block)' AND m.text LIKE 'aten::mm,%'""",
+    )
     ranges = raw(path, "SELECT globalTid, start, end FROM NVTX_EVENTS WHERE eventType = 59")
     tables = {t for (t,) in raw(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    kernels = [] if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables else raw(path, """
+    kernels = (
+        []
+        if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables
+        else raw(
+            path,
+            """
         SELECT r.globalTid, r.start, r.end, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL AS k
-        JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = k.correlationId""")
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = k.correlationId""",
+        )
+    )
     self_cpu = self_gpu = 0
     for tid, s, e in mms:
         children = [(cs, ce) for t, cs, ce in ranges if t == tid and s <= cs and ce <= e and (cs, ce) != (s, e)]
@@ -60,13 +70,27 @@ def test_the_planted_matmul_is_the_top_row_with_raw_sql_deltas() -> None:
     d = diff_reports(nvbridge.load(BASE), nvbridge.load(EXTRA))
     top = d.ops[0]
     assert (top.op, top.shapes, top.backward, top.module, top.status) == (
-        "aten::mm", "[[16, 64], [64, 64]]", False, "blocks.1", "new")
+        "aten::mm",
+        "[[16, 64], [64, 64]]",
+        False,
+        "blocks.1",
+        "new",
+    )
     calls, self_cpu, self_gpu = planted(EXTRA)
     assert (top.delta("calls"), top.delta("self_cpu_ns"), top.delta("self_gpu_ns")) == (calls, self_cpu, self_gpu)
     assert calls == 3 and self_gpu > 0
     assert planted(BASE) == (0, 0, 0)
-    gpu = [sum(e - s for s, e in raw(p, "SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
-                                        "SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY")) for p in (BASE, EXTRA)]
+    gpu = [
+        sum(
+            e - s
+            for s, e in raw(
+                p,
+                "SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
+                "SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY",
+            )
+        )
+        for p in (BASE, EXTRA)
+    ]
     assert d.gpu_ns == (gpu[0], gpu[1])
 
 

@@ -23,8 +23,7 @@ from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
 from nvbridge.dataset import Report, is_partitioned, load, report_dirs
 
-KIND_ORDER = ("host_sync", "pageable_copy", "small_copies", "launch_bound", "nccl_exposed", "rank_skew",
-              "gpu_idle")
+KIND_ORDER = ("host_sync", "pageable_copy", "small_copies", "launch_bound", "nccl_exposed", "rank_skew", "gpu_idle")
 NO_OP = "(no op range)"
 BETWEEN_OPS = "(Python between ops)"
 IN_STEP = "ProfilerStep (outside ops)"
@@ -131,9 +130,16 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
     if not keep.any():
         return []
     if not keep.all():
-        ev = findings.Evidence(ev.kind, ev.op_row[keep], ev.lane[keep], ev.start_ns[keep], ev.end_ns[keep],
-                               {k: v[keep] for k, v in ev.figures.items()}, ev.per_lane,
-                               None if ev.event is None else ev.event[keep])
+        ev = findings.Evidence(
+            ev.kind,
+            ev.op_row[keep],
+            ev.lane[keep],
+            ev.start_ns[keep],
+            ev.end_ns[keep],
+            {k: v[keep] for k, v in ev.figures.items()},
+            ev.per_lane,
+            None if ev.event is None else ev.event[keep],
+        )
     row = np.asarray(ev.op_row, np.int64)
     has = row >= 0
     name, mod = np.full(len(row), -1, np.int64), np.full(len(row), -1, np.int64)
@@ -152,7 +158,7 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
     enc_s, enc_e = ctx.enc(ev.lane, ev.start_ns), ctx.enc(ev.lane, ev.end_ns)
     out = []
     for gi in range(len(bounds) - 1):  # one pass per finding, not per row
-        rows = order[bounds[gi]:bounds[gi + 1]]
+        rows = order[bounds[gi] : bounds[gi + 1]]
         op, module = _label(ctx, int(row[rows[0]]), ev.kind)
         lanes = tuple(ctx.lane_label(int(x)) for x in spans.distinct(np.sort(ev.lane[rows])))
         figs = tuple((k, int(v[rows].sum())) for k, v in ev.figures.items())
@@ -163,8 +169,10 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
 
 def _steps(ctx: Context) -> tuple[StepTime, ...]:
     busy = spans.clip_per_window(ctx.busy, ctx.step_start, ctx.step_end)
-    return tuple(StepTime(ctx.lane_label(int(lane)), int(n), int(e - s), int(b)) for lane, n, s, e, b in
-                 zip(ctx.step_lane, ctx.step_number, ctx.step_start, ctx.step_end, busy))
+    return tuple(
+        StepTime(ctx.lane_label(int(lane)), int(n), int(e - s), int(b))
+        for lane, n, s, e, b in zip(ctx.step_lane, ctx.step_number, ctx.step_start, ctx.step_end, busy)
+    )
 
 
 def _timeline(ctx: Context) -> spans.Spans:
@@ -215,13 +223,32 @@ def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[
             if t > 0:  # a step run on several lanes adds up
                 totals[n] = totals.get(n, 0) + t
         worst = max(totals, key=lambda n: totals[n]) if totals else None
-        out.append(Finding(d.kind, d.op, d.module, d.lanes, d.count, spans.length(mine), spans.length(own),
-                           worst, tuple(sorted(totals.items())), d.figures, fix_for(d.kind, d.op)))
+        out.append(
+            Finding(
+                d.kind,
+                d.op,
+                d.module,
+                d.lanes,
+                d.count,
+                spans.length(mine),
+                spans.length(own),
+                worst,
+                tuple(sorted(totals.items())),
+                d.figures,
+                fix_for(d.kind, d.op),
+            )
+        )
     span = spans.length(timeline)
     kept = [f for f in out if f.time_ns > 0 and f.time_ns >= min_share * span]
     kept.sort(key=lambda f: (-f.time_ns, KIND_ORDER.index(f.kind), f.op))
-    return Advice(str(report.meta.get("source")), tuple(kept), _steps(ctx), span, spans.length(claimed),
-                  tuple(ctx.lane_label(i) for i in range(len(ctx.lane_process))))
+    return Advice(
+        str(report.meta.get("source")),
+        tuple(kept),
+        _steps(ctx),
+        span,
+        spans.length(claimed),
+        tuple(ctx.lane_label(i) for i in range(len(ctx.lane_process))),
+    )
 
 
 def advise(path: str | os.PathLike[str], min_share: float = 0.0) -> list[Advice]:
@@ -242,8 +269,15 @@ def advise(path: str | os.PathLike[str], min_share: float = 0.0) -> list[Advice]
 
 
 # What the first pass over a partitioned dataset reads: the step ranges, one column elsewhere.
-STEP_COLUMNS = {"ops": ["op_name", "start_ns", "end_ns"], "gpu_ops": ["gpu_op_id"], "api_calls": ["api_call_id"],
-                "marks": ["ts_ns"], "syncs": ["start_ns"], "threads": ["thread_id"], "devices": ["device_id"]}
+STEP_COLUMNS = {
+    "ops": ["op_name", "start_ns", "end_ns"],
+    "gpu_ops": ["gpu_op_id"],
+    "api_calls": ["api_call_id"],
+    "marks": ["ts_ns"],
+    "syncs": ["start_ns"],
+    "threads": ["thread_id"],
+    "devices": ["device_id"],
+}
 
 
 def slowest_reports(steps: list[dict[int, int]]) -> list[dict[int, int]]:

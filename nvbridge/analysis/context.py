@@ -91,8 +91,10 @@ def build(report: Report) -> Context:
     gpu_lane = np.searchsorted(key, g_proc * (1 << 20) + g_dev).astype(np.int64)
     g_end = np_col(gpu, "end_ns") - t0
     if len(g_end) and int(g_end.max()) >= spans.LANE_NS:
-        raise InputError(f"{report.meta.get('source')} spans more than 4.9 hours of GPU work, more than advise "
-                         "reads at once; cut it with `nsys export` time ranges or convert a shorter capture.")
+        raise InputError(
+            f"{report.meta.get('source')} spans more than 4.9 hours of GPU work, more than advise "
+            "reads at once; cut it with `nsys export` time ranges or convert a shorter capture."
+        )
     enc = gpu_lane * spans.LANE_NS + (np_col(gpu, "start_ns") - t0), gpu_lane * spans.LANE_NS + g_end
     step_m = pc.extract_regex(ops.column("op_name"), r"^ProfilerStep#(?P<n>\d+)$")
     is_step = np.asarray(pc.is_valid(step_m).to_numpy(zero_copy_only=False))
@@ -109,9 +111,24 @@ def build(report: Report) -> Context:
     ws = wl * spans.LANE_NS + (op_start[wr] - t0)
     order = np.argsort(ws, kind="stable")
     return Context(
-        report=report, t0=t0, op_name=op_name, op_names=op_names, module=module, modules=modules,
-        op_parent=np_col(ops, "parent_id", fill=-1), op_start=op_start, op_end=op_end,
-        op_thread=np_col(ops, "thread_id"), op_step=np_col(ops, "step", fill=-1), op_step_range=is_step,
-        lane_process=lane_process, lane_device=lane_device, gpu_lane=gpu_lane, busy=spans.union(*enc),
-        step_lane=wl[order], step_number=step_n[wr][order], step_start=ws[order],
-        step_end=(wl * spans.LANE_NS + (op_end[wr] - t0))[order])
+        report=report,
+        t0=t0,
+        op_name=op_name,
+        op_names=op_names,
+        module=module,
+        modules=modules,
+        op_parent=np_col(ops, "parent_id", fill=-1),
+        op_start=op_start,
+        op_end=op_end,
+        op_thread=np_col(ops, "thread_id"),
+        op_step=np_col(ops, "step", fill=-1),
+        op_step_range=is_step,
+        lane_process=lane_process,
+        lane_device=lane_device,
+        gpu_lane=gpu_lane,
+        busy=spans.union(*enc),
+        step_lane=wl[order],
+        step_number=step_n[wr][order],
+        step_start=ws[order],
+        step_end=(wl * spans.LANE_NS + (op_end[wr] - t0))[order],
+    )

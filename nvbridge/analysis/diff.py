@@ -91,23 +91,29 @@ def _op_groups(report: Report) -> pa.Table:
     ops = report.ops
     is_step = pc.starts_with(ops.column("op_name"), "ProfilerStep#")
     ops = ops.filter(pc.invert(is_step.fill_null(False)))
-    t = pa.table({
-        "op": ops.column("op_name").cast(pa.string()),
-        "shapes": ops.column("input_shapes").cast(pa.string()).fill_null(""),
-        "backward": ops.column("is_backward").fill_null(False),
-        "module": ops.column("module_path").cast(pa.string()).fill_null(""),
-        "calls": pa.array(np.ones(ops.num_rows, np.int64)),
-        **{c: ops.column(c) for c in OP_SUMS[1:]},
-    })
+    t = pa.table(
+        {
+            "op": ops.column("op_name").cast(pa.string()),
+            "shapes": ops.column("input_shapes").cast(pa.string()).fill_null(""),
+            "backward": ops.column("is_backward").fill_null(False),
+            "module": ops.column("module_path").cast(pa.string()).fill_null(""),
+            "calls": pa.array(np.ones(ops.num_rows, np.int64)),
+            **{c: ops.column(c) for c in OP_SUMS[1:]},
+        }
+    )
     agg = t.group_by(list(KEYS), use_threads=False).aggregate([(c, "sum") for c in OP_SUMS])
     return agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
 
 
 def _kernel_groups(report: Report) -> pa.Table:
     g = report.gpu_ops
-    t = pa.table({"name": g.column("name").cast(pa.string()),
-                  "ns": pa.array(np_col(g, "end_ns") - np_col(g, "start_ns")),
-                  "count": pa.array(np.ones(g.num_rows, np.int64))})
+    t = pa.table(
+        {
+            "name": g.column("name").cast(pa.string()),
+            "ns": pa.array(np_col(g, "end_ns") - np_col(g, "start_ns")),
+            "count": pa.array(np.ones(g.num_rows, np.int64)),
+        }
+    )
     agg = t.group_by(["name"], use_threads=False).aggregate([("count", "sum"), ("ns", "sum")])
     return agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
 
@@ -143,13 +149,19 @@ class Side:
 def side_of(report: Report) -> Side:
     """One report's groups."""
     g = report.gpu_ops
-    return Side(str(report.meta.get("source")), _op_groups(report), _kernel_groups(report), step_times(report.ops),
-                int((np_col(g, "end_ns") - np_col(g, "start_ns")).sum()))
+    return Side(
+        str(report.meta.get("source")),
+        _op_groups(report),
+        _kernel_groups(report),
+        step_times(report.ops),
+        int((np_col(g, "end_ns") - np_col(g, "start_ns")).sum()),
+    )
 
 
 def merged(sides: list[Side], source: str) -> Side:
     """The reports of a partitioned dataset as one side: groups add up; a step lasts as long as
     its slowest report (ranks run a step together)."""
+
     def regroup(tables: list[pa.Table], keys: list[str]) -> pa.Table:
         sums = [c for c in tables[0].column_names if c not in keys]
         agg = pa.concat_tables(tables).group_by(keys, use_threads=False).aggregate([(c, "sum") for c in sums])
@@ -159,8 +171,13 @@ def merged(sides: list[Side], source: str) -> Side:
     for side in sides:
         for n, ns in side.steps.items():
             steps[n] = max(steps.get(n, 0), ns)
-    return Side(source, regroup([x.ops for x in sides], list(KEYS)), regroup([x.kernels for x in sides], ["name"]),
-                steps, sum(x.gpu_ns for x in sides))
+    return Side(
+        source,
+        regroup([x.ops for x in sides], list(KEYS)),
+        regroup([x.kernels for x in sides], ["name"]),
+        steps,
+        sum(x.gpu_ns for x in sides),
+    )
 
 
 def _ops(a: Side, b: Side, by_gpu: bool) -> tuple[OpDelta, ...]:
@@ -175,9 +192,18 @@ def _ops(a: Side, b: Side, by_gpu: bool) -> tuple[OpDelta, ...]:
     order = np.lexsort((-np.abs(vb[differ, 0] - va[differ, 0]), side != 2, -impact))
     differ, side = differ[order], side[order]
     keys = {k: j.column(k).take(pa.array(differ)).to_pylist() for k in KEYS}
-    return tuple(OpDelta(keys["op"][i], keys["shapes"][i], bool(keys["backward"][i]), keys["module"][i],
-                         STATUS[int(side[i])], tuple(int(x) for x in va[r]), tuple(int(x) for x in vb[r]))
-                 for i, r in enumerate(differ.tolist()))
+    return tuple(
+        OpDelta(
+            keys["op"][i],
+            keys["shapes"][i],
+            bool(keys["backward"][i]),
+            keys["module"][i],
+            STATUS[int(side[i])],
+            tuple(int(x) for x in va[r]),
+            tuple(int(x) for x in vb[r]),
+        )
+        for i, r in enumerate(differ.tolist())
+    )
 
 
 def _kernels(a: Side, b: Side) -> tuple[KernelDelta, ...]:
@@ -187,8 +213,10 @@ def _kernels(a: Side, b: Side) -> tuple[KernelDelta, ...]:
     differ = differ[np.argsort(-np.abs(nb[differ] - na[differ]), kind="stable")]
     names = j.column("name").take(pa.array(differ)).to_pylist()
     side = np_col(j, "side")
-    return tuple(KernelDelta(names[i], STATUS[int(side[r])], int(ca[r]), int(cb[r]), int(na[r]), int(nb[r]))
-                 for i, r in enumerate(differ.tolist()))
+    return tuple(
+        KernelDelta(names[i], STATUS[int(side[r])], int(ca[r]), int(cb[r]), int(na[r]), int(nb[r]))
+        for i, r in enumerate(differ.tolist())
+    )
 
 
 def diff_sides(a: Side, b: Side) -> Diff:
@@ -196,8 +224,15 @@ def diff_sides(a: Side, b: Side) -> Diff:
     sa, sb = a.steps, b.steps
     steps = tuple(StepDelta(n, sa.get(n), sb.get(n)) for n in sorted(set(sa) | set(sb)) if sa.get(n) != sb.get(n))
     mean = tuple(sum(s.values()) / len(s) if s else None for s in (sa, sb))
-    return Diff(a.source, b.source, (a.gpu_ns, b.gpu_ns), (mean[0], mean[1]),
-                _ops(a, b, by_gpu=bool(a.gpu_ns or b.gpu_ns)), _kernels(a, b), steps)
+    return Diff(
+        a.source,
+        b.source,
+        (a.gpu_ns, b.gpu_ns),
+        (mean[0], mean[1]),
+        _ops(a, b, by_gpu=bool(a.gpu_ns or b.gpu_ns)),
+        _kernels(a, b),
+        steps,
+    )
 
 
 def diff_reports(a: Report, b: Report) -> Diff:

@@ -98,8 +98,10 @@ def host_syncs(ctx: Context) -> Evidence:
     ok[ok] = np.char.find(api_name[call[ok]].astype(str), "Query") < 0
     call = call[ok]
     w_start, w_end = np_col(sy, "start_ns")[ok], np_col(sy, "end_ns")[ok]
-    lane = ctx.lane_of(api_proc[call], _sync_device(ctx, api_proc[call], np_col(sy, "stream_id", fill=-1)[ok],
-                                                    np_col(sy, "device_id", fill=-1)[ok]))
+    lane = ctx.lane_of(
+        api_proc[call],
+        _sync_device(ctx, api_proc[call], np_col(sy, "stream_id", fill=-1)[ok], np_col(sy, "device_id", fill=-1)[ok]),
+    )
     # A device-to-host copy into pageable memory, or by a synchronous cudaMemcpy, returns only
     # when the copy is done: the host waited for the GPU through the whole call.
     g = r.gpu_ops
@@ -200,16 +202,27 @@ def copies(ctx: Context) -> list[Evidence]:
     memcpy = kind == "memcpy"
     blocking = (copy_kind == "DtoH") & (dst == "pageable")  # a host sync: host_syncs has it
     pageable = memcpy & ((src == "pageable") | (dst == "pageable")) & ~blocking
-    out = [Evidence("pageable_copy", op[pageable], ctx.gpu_lane[pageable], s[pageable], e[pageable],
-                    {"bytes": nbytes[pageable]})]
+    out = [
+        Evidence(
+            "pageable_copy", op[pageable], ctx.gpu_lane[pageable], s[pageable], e[pageable], {"bytes": nbytes[pageable]}
+        )
+    ]
     call = np_col(g, "api_call_id", fill=-1)
     small = memcpy & ~pageable & ~blocking & (nbytes < SMALL_COPY_BYTES) & (call >= 0) & (op >= 0)
     if small.any():
         per_op = np.bincount(op[small], minlength=len(ctx.op_name))
         small &= per_op[np.maximum(op, 0)] >= SMALL_COPIES_MIN
     c = call[small]
-    out.append(Evidence("small_copies", op[small], ctx.gpu_lane[small], np_col(api, "start_ns")[c],
-                        np_col(api, "end_ns")[c], {"bytes": nbytes[small]}))
+    out.append(
+        Evidence(
+            "small_copies",
+            op[small],
+            ctx.gpu_lane[small],
+            np_col(api, "start_ns")[c],
+            np_col(api, "end_ns")[c],
+            {"bytes": nbytes[small]},
+        )
+    )
     return out
 
 
@@ -242,16 +255,20 @@ def launch_bound(ctx: Context) -> Evidence:
         _, inverse, counts = np.unique(group, return_inverse=True, return_counts=True)
         ok[ok] = counts[inverse.ravel()] >= LAUNCH_BOUND_MIN
     c = call[ok]
-    return Evidence("launch_bound", op[ok], ctx.gpu_lane[ok], a_s[c], a_e[c],
-                    {"kernel_ns": k_ns[ok], "launch_ns": a_e[c] - a_s[c]})
+    return Evidence(
+        "launch_bound", op[ok], ctx.gpu_lane[ok], a_s[c], a_e[c], {"kernel_ns": k_ns[ok], "launch_ns": a_e[c] - a_s[c]}
+    )
 
 
 def nccl_exposed(ctx: Context) -> Evidence:
     """NCCL kernel time on a lane not overlapped by any other kernel of that lane."""
     g = ctx.report.gpu_ops
     kernel = _strings(g.column("kind")) == "kernel"
-    nccl = kernel & np.asarray(pc.match_substring(g.column("name").cast("string"), "nccl", ignore_case=True)
-                               .fill_null(False).to_numpy(zero_copy_only=False))
+    nccl = kernel & np.asarray(
+        pc.match_substring(g.column("name").cast("string"), "nccl", ignore_case=True)
+        .fill_null(False)
+        .to_numpy(zero_copy_only=False)
+    )
     s, e = ctx.enc(ctx.gpu_lane, np_col(g, "start_ns")), ctx.enc(ctx.gpu_lane, np_col(g, "end_ns"))
     exposed = spans.minus(spans.union(s[nccl], e[nccl]), spans.union(s[kernel & ~nccl], e[kernel & ~nccl]))
     rows = np.flatnonzero(nccl)
@@ -261,8 +278,14 @@ def nccl_exposed(ctx: Context) -> Evidence:
     k = rows[np.maximum(np.searchsorted(s[rows], exposed[0], "right") - 1, 0)] if len(rows) else rows
     lane = exposed[0] // spans.LANE_NS
     op = np_col(g, "op_id", fill=-1)[k] if len(k) else np.zeros(0, np.int64)
-    return Evidence("nccl_exposed", op, lane, exposed[0] - lane * spans.LANE_NS + ctx.t0,
-                    exposed[1] - lane * spans.LANE_NS + ctx.t0, per_lane=True)
+    return Evidence(
+        "nccl_exposed",
+        op,
+        lane,
+        exposed[0] - lane * spans.LANE_NS + ctx.t0,
+        exposed[1] - lane * spans.LANE_NS + ctx.t0,
+        per_lane=True,
+    )
 
 
 def rank_skew(ctx: Context) -> Evidence:
@@ -298,4 +321,10 @@ def report_skew(ctx: Context, skew_by_step: Mapping[int, int]) -> Evidence:
 
 
 DETECTORS: tuple[Callable[[Context], Evidence | list[Evidence]], ...] = (
-    host_syncs, copies, launch_bound, nccl_exposed, rank_skew, gpu_idle)
+    host_syncs,
+    copies,
+    launch_bound,
+    nccl_exposed,
+    rank_skew,
+    gpu_idle,
+)

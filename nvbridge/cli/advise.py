@@ -48,11 +48,14 @@ def render(advice: Advice, limit: int, steps: int) -> str:
     share = advice.at_stake_ns / advice.span_ns if advice.span_ns else 0.0
     lines = [f"nvbridge advise: {advice.source}"]
     if not advice.lanes:
-        return "\n".join(lines + ["No GPU work in this report: nothing to advise on (record with nsys profile "
-                                  "-t cuda,nvtx)."])
+        return "\n".join(
+            lines + ["No GPU work in this report: nothing to advise on (record with nsys profile -t cuda,nvtx)."]
+        )
     lanes = f"{len(advice.lanes)} lane" + ("s" if len(advice.lanes) > 1 else "")
-    lines.append(f"GPU timeline {_ms(advice.span_ns)} ({lanes}); findings cover {_ms(advice.at_stake_ns)} "
-                 f"({100 * share:.1f}%), each moment counted once.")
+    lines.append(
+        f"GPU timeline {_ms(advice.span_ns)} ({lanes}); findings cover {_ms(advice.at_stake_ns)} "
+        f"({100 * share:.1f}%), each moment counted once."
+    )
     if not advice.findings:
         return "\n".join(lines + ["No findings above the bound."])
     lines += ["", HEADER]
@@ -60,17 +63,20 @@ def render(advice: Advice, limit: int, steps: int) -> str:
     for i, f in enumerate(shown, 1):
         pct = 100 * f.time_ns / advice.span_ns if advice.span_ns else 0.0
         step = "-" if f.step is None else str(f.step)
-        lines.append(f"{i:>3}  {f.kind:<13}  {_op(f):<38}  {step:>5}  {f.count:>7,}  {_ms(f.time_ns):>10}  "
-                     f"{pct:>5.1f}%")
+        lines.append(
+            f"{i:>3}  {f.kind:<13}  {_op(f):<38}  {step:>5}  {f.count:>7,}  {_ms(f.time_ns):>10}  {pct:>5.1f}%"
+        )
         lines.append(_detail(f))
     if len(shown) < len(advice.findings):
         lines.append(f"... {len(advice.findings) - len(shown)} more (--limit -1 shows all)")
     if advice.steps and steps:
         lines += ["", "GPU idle share per step:"]
-        worst = sorted(advice.steps, key=lambda s: -s.idle_share)[:steps if steps > 0 else None]
+        worst = sorted(advice.steps, key=lambda s: -s.idle_share)[: steps if steps > 0 else None]
         for s in sorted(worst, key=lambda s: (s.step, s.lane)):
-            lines.append(f"  step {s.step:<5} {s.lane:<24} {_ms(s.step_ns):>10}  busy {_ms(s.busy_ns):>10}  "
-                         f"{100 * s.idle_share:5.1f}% idle")
+            lines.append(
+                f"  step {s.step:<5} {s.lane:<24} {_ms(s.step_ns):>10}  busy {_ms(s.busy_ns):>10}  "
+                f"{100 * s.idle_share:5.1f}% idle"
+            )
     return "\n".join(lines)
 
 
@@ -88,10 +94,16 @@ def as_json(advice: Advice) -> dict[str, Any]:
 @click.command("advise")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--limit", default=15, show_default=True, help="Findings to show (-1: all).")
-@click.option("--steps", "step_lines", default=10, show_default=True,
-              help="Steps to list with their GPU idle share, the idlest first (0: none, -1: all).")
-@click.option("--min-share", default=0.0, show_default=True,
-              help="Drop findings below this percentage of the GPU timeline.")
+@click.option(
+    "--steps",
+    "step_lines",
+    default=10,
+    show_default=True,
+    help="Steps to list with their GPU idle share, the idlest first (0: none, -1: all).",
+)
+@click.option(
+    "--min-share", default=0.0, show_default=True, help="Drop findings below this percentage of the GPU timeline."
+)
 @click.option("--json", "json_out", is_flag=True, help="Print the findings and steps as JSON.")
 def advise_cmd(path: Path, limit: int, step_lines: int, min_share: float, json_out: bool) -> None:
     """Ranked findings: the op, module and step to change, the time at stake and a fix."""

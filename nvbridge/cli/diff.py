@@ -37,7 +37,7 @@ def _pct(a: float, b: float) -> str:
 
 def _op_cell(d: OpDelta) -> str:
     text = d.op + (f" {d.shapes}" if d.shapes else "") + (f" ({d.module})" if d.module else "")
-    return text if len(text) <= OP_WIDTH else text[:OP_WIDTH - 1] + "~"
+    return text if len(text) <= OP_WIDTH else text[: OP_WIDTH - 1] + "~"
 
 
 def render(d: Diff, limit: int) -> str:
@@ -51,11 +51,16 @@ def render(d: Diff, limit: int) -> str:
     if not (d.ops or d.kernels or d.steps):
         return "\n".join(lines + ["No differences."])
     if d.ops:
-        lines += ["", f"{'op [input shapes] (module)':<{OP_WIDTH}}  dir  {'calls':>6}  {'self CPU':>10}  "
-                      f"{'self GPU':>10}  status"]
+        lines += [
+            "",
+            f"{'op [input shapes] (module)':<{OP_WIDTH}}  dir  {'calls':>6}  {'self CPU':>10}  "
+            f"{'self GPU':>10}  status",
+        ]
         for o in d.ops[:limit] if limit >= 0 else d.ops:
-            lines.append(f"{_op_cell(o):<{OP_WIDTH}}  {'bwd' if o.backward else 'fwd'}  {o.delta('calls'):>+6}  "
-                         f"{_signed(o.delta('self_cpu_ns')):>10}  {_signed(o.delta('self_gpu_ns')):>10}  {o.status}")
+            lines.append(
+                f"{_op_cell(o):<{OP_WIDTH}}  {'bwd' if o.backward else 'fwd'}  {o.delta('calls'):>+6}  "
+                f"{_signed(o.delta('self_cpu_ns')):>10}  {_signed(o.delta('self_gpu_ns')):>10}  {o.status}"
+            )
         if 0 <= limit < len(d.ops):
             lines.append(f"... {len(d.ops) - limit} more op rows (--limit -1 shows all)")
     if d.kernels:
@@ -97,8 +102,11 @@ def _bound(text: str | None) -> float | None:
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path))
 @click.option("--limit", default=20, show_default=True, help="Op and kernel rows to show (-1: all).")
-@click.option("--fail-above", default=None,
-              help="Exit with status 1 when total GPU time or mean step time grew by more than this (5%).")
+@click.option(
+    "--fail-above",
+    default=None,
+    help="Exit with status 1 when total GPU time or mean step time grew by more than this (5%).",
+)
 @click.option("--json", "json_out", is_flag=True, help="Print the comparison as JSON.")
 def diff_cmd(a: Path, b: Path, limit: int, fail_above: str | None, json_out: bool) -> None:
     """Compare two reports or datasets by (op, input shapes, direction, module)."""
