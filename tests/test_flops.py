@@ -173,16 +173,14 @@ def check_scaled_mm(name: str, op: Any) -> None:
 
 
 def check_flex(name: str, op: Any) -> None:
-    from torch.nn.attention.flex_attention import flex_attention
-
-    for q_shape, k_shape, v_shape in ATTN[:1]:
+    # FlopCounterMode cannot run flex attention (a higher-order op) on a CPU build: torch's
+    # registered formula, which the mode would call, is the reference.
+    for q_shape, k_shape, v_shape in ATTN:
         q, k, v = t(*q_shape), t(*k_shape), t(*v_shape)
         if name == "flex_attention":
-            with pytest.warns(UserWarning, match="without torch.compile"):  # eager: unfused, same FLOPs
-                expected = counted(lambda: flex_attention(q, k, v))
+            expected = flop_registry[op](q, k, v)
             assert ours(name, q, k, v) == expected > 0
         else:
-            # A CPU build cannot run flex attention's backward: torch's registered formula is the reference.
             out = torch.empty(*q_shape[:3], v_shape[3])
             lse = torch.empty(*q_shape[:3])
             expected = flop_registry[op](q, k, v, out, lse, torch.randn_like(out))
@@ -216,3 +214,57 @@ def check_for(name: str) -> Callable[[str, Any], None]:
 def test_every_registry_op_counts_as_torch_does(op: Any) -> None:
     name = "aten::" + str(op).split(".", 1)[1] if str(op).startswith("aten.") else str(op)
     check_for(name)(name, op)
+
+
+@pytest.mark.parametrize(("node", "forward", "bias", "batched"), [
+    ("MmBackward0", torch.mm, False, False), ("AddmmBackward0", torch.addmm, True, False),
+    ("BmmBackward0", torch.bmm, False, True), ("BaddbmmBackward0", torch.baddbmm, True, True)])
+def test_matmul_backward_nodes_count_as_torch_does(node: str, forward: Any, bias: bool, batched: bool) -> None:
+    for a_shape, b_shape in BATCHED if batched else MATMULS:
+        a, b = t(*a_shape, grad=True), t(*b_shape, grad=True)
+        args = (t(b_shape[-1], grad=True), a, b) if bias else (a, b)
+        y = forward(*args)
+        assert ours(node, *args) == counted(lambda: y.backward(torch.ones_like(y))) > 0
+
+
+def dtype_name(x: Any) -> str:
+    return str(x.dtype).removeprefix("torch.")
+
+
+def tensor_bytes(*tensors: Any) -> int:
+    return sum(x.numel() * x.element_size() for x in tensors)
+
+
+ELEMENTWISE = [
+    ("aten::add", lambda a, b: torch.add(a, b), 2), ("aten::mul_", lambda a, b: a.mul_(b), 2),
+    ("aten::relu", torch.relu, 1), ("aten::sigmoid", torch.sigmoid, 1), ("aten::clone", torch.clone, 1),
+    ("aten::gt", lambda a, b: torch.gt(a, b), 2), ("Tensor.__iadd__", lambda a, b: a.__iadd__(b), 2),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("name", "fn", "arity"), ELEMENTWISE, ids=[e[0] for e in ELEMENTWISE])
+def test_elementwise_bytes_are_inputs_plus_output(name: str, fn: Any, arity: int, dtype: Any) -> None:
+    for shapes in (((4, 5), (4, 5)), ((3, 1, 6), (6,)), ((8,), (8,))):
+        inputs = [torch.randn(*s).to(dtype) for s in shapes[:arity]]
+        expected_in = tensor_bytes(*inputs)
+        out = fn(*inputs)
+        cost = op_cost(name, shapes_of(*inputs), [dtype_name(x) for x in inputs])
+        assert cost.bytes == expected_in + tensor_bytes(out)
+        assert cost.flops == (0 if name == "aten::clone" else out.numel())
+        assert cost.dtype == dtype_name(inputs[0]) and not cost.dtype_assumed
+
+
+def test_copy_bytes_are_source_read_plus_destination_written() -> None:
+    dst, src = torch.empty(16, 8, dtype=torch.float16), torch.randn(16, 8)
+    cost = op_cost("aten::copy_", shapes_of(dst, src), [dtype_name(dst), dtype_name(src)])
+    assert (cost.flops, cost.bytes) == (0, tensor_bytes(dst, src))
+
+
+def test_unknown_ops_are_unknown_and_missing_dtypes_are_assumed() -> None:
+    assert op_cost("aten::frobnicate", [(3, 4)]).flops is None
+    assert op_cost("aten::mm", [(3, 4), (5, 6)]).flops is None  # shapes that cannot multiply
+    assert op_cost("aten::mm", None).bytes is None
+    cost = op_cost("aten::mm", [(3, 4), (4, 5)])
+    assert cost.dtype_assumed and cost.dtype == "float32" and cost.bytes == 4 * (12 + 20 + 15)
+    assert op_cost("aten::view", [(3, 4), ()]).flops == 0
