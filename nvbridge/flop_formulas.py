@@ -101,7 +101,8 @@ def conv_output(x: Shape, w: Shape, args: dict[str, Any], transposed: bool) -> S
         spatial = [(i - 1) * s - 2 * p + d * (k - 1) + e + 1
                    for i, s, p, d, k, e in zip(x[2:], stride, padding, dilation, kernel, extra)]
         return (x[0], w[1] * groups, *spatial)
-    spatial = [(i + 2 * p - d * (k - 1) - 1) // s + 1 for i, s, p, d, k in zip(x[2:], stride, padding, dilation, kernel)]
+    spatial = [(i + 2 * p - d * (k - 1) - 1) // s + 1
+               for i, s, p, d, k in zip(x[2:], stride, padding, dilation, kernel)]
     return (x[0], w[0], *spatial)
 
 

@@ -135,7 +135,7 @@ def op_cost(op_name: str, shapes: list[Shape] | None, dtypes: list[str | None] |
     known = [d for d in (dtypes or []) if d and d != "-"]
     # The compute precision: the first floating-point input's (embedding indices are int64).
     floating = [d for d in known if PRECISION.get(d, "int8") != "int8"]
-    dtype = (floating or known or [None])[0]
+    dtype = floating[0] if floating else known[0] if known else None
     assumed = dtype is None
     elt = DTYPE_BYTES.get(dtype or ASSUMED_DTYPE, 4)
     if shapes is None:

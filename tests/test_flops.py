@@ -1,3 +1,4 @@
+# ruff: noqa: B023  (each lambda runs inside counted(), before its loop moves on)
 """nvbridge.flops against torch.utils.flop_counter.FlopCounterMode: every op in torch's registry,
 several shapes each, forward and backward; bytes against tensors built here."""
 
