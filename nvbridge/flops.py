@@ -19,10 +19,15 @@ Element sizes come from the recorded dtypes, else ``ASSUMED_DTYPE`` (reported as
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 Shape = tuple[int, ...]
 
@@ -149,6 +154,8 @@ def op_cost(op_name: str, shapes: list[Shape] | None, dtypes: list[str | None] |
         flops, moved = _cost(base, backward, shapes, sizes, elt, args or {})
     except (ValueError, IndexError, TypeError, ZeroDivisionError):
         flops, moved = None, None
+    if flops is None and moved is None:
+        return Cost(None, None, None, True)
     return Cost(flops, moved, dtype or ASSUMED_DTYPE, assumed)
 
 
@@ -207,3 +214,43 @@ def _cost(base: str, backward: bool, shapes: list[Shape], sizes: list[int], elt:
     if base in ("embedding", "embedding_bag") and len(tensors) >= 2:
         return f.embedding(shapes, sizes)
     return None, None
+
+
+COST_SCHEMA = pa.schema([("flops", pa.int64()), ("bytes", pa.int64()), ("compute_dtype", pa.string()),
+                         ("dtype_assumed", pa.bool_())])
+
+
+@lru_cache(maxsize=1 << 16)
+def _cost_of_text(op_name: str, shapes: str | None, dtypes: str | None) -> Cost:
+    """op_cost of one distinct (name, sizes text, dtypes text): a training loop repeats them."""
+    if shapes is None:
+        return Cost(None, None, None, True)
+    try:
+        parsed = json.loads(shapes)
+        dims = [tuple(int(d) for d in s) for s in parsed]
+    except (ValueError, TypeError):
+        return Cost(None, None, None, True)
+    types = None if dtypes is None else [d.strip() for d in dtypes.strip("[]").split(",")]
+    return op_cost(op_name, dims, types)
+
+
+def cost_columns(op_name: pa.Array, shapes: pa.Array, dtypes: pa.Array) -> dict[str, pa.Array]:
+    """The ops table's cost columns (COST_SCHEMA) from its op_name, input_shapes and
+    input_dtypes: each distinct triple is costed once, then taken back to the rows."""
+    n = len(op_name)
+    cols = {field.name: pa.nulls(n, field.type) for field in COST_SCHEMA}
+    if shapes.null_count == n:
+        return cols
+    keys = pc.binary_join_element_wise(op_name.cast(pa.string()).fill_null(""), shapes.fill_null(_NULL),
+                                       dtypes.fill_null(_NULL), _SEP).dictionary_encode()
+    values = [_cost_of_text(*(None if part == _NULL else part for part in key.split(_SEP)))
+              for key in keys.dictionary.to_pylist()]
+    index = keys.indices
+    cols["flops"] = pa.array([v.flops for v in values], pa.int64()).take(index)
+    cols["bytes"] = pa.array([v.bytes for v in values], pa.int64()).take(index)
+    cols["compute_dtype"] = pa.array([v.dtype for v in values], pa.string()).take(index)
+    cols["dtype_assumed"] = pa.array([v.dtype_assumed if v.dtype else None for v in values], pa.bool_()).take(index)
+    return cols
+
+
+_SEP, _NULL = "\x1f", "\x00"

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge import names
+from nvbridge import flops, names
 from nvbridge.columns import dense_ids, np_col, one_chunk
 
 # A forward op is keyed by (process, thread or "any", seq) packed into one int64: a dense
@@ -260,6 +260,8 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
         name: parsed.column(name) for name in ("op_name", "seq", "torch_op_id", "input_op_ids", "fwd_tid",
                                                "is_backward")}
     cols["input_shapes"] = shapes
+    cols["input_dtypes"] = parsed.column("input_dtypes")
+    cols.update(flops.cost_columns(one_chunk(op_name), one_chunk(shapes), one_chunk(cols["input_dtypes"])))
     cols["module_path"] = module_path
     cols["fwd_op_id"] = pa.array(link, mask=link < 0)
     cols["step"] = step

@@ -1,0 +1,66 @@
+"""FLOPs and bytes on real reports, against formulas computed here from the raw marker text."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from math import prod
+from typing import Any
+
+import nvbridge
+from tests.conftest import raw, real_db
+
+PYPROF = "nvprof-2020-pytorch14-pyprof-lm.sqlite"
+ELEMENT = {"float32": 4, "float16": 2, "int64": 8}
+
+
+def raw_markers() -> list[dict[str, Any]]:
+    """Every PyProf op marker's dict, one per range (flags 2: the range's start row)."""
+    texts = raw(real_db(PYPROF), "SELECT s.value FROM CUPTI_ACTIVITY_KIND_MARKER m "
+                                 "JOIN StringTable s ON s._id_ = m.name WHERE m.flags = 2")
+    markers = []
+    for (text,) in texts:
+        if str(text).startswith("{'mod'"):
+            markers.append(ast.literal_eval(str(text)))
+    return markers
+
+
+def matmul_flops(op: str, shapes: list[tuple[int, ...]]) -> int | None:
+    """2 x multiply-adds: (m, k) @ (k, n), batched; linear is x @ w.T."""
+    if op == "linear":
+        x, w = shapes[0], shapes[1]
+        return 2 * prod(x[:-1]) * x[-1] * w[0]
+    if op in ("mm", "bmm", "matmul"):
+        a, b = shapes[0], shapes[1]
+        return 2 * prod(a[:-1]) * a[-1] * b[-1]
+    return None
+
+
+def test_pyprof_matmul_flops_equal_the_marker_formula() -> None:
+    expected: Counter[tuple[str, int, int]] = Counter()
+    for marker in raw_markers():
+        tensors = [a for a in marker["args"] if a["type"] == "tensor"]
+        flops = matmul_flops(marker["op"], [tuple(a["shape"]) for a in tensors])
+        if flops is not None:
+            # Bytes: both inputs (and linear's bias) read, the output written, float32 each.
+            out = prod(tensors[0]["shape"][:-1]) * (tensors[1]["shape"][0] if marker["op"] == "linear"
+                                                    else tensors[1]["shape"][-1])
+            moved = sum(prod(a["shape"]) * ELEMENT[a["dtype"]] for a in tensors) + out * 4
+            expected[(f"{marker['mod']}.{marker['op']}", flops, moved)] += 1
+    assert sum(expected.values()) >= 12 and {k[0] for k in expected} >= {
+        "torch.nn.functional.linear", "torch.bmm", "Tensor.matmul"}
+
+    ops = nvbridge.load(real_db(PYPROF)).df("ops")
+    mine = ops[ops["op_name"].isin({k[0] for k in expected})]
+    got = Counter(zip(mine["op_name"], mine["flops"].astype(int), mine["bytes"].astype(int)))
+    assert got == expected
+    assert set(mine["compute_dtype"]) == {"float32"} and not mine["dtype_assumed"].any()
+
+
+def test_pyprof_ops_without_a_formula_are_unknown_not_zero() -> None:
+    ops = nvbridge.load(real_db(PYPROF)).df("ops")
+    # multi_head_attention_forward is a composite PyProf cannot see into: no count.
+    mha = ops[ops["op_name"] == "torch.nn.functional.multi_head_attention_forward"]
+    assert len(mha) and mha["flops"].isna().all()
+    views = ops[ops["op_name"].isin(["Tensor.view", "Tensor.transpose"])]
+    assert len(views) and (views["flops"] == 0).all() and (views["bytes"] == 0).all()
