@@ -47,7 +47,8 @@ BACKWARD_NODE = r"Backwards?\d*$"
 
 PARSED_SCHEMA = pa.schema([
     ("op_name", pa.string()), ("seq", pa.int64()), ("torch_op_id", pa.int64()),
-    ("input_shapes", pa.string()), ("input_dtypes", pa.string()), ("input_op_ids", pa.string()), ("fwd_tid", pa.int64()),
+    ("input_shapes", pa.string()), ("input_dtypes", pa.string()), ("input_op_ids", pa.string()),
+    ("fwd_tid", pa.int64()),
     ("is_backward", pa.bool_()), ("module", pa.string()), ("step", pa.int64()),
     ("stack", pa.list_(pa.string())),
 ])
