@@ -230,7 +230,7 @@ def _cost_of_text(op_name: str, shapes: str | None, dtypes: str | None) -> Cost:
         dims = [tuple(int(d) for d in s) for s in parsed]
     except (ValueError, TypeError):
         return Cost(None, None, None, True)
-    types = None if dtypes is None else [d.strip() for d in dtypes.strip("[]").split(",")]
+    types: list[str | None] | None = None if dtypes is None else [d.strip() for d in dtypes.strip("[]").split(",")]
     return op_cost(op_name, dims, types)
 
 
