@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.analysis.throughput import COST_AGGREGATES, COST_COLUMNS, cost_inputs
 from nvbridge.columns import np_col, sum_by
 
 GroupBy = Literal["name", "shape", "module", "stack"]
@@ -32,7 +33,7 @@ TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 # the ops columns, without the range names (unique per row; op_name is what they group by).
 SUMMARY_COLUMNS: dict[str, list[str]] = {
     "ops": ["op_id", "parent_id", "depth", "op_name", "start_ns", "end_ns", "self_cpu_ns", "total_cpu_ns",
-            "self_gpu_ns", "total_gpu_ns", "input_shapes", "module_path", "stack"],
+            "self_gpu_ns", "total_gpu_ns", "input_shapes", "module_path", "stack", *COST_COLUMNS],
     "gpu_ops": ["op_id", "kind", "device_id", "start_ns", "end_ns", "bytes", "copy_kind"],
     "api_calls": [], "marks": [], "syncs": [], "threads": [],
 }
@@ -161,6 +162,7 @@ def key_averages(ops: pa.Table, gpu_ops: pa.Table, *, group_by_input_shape: bool
         "cpu_total_ns": ops.column("total_cpu_ns"),
         "self_gpu_ns": pa.array(self_gpu),
         "gpu_total_ns": pa.array(total_gpu),
+        **cost_inputs(ops),
     }
     keys = ["name"]
     if group_by_input_shape:
@@ -179,8 +181,9 @@ def key_averages(ops: pa.Table, gpu_ops: pa.Table, *, group_by_input_shape: bool
         table = table.filter(ops.column("parent_id").is_null())
     agg = table.group_by(keys, use_threads=False).aggregate([
         ("self_cpu_ns", "sum"), ("cpu_total_ns", "sum"), ("self_gpu_ns", "sum"), ("gpu_total_ns", "sum"),
-        ("name", "count")])
-    agg = agg.rename_columns([c.replace("_sum", "").replace("name_count", "calls") for c in agg.column_names])
+        ("name", "count"), *COST_AGGREGATES])
+    agg = agg.rename_columns([c.replace("_sum", "").replace("_min", "").replace("name_count", "calls")
+                              for c in agg.column_names])
     calls = agg.column("calls")
     agg = agg.append_column("cpu_avg_ns", pc.divide(agg.column("cpu_total_ns").cast(pa.float64()), calls))
     agg = agg.append_column("gpu_avg_ns", pc.divide(agg.column("gpu_total_ns").cast(pa.float64()), calls))
@@ -227,8 +230,9 @@ def merge_averages(parts: list[KeyAverages]) -> KeyAverages:
     rows = pa.concat_tables([p.rows.select(list(parts[0].rows.column_names)) for p in parts])
     keys = list(parts[0].group_by)
     agg = rows.group_by(keys, use_threads=False).aggregate([
-        (c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")])
-    agg = agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
+        *((c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")),
+        *COST_AGGREGATES])
+    agg = agg.rename_columns([c.removesuffix("_sum").removesuffix("_min") for c in agg.column_names])
     calls = agg.column("calls")
     agg = agg.append_column("cpu_avg_ns", pc.divide(agg.column("cpu_total_ns").cast(pa.float64()), calls))
     agg = agg.append_column("gpu_avg_ns", pc.divide(agg.column("gpu_total_ns").cast(pa.float64()), calls))

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+import nvbridge.analysis.throughput as throughput
 from nvbridge.analysis import SUMMARY_COLUMNS, format_time, merge_averages, parse_time, rank_facts, rank_summary
 from nvbridge.cli._common import errors, human_bytes
 from nvbridge.dataset import is_partitioned, load, report_dirs
@@ -53,8 +54,12 @@ def _gpu_lines(summary: list[dict[str, object]]) -> list[str]:
 @click.option("--top-level", is_flag=True, help="Only ops without a parent range.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows and the GPU header as JSON.")
+@click.option("--peak-tflops", type=float, default=None,
+              help="Peak TFLOP/s for %% of peak and MFU (default: the GPU table, by the report's device name).")
+@click.option("--peak-gbps", type=float, default=None, help="Peak memory bandwidth in GB/s for %% of peak.")
 def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth: int, min_time: str,
-                name_regex: str | None, device: int | None, top_level: bool, as_csv: bool, as_json: bool) -> None:
+                name_regex: str | None, device: int | None, top_level: bool, as_csv: bool, as_json: bool,
+                peak_tflops: float | None, peak_gbps: float | None) -> None:
     """Print a torch-style key_averages table for a report or a converted dataset."""
     with errors():
         try:
@@ -65,7 +70,8 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
         # and the per-report aggregates, however many ranks the run had.
         sources: list[Path] = report_dirs(path) if is_partitioned(path) else [path]
         several = len(sources) > 1
-        parts, facts, gpu = [], [], []
+        parts, facts, gpu, flop_figures = [], [], [], []
+        peaks = None
         for source in sources:
             report = load(source, SUMMARY_COLUMNS, in_order=False)
             parts.append(report.key_averages(
@@ -76,16 +82,21 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
             if several:
                 facts.append(rank_facts(report, header))
             gpu += [dict(d, report=report.meta.get("source"), several=several) for d in header]
+            peaks = peaks or throughput.device_peaks(report.devices, report.gpu_ops, device, peak_tflops, peak_gbps)
+            label = (f"rank {report.meta['rank']}" if report.meta.get("rank") not in (None, "None")
+                     else str(report.meta.get("source"))) if several else ""
+            flop_figures.append((label, throughput.mfu(report.ops, report.gpu_ops, peaks)))
             del report
         averages = parts[0] if len(parts) == 1 else merge_averages(parts)
         ranks = rank_summary(facts) if several else None
         try:
-            rows = averages.sorted(sort_by, limit, name_regex, min_us)
+            rows = throughput.rates(averages.sorted(sort_by, limit, name_regex, min_us), peaks)
             text = averages.table(sort_by, limit, name_regex, min_us)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--sort") from exc
     if as_json:
-        click.echo(json.dumps({"gpu": gpu, "ranks": ranks, "rows": rows.to_pylist()}, indent=1))
+        click.echo(json.dumps({"gpu": gpu, "ranks": ranks, "flops": dict(flop_figures) if several else
+                               flop_figures[0][1], "rows": rows.to_pylist()}, indent=1, default=_jsonable))
     elif as_csv:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=rows.column_names)
@@ -99,3 +110,11 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
         for line in _gpu_lines(gpu):
             click.echo(line)
         click.echo(text, nl=False)
+        for line in throughput.header_lines(peaks, flop_figures):
+            click.echo(line)
+        click.echo(throughput.cost_table(rows, averages.group_by), nl=False)
+
+
+def _jsonable(value: object) -> object:
+    """NaN-free JSON: numpy floats as floats."""
+    return float(value) if isinstance(value, float | int) else str(value)
