@@ -16,8 +16,22 @@ from nvbridge.dataset import load
 @click.option("--step", type=int, default=None, help="Draw ProfilerStep#N.")
 @click.option("--start", "start", default=None, help="Window start, from the first event (e.g. 1.5s, 200ms).")
 @click.option("--end", "end", default=None, help="Window end, from the first event.")
-def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end: str | None) -> None:
+@click.option("--roofline", is_flag=True, help="Draw the roofline instead: ops by arithmetic intensity and TFLOP/s.")
+@click.option("--peak-tflops", type=float, default=None, help="Roofline: peak TFLOP/s (default: the GPU table).")
+@click.option("--peak-gbps", type=float, default=None, help="Roofline: peak memory bandwidth in GB/s.")
+def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end: str | None, roofline: bool,
+             peak_tflops: float | None, peak_gbps: float | None) -> None:
     """Draw one step or window as a timeline picture: host threads above GPU streams, idle GPU shaded."""
+    if roofline:
+        with errors():
+            from nvbridge import roofline as roof
+            from nvbridge.analysis.throughput import device_peaks
+
+            report = load(path)
+            drawn = roof.render(report, output, device_peaks(report.devices, report.gpu_ops, None, peak_tflops,
+                                                             peak_gbps))
+        click.echo(f"Wrote {output} ({drawn} ops).")
+        return
     if step is not None and (start or end):
         raise click.BadParameter("give either --step or --start/--end, not both", param_hint="--step")
     with errors():
