@@ -122,6 +122,14 @@ def base_name(op_name: str) -> tuple[str, bool]:
     return name, False
 
 
+def is_model_op(op_name: str) -> bool:
+    """Whether an op counts toward model FLOPs (MFU): matmuls, convolutions, attention and their
+    backward, the families torch's FlopCounterMode counts."""
+    base, _ = base_name(op_name)
+    return base in _MATMUL_FWD or base in _CONV_FWD or base in _SDPA_FWD or base in _SDPA_BWD or \
+        base == "convolution_backward"
+
+
 def op_cost(op_name: str, shapes: list[Shape] | None, dtypes: list[str | None] | None = None,
             args: dict[str, Any] | None = None) -> Cost:
     """FLOPs and bytes of one op.

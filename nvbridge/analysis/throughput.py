@@ -9,8 +9,9 @@ Formulas (docs/flops.md):
 - % of peak = achieved TFLOP/s / min(peak TFLOP/s, intensity x peak GB/s): the share of the
   roofline at that intensity, i.e. of peak FLOP/s when compute-bound, of bandwidth when memory-bound;
 - MFU of a step = model FLOPs / (step wall time x peak TFLOP/s x GPUs that ran kernels), where
-  model FLOPs count each op with a known cost once: ops nested in a counted op (``aten::mm``
-  inside ``aten::linear``, a backward node's kernels' ops) are not added again.
+  model FLOPs are those of matmuls, convolutions and attention (FlopCounterMode's families),
+  each counted once: ops nested in a counted op (``aten::mm`` inside ``aten::linear`` or
+  inside ``AddmmBackward0``) are not added again.
 
 Unknown costs stay unknown: a group's FLOPs sum the calls whose cost is known and
 ``unknown_calls`` says how many were not.
@@ -92,9 +93,13 @@ def rates(rows: pa.Table, peaks: Peaks | None) -> pa.Table:
 
 
 def counted_once(ops: pa.Table) -> np.ndarray:
-    """Rows whose cost counts toward model FLOPs: known FLOPs and no ancestor with known FLOPs."""
+    """Rows whose FLOPs count toward model FLOPs: a model op (flops.is_model_op) with known
+    FLOPs and no such op among its ancestors."""
     n = ops.num_rows
+    names = ops.column("op_name").cast(pa.string()).fill_null("").combine_chunks().dictionary_encode()
+    model = np.array([costs.is_model_op(name) for name in names.dictionary.to_pylist()], bool)
     known = np.asarray(ops.column("flops").is_valid().to_numpy(zero_copy_only=False)) if n else np.zeros(0, bool)
+    known &= model[np.asarray(names.indices.to_numpy(zero_copy_only=False), np.int64)] if n else known
     row = np.full(n + 1, -1, np.int64)
     row[np_col(ops, "op_id")] = np.arange(n)
     parent, depth = row[np_col(ops, "parent_id", fill=-1)], np_col(ops, "depth")
@@ -113,6 +118,8 @@ def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]
     if "flops" not in ops.column_names or not ops.num_rows:
         return {"flops": None, "precision": None, "assumed_dtype_ops": 0, "steps": []}
     once = counted_once(ops)
+    if not once.any():
+        return {"flops": None, "precision": None, "assumed_dtype_ops": 0, "steps": []}
     f = np_col(ops, "flops", fill=0)
     dtypes = np.asarray(ops.column("compute_dtype").cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False))
     by_precision: Counter[str] = Counter()
@@ -184,15 +191,16 @@ def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]])
                                if getattr(peaks, p) is not None)
         lines.append(f"Peaks ({peaks.name}): {rates_text} TFLOP/s; {peaks.gbps:g} GB/s")
     for label, fig in figures:
-        if fig["flops"] is None:
-            continue
         where = f"{label}: " if label else ""
+        if fig["flops"] is None:
+            lines.append(f"{where}model FLOPs unknown: no matmul, convolution or attention op records its shapes")
+            continue
         assumed = (f"; {fig['assumed_dtype_ops']:,} ops without recorded dtypes assume {costs.ASSUMED_DTYPE}"
                    if fig["assumed_dtype_ops"] else "")
         lines.append(f"{where}model FLOPs {_si(fig['flops'], 'FLOP')} ({fig['precision'] or 'no known'} precision, "
                      f"{fig['gpus']} GPU){assumed}")
         for st in fig["steps"]:
-            value = "unknown peak" if st["mfu_pct"] is None else f"{st['mfu_pct']:.2f}%"
+            value = "unknown peak" if st["mfu_pct"] is None else f"{st['mfu_pct']:.3g}%"
             lines.append(f"{where}  step {st['step']}: MFU {value} ({_si(st['flops'], 'FLOP')} in "
                          f"{st['wall_ns'] / 1e6:.3f} ms)")
     return lines
