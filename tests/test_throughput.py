@@ -168,3 +168,19 @@ def test_roofline_picture(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["plot", str(SAMPLE), "-o", str(tmp_path / "none.png"), "--roofline"])
     assert result.exit_code == 1 and "no op has both a known FLOP count and GPU time" in result.output
     assert not (tmp_path / "none.png").exists()
+
+
+def test_a_dataset_written_before_cost_columns_still_summarizes(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "old"
+    nvbridge.convert(SAMPLE, out)
+    ops = pq.read_table(out / "ops.parquet")
+    pq.write_table(ops.drop_columns(["flops", "bytes", "compute_dtype", "dtype_assumed", "input_dtypes"]),
+                   out / "ops.parquet")
+    result = CliRunner().invoke(cli, ["summary", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = __import__("json").loads(result.stdout)["rows"]
+    assert rows and all(r["unknown_calls"] == r["calls"] and r["flops"] == 0 for r in rows)
+    result = CliRunner().invoke(cli, ["summary", str(out)])
+    assert "model FLOPs unknown: the dataset has no cost columns; convert the report again" in result.stdout

@@ -115,11 +115,11 @@ def counted_once(ops: pa.Table) -> np.ndarray:
 
 def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]:
     """Model FLOPs, their precision and MFU per ``ProfilerStep#N`` (docs/flops.md)."""
-    if "flops" not in ops.column_names or not ops.num_rows:
-        return {"flops": None, "precision": None, "assumed_dtype_ops": 0, "steps": []}
-    once = counted_once(ops)
+    if "flops" not in ops.column_names:
+        return {"flops": None, "unknown": "the dataset has no cost columns; convert the report again", "steps": []}
+    once = counted_once(ops) if ops.num_rows else np.zeros(0, bool)
     if not once.any():
-        return {"flops": None, "precision": None, "assumed_dtype_ops": 0, "steps": []}
+        return {"flops": None, "unknown": "no matmul, convolution or attention op records its shapes", "steps": []}
     f = np_col(ops, "flops", fill=0)
     dtypes = np.asarray(ops.column("compute_dtype").cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False))
     by_precision: Counter[str] = Counter()
@@ -193,7 +193,7 @@ def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]])
     for label, fig in figures:
         where = f"{label}: " if label else ""
         if fig["flops"] is None:
-            lines.append(f"{where}model FLOPs unknown: no matmul, convolution or attention op records its shapes")
+            lines.append(f"{where}model FLOPs unknown: {fig['unknown']}")
             continue
         assumed = (f"; {fig['assumed_dtype_ops']:,} ops without recorded dtypes assume {costs.ASSUMED_DTYPE}"
                    if fig["assumed_dtype_ops"] else "")
