@@ -269,3 +269,26 @@ def test_unknown_ops_are_unknown_and_missing_dtypes_are_assumed() -> None:
     cost = op_cost("aten::mm", [(3, 4), (4, 5)])
     assert cost.dtype_assumed and cost.dtype == "float32" and cost.bytes == 4 * (12 + 20 + 15)
     assert op_cost("aten::view", [(3, 4), ()]).flops == 0
+
+
+def test_backward_nodes_get_their_forward_ops_dtypes_and_cost() -> None:
+    """Through the engine: nvbridge's grammar with dtypes; the node inherits shapes and dtypes."""
+    from nvbridge.engine import correlate
+    from tests.test_correlate import _range, profile
+
+    model = correlate(profile([
+        _range(10, 20, "aten::addmm, seq = 9, op_id = 1, sizes = [[4], [2, 3], [3, 4], [], []], "
+                       "dtypes = [bf16, bf16, bf16, -, -]"),
+        _range(200, 210, "AddmmBackward0, stashed seq = 9, fwd_tid = 1", tid=2),
+        _range(300, 310, "aten::addmm, seq = 10, op_id = 2, sizes = [[4], [2, 3], [3, 4], [], []]"),
+    ], [], []))
+    fwd, node, plain = model.ops.to_pylist()
+    a, b, c = torch.randn(4, dtype=torch.bfloat16), torch.randn(2, 3, dtype=torch.bfloat16), \
+        torch.randn(3, 4, dtype=torch.bfloat16)
+    assert fwd["flops"] == counted(lambda: torch.addmm(a, b, c)) == 48
+    assert fwd["bytes"] == tensor_bytes(a, b, c, torch.addmm(a, b, c))
+    assert (fwd["compute_dtype"], fwd["dtype_assumed"]) == ("bf16", False)
+    assert node["input_dtypes"] == "[bf16, bf16, bf16, -, -]" and node["compute_dtype"] == "bf16"
+    assert node["flops"] == 2 * fwd["flops"] and node["bytes"] == 2 * fwd["bytes"]
+    assert (plain["compute_dtype"], plain["dtype_assumed"]) == ("float32", True)
+    assert plain["bytes"] == 2 * fwd["bytes"]  # float32: twice bf16's bytes
