@@ -184,3 +184,22 @@ def test_a_dataset_written_before_cost_columns_still_summarizes(tmp_path: Path) 
     assert rows and all(r["unknown_calls"] == r["calls"] and r["flops"] == 0 for r in rows)
     result = CliRunner().invoke(cli, ["summary", str(out)])
     assert "model FLOPs unknown: the dataset has no cost columns; convert the report again" in result.stdout
+
+
+def test_mfu_per_rank_of_a_partitioned_dataset(tmp_path: Path) -> None:
+    import shutil
+
+    inputs = []
+    for rank in (0, 1):
+        inputs.append(tmp_path / f"rank{rank}.sqlite")
+        shutil.copyfile(SAMPLE, inputs[-1])
+    result = CliRunner().invoke(cli, ["convert", *map(str, inputs), "-o", str(tmp_path / "ds"), "-q"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--peak-tflops", "0.002", "--json"])
+    figures = __import__("json").loads(result.stdout)["flops"]
+    single = throughput.mfu(nvbridge.load(SAMPLE).ops, nvbridge.load(SAMPLE).gpu_ops, resolve(None, 0.002))
+    assert sorted(figures) == ["rank 0", "rank 1"]
+    for fig in figures.values():
+        assert [s["mfu_pct"] for s in fig["steps"]] == [s["mfu_pct"] for s in single["steps"]]
+    text = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--peak-tflops", "0.002"]).stdout
+    assert "rank 0:   step 0: MFU" in text and "rank 1:   step 1: MFU" in text
