@@ -26,6 +26,7 @@ from functools import lru_cache
 from math import prod
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -262,3 +263,16 @@ def cost_columns(op_name: pa.Array, shapes: pa.Array, dtypes: pa.Array) -> dict[
 
 
 _SEP, _NULL = "\x1f", "\x00"
+
+
+def with_rates(ops: pa.Table) -> pa.Table:
+    """``ops`` plus achieved_tflops, achieved_gbps (over total_gpu_ns) and intensity (FLOP per
+    byte); null where the cost or the GPU time is unknown or zero."""
+    t = np.asarray(ops.column("total_gpu_ns").to_numpy(zero_copy_only=False), np.float64)
+    f = np.asarray(ops.column("flops").to_numpy(zero_copy_only=False), np.float64)  # NaN: unknown
+    b = np.asarray(ops.column("bytes").to_numpy(zero_copy_only=False), np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rates = {"achieved_tflops": f / t / 1e3, "achieved_gbps": b / t, "intensity": f / b}
+    for name, values in rates.items():
+        ops = ops.append_column(name, pa.array(values, mask=~np.isfinite(values)))
+    return ops

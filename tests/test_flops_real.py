@@ -55,6 +55,24 @@ def test_pyprof_matmul_flops_equal_the_marker_formula() -> None:
     got = Counter(zip(mine["op_name"], mine["flops"].astype(int), mine["bytes"].astype(int)))
     assert got == expected
     assert set(mine["compute_dtype"]) == {"float32"} and not mine["dtype_assumed"].any()
+    # Achieved TFLOP/s over the op's GPU time: the kernels launched inside its range, summed here
+    # from raw SQL.
+    db = real_db(PYPROF)
+    ranges = raw(db, "SELECT s.value, a.timestamp, b.timestamp FROM CUPTI_ACTIVITY_KIND_MARKER a "
+                     "JOIN CUPTI_ACTIVITY_KIND_MARKER b ON b.id = a.id AND b.flags = 4 "
+                     "JOIN StringTable s ON s._id_ = a.name WHERE a.flags = 2 AND s.value LIKE '{''mod''%'")
+    launches = raw(db, "SELECT r.start, k.\"end\" - k.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+                       "JOIN CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL k ON k.correlationId = r.correlationId")
+    rates: Counter[tuple[str, float]] = Counter()
+    for text, begin, finish in ranges:
+        marker = ast.literal_eval(str(text))
+        tensors = [tuple(a["shape"]) for a in marker["args"] if a["type"] == "tensor"]
+        flops = matmul_flops(marker["op"], tensors)
+        gpu_ns = sum(int(str(d)) for t, d in launches if int(str(begin)) <= int(str(t)) <= int(str(finish)))
+        if flops is not None and gpu_ns:
+            rates[(f"{marker['mod']}.{marker['op']}", round(flops / gpu_ns / 1e3, 9))] += 1
+    timed = mine[mine["total_gpu_ns"] > 0]
+    assert Counter(zip(timed["op_name"], timed["achieved_tflops"].round(9))) == rates and len(rates) >= 5
 
 
 def test_pyprof_ops_without_a_formula_are_unknown_not_zero() -> None:
