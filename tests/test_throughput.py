@@ -90,8 +90,13 @@ def test_summary_prints_mfu_and_states_the_assumed_dtype() -> None:
     assert result.exit_code == 0, result.output
     assert "ops without recorded dtypes assume float32" in result.stdout
     assert "step 0: MFU " in result.stdout and "step 1: MFU " in result.stdout
+    assert "Unknown calls" in result.stdout  # the cost table under torch's
     result = CliRunner().invoke(cli, ["summary", str(SAMPLE)])
     assert "Peaks: unknown GPU; give --peak-tflops and --peak-gbps" in result.stdout
+    # No row with a known cost: the header says why, and no empty table follows.
+    result = CliRunner().invoke(cli, ["summary", str(ROOT / "sample_db" / "cnn_cpu+synthetic_gpu.sqlite")])
+    assert "model FLOPs unknown: no matmul, convolution or attention op records its shapes" in result.stdout
+    assert "Unknown calls" not in result.stdout
 
 
 def test_rates_follow_the_documented_formulas() -> None:
@@ -168,6 +173,8 @@ def test_roofline_picture(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["plot", str(SAMPLE), "-o", str(tmp_path / "none.png"), "--roofline"])
     assert result.exit_code == 1 and "no op has both a known FLOP count and GPU time" in result.output
     assert not (tmp_path / "none.png").exists()
+    result = CliRunner().invoke(cli, ["plot", str(SAMPLE), "-o", str(out), "--roofline", "--step", "1"])
+    assert result.exit_code == 2 and "the roofline covers the whole report" in result.stderr
 
 
 def test_a_dataset_written_before_cost_columns_still_summarizes(tmp_path: Path) -> None:

@@ -22,6 +22,9 @@ from nvbridge.dataset import load
 def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end: str | None, roofline: bool,
              peak_tflops: float | None, peak_gbps: float | None) -> None:
     """Draw one step or window as a timeline picture: host threads above GPU streams, idle GPU shaded."""
+    if roofline and (step is not None or start or end):
+        raise click.BadParameter("the roofline covers the whole report; drop --step/--start/--end",
+                                 param_hint="--roofline")
     if roofline:
         with errors():
             from nvbridge import roofline as roof

@@ -112,7 +112,8 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
         click.echo(text, nl=False)
         for line in throughput.header_lines(peaks, flop_figures):
             click.echo(line)
-        click.echo(throughput.cost_table(rows, averages.group_by), nl=False)
+        if any(r < c for r, c in zip(rows.column("unknown_calls").to_pylist(), rows.column("calls").to_pylist())):
+            click.echo(throughput.cost_table(rows, averages.group_by), nl=False)
 
 
 def _jsonable(value: object) -> object:
