@@ -30,6 +30,7 @@ class Peaks:
     bf16: float | None = None
     fp8: float | None = None
     int8: float | None = None
+    gbps_source: str = "datasheet"
 
     def tflops(self, precision: str) -> float | None:
         """Peak TFLOP/s for a precision (nvbridge.flops.PRECISION names); fp32 for unknown ones."""
@@ -101,12 +102,15 @@ def lookup(device_name: str | None) -> Peaks | None:
 
 
 def resolve(device_name: str | None, peak_tflops: float | None = None, peak_gbps: float | None = None,
-            ) -> Peaks | None:
-    """The device's peaks with the user's overrides (which apply to every precision); None when
-    neither the table nor the overrides give a figure."""
+            recorded_gbps: float | None = None) -> Peaks | None:
+    """The device's peaks: the table's, with the bandwidth the report recorded for the device
+    (``recorded_gbps``) and the user's overrides (TFLOP/s for every precision) over them; None
+    when none of these gives a figure."""
     found = lookup(device_name)
-    if peak_tflops is None and peak_gbps is None:
+    if peak_tflops is None and peak_gbps is None and not recorded_gbps:
         return found
     base = found or Peaks(device_name or "GPU", 0.0)
     flops = {p: peak_tflops if peak_tflops is not None else getattr(base, p) for p in PRECISIONS}
-    return Peaks(base.name, peak_gbps if peak_gbps is not None else base.gbps, **flops)
+    gbps, source = ((peak_gbps, "--peak-gbps") if peak_gbps is not None
+                    else (recorded_gbps, "report") if recorded_gbps else (base.gbps, base.gbps_source))
+    return Peaks(base.name, gbps, **flops, gbps_source=source)

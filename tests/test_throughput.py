@@ -149,12 +149,28 @@ def test_device_names_pick_their_row(name: str, row: str) -> None:
     assert peaks is not None and peaks.name == row
 
 
+def test_recorded_bandwidth_reaches_the_devices_table_and_the_peaks() -> None:
+    db = real_db("nsys-2024.2-pyprof-markers.sqlite")
+    (recorded,) = raw(db, "SELECT DISTINCT memoryBandwidth FROM TARGET_INFO_GPU")
+    report = nvbridge.load(db)
+    assert set(report.devices.column("memory_gbps").to_pylist()) == {float(str(recorded[0])) / 1e9}
+    peaks = throughput.device_peaks(report.devices, report.gpu_ops)
+    assert peaks is not None and peaks.name == "A100 40GB" and peaks.gbps_source == "report"
+    assert peaks.gbps == float(str(recorded[0])) / 1e9 and peaks.bf16 == 312
+    nvprof = real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite")
+    (kbps,) = raw(nvprof, "SELECT globalMemoryBandwidth FROM CUPTI_ACTIVITY_KIND_DEVICE")
+    assert nvbridge.load(nvprof).devices.column("memory_gbps").to_pylist() == [float(str(kbps[0])) / 1e6]
+
+
 def test_overrides_replace_the_table() -> None:
     assert lookup("NVIDIA A10G") is None and lookup(None) is None
     peaks = resolve("NVIDIA A100-SXM4-40GB", peak_tflops=100.0)
     assert peaks is not None and peaks.gbps == 1555 and peaks.tflops("bf16") == peaks.tflops("fp32") == 100.0
     peaks = resolve("mystery GPU", peak_gbps=500.0)
     assert peaks is not None and peaks.gbps == 500 and peaks.tflops("fp32") is None
+    # The user's figure over the report's, the report's over the datasheet's.
+    assert resolve("NVIDIA A10", recorded_gbps=590.0).gbps == 590.0  # type: ignore[union-attr]
+    assert resolve("NVIDIA A10", peak_gbps=100.0, recorded_gbps=590.0).gbps == 100.0  # type: ignore[union-attr]
 
 
 def test_roofline_picture(tmp_path: Path) -> None:

@@ -58,8 +58,11 @@ def device_peaks(devices: pa.Table, gpu_ops: pa.Table, device: int | None = None
         ids = np_col(gpu_ops, "device_id", fill=-1)
         ids = ids[ids >= 0]
         device = int(np.bincount(ids).argmax()) if len(ids) else None
-    names = dict(zip(np_col(devices, "device_id", fill=-1).tolist(), devices.column("name").to_pylist()))
-    return resolve(names.get(device) if device is not None else None, peak_tflops, peak_gbps)
+    ids = np_col(devices, "device_id", fill=-1).tolist()
+    names = dict(zip(ids, devices.column("name").to_pylist()))
+    recorded = dict(zip(ids, devices.column("memory_gbps").to_pylist())) if "memory_gbps" in devices.column_names \
+        else {}
+    return resolve(names.get(device), peak_tflops, peak_gbps, recorded.get(device))
 
 
 def rates(rows: pa.Table, peaks: Peaks | None) -> pa.Table:
@@ -189,7 +192,7 @@ def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]])
     else:
         rates_text = ", ".join(f"{p} {getattr(peaks, p):g}" for p in ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
                                if getattr(peaks, p) is not None)
-        lines.append(f"Peaks ({peaks.name}): {rates_text} TFLOP/s; {peaks.gbps:g} GB/s")
+        lines.append(f"Peaks ({peaks.name}): {rates_text} TFLOP/s; {peaks.gbps:.0f} GB/s ({peaks.gbps_source})")
     for label, fig in figures:
         where = f"{label}: " if label else ""
         if fig["flops"] is None:

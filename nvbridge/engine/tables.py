@@ -79,7 +79,10 @@ def other_tables(engine: Correlator, marks: pa.Table, threads: pa.Table, devices
     seen = set(np_col(devices, "device_id", fill=-1).tolist())
     extra = sorted({int(d) for d in np.unique(np_col(engine.gpu, "device_id", fill=-1)) if d >= 0} - seen)
     # Devices the report names, plus any device a GPU op ran on that it does not name.
-    extra_t = pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())})
+    if "memory_gbps" not in devices.column_names:  # a reader that knows no bandwidth
+        devices = devices.append_column("memory_gbps", pa.nulls(devices.num_rows, pa.float64()))
+    extra_t = pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string()),
+                        "memory_gbps": pa.nulls(len(extra), pa.float64())})
     return {
         "marks": marks.sort_by([("ts_ns", "ascending")]),
         "syncs": syncs.append_column("api_call_id", pa.array(s_api, mask=s_api < 0)).sort_by(
