@@ -229,29 +229,57 @@ COST_SCHEMA = pa.schema([("flops", pa.int64()), ("bytes", pa.int64()), ("compute
                          ("dtype_assumed", pa.bool_())])
 
 
+# Non-tensor parameters by position (from the first), with defaults where the signature has
+# them: what PyProf's recorded argument values mean for the ops whose cost needs them.
+_CONV_ND = (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))
+_CONV_T = (("stride", 1), ("padding", 0), ("output_padding", 0), ("groups", 1), ("dilation", 1))
+_CONV_ATEN = (("stride", None), ("padding", None), ("dilation", None), ("transposed", None),
+              ("output_padding", None), ("groups", None))
+_PARAMETERS = {**dict.fromkeys(("conv1d", "conv2d", "conv3d"), (3, _CONV_ND)),
+               **dict.fromkeys(("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"), (3, _CONV_T)),
+               **dict.fromkeys(("convolution", "_convolution"), (3, _CONV_ATEN))}
+
+
+def call_args(op_name: str, values: list[Any]) -> dict[str, Any]:
+    """Named parameters from recorded argument values (``{"name": value}`` items by name, the
+    others by position), defaults filled in; empty for ops whose cost needs none."""
+    base, _ = base_name(op_name)
+    first, params = _PARAMETERS.get(base, (0, ()))
+    out = {name: default for name, default in params if default is not None}
+    for i, value in enumerate(values):
+        if isinstance(value, dict):
+            out.update(value)
+        elif first <= i < first + len(params) and value is not None:
+            out[params[i - first][0]] = value
+    return out
+
+
 @lru_cache(maxsize=1 << 16)
-def _cost_of_text(op_name: str, shapes: str | None, dtypes: str | None) -> Cost:
-    """op_cost of one distinct (name, sizes text, dtypes text): a training loop repeats them."""
+def _cost_of_text(op_name: str, shapes: str | None, dtypes: str | None, values: str | None = None) -> Cost:
+    """op_cost of one distinct (name, sizes, dtypes, values text): a training loop repeats them."""
     if shapes is None:
         return Cost(None, None, None, True)
     try:
         parsed = json.loads(shapes)
         dims = [tuple(int(d) for d in s) for s in parsed]
+        args = call_args(op_name, json.loads(values)) if values else None
     except (ValueError, TypeError):
         return Cost(None, None, None, True)
     types: list[str | None] | None = None if dtypes is None else [d.strip() for d in dtypes.strip("[]").split(",")]
-    return op_cost(op_name, dims, types)
+    return op_cost(op_name, dims, types, args)
 
 
-def cost_columns(op_name: pa.Array, shapes: pa.Array, dtypes: pa.Array) -> dict[str, pa.Array]:
-    """The ops table's cost columns (COST_SCHEMA) from its op_name, input_shapes and
-    input_dtypes: each distinct triple is costed once, then taken back to the rows."""
+def cost_columns(op_name: pa.Array, shapes: pa.Array, dtypes: pa.Array,
+                 values: pa.Array | None = None) -> dict[str, pa.Array]:
+    """The ops table's cost columns (COST_SCHEMA) from its op_name, input_shapes, input_dtypes
+    and input_values: each distinct combination is costed once, then taken back to the rows."""
     n = len(op_name)
     cols = {field.name: pa.nulls(n, field.type) for field in COST_SCHEMA}
     if shapes.null_count == n:
         return cols
+    values = pa.nulls(n, pa.string()) if values is None else values
     keys = pc.binary_join_element_wise(op_name.cast(pa.string()).fill_null(""), shapes.fill_null(_NULL),
-                                       dtypes.fill_null(_NULL), _SEP).dictionary_encode()
+                                       dtypes.fill_null(_NULL), values.fill_null(_NULL), _SEP).dictionary_encode()
     values = [_cost_of_text(*(None if part == _NULL else part for part in key.split(_SEP)))
               for key in keys.dictionary.to_pylist()]
     index = keys.indices

@@ -19,6 +19,7 @@ A name never makes the parser fail; what it cannot read stays in ``op_name``.
 from __future__ import annotations
 
 import ast
+import json
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,8 @@ BACKWARD_NODE = r"Backwards?\d*$"
 
 PARSED_SCHEMA = pa.schema([
     ("op_name", pa.string()), ("seq", pa.int64()), ("torch_op_id", pa.int64()),
-    ("input_shapes", pa.string()), ("input_dtypes", pa.string()), ("input_op_ids", pa.string()),
+    ("input_shapes", pa.string()), ("input_dtypes", pa.string()), ("input_values", pa.string()),
+    ("input_op_ids", pa.string()),
     ("fwd_tid", pa.int64()),
     ("is_backward", pa.bool_()), ("module", pa.string()), ("step", pa.int64()),
     ("stack", pa.list_(pa.string())),
@@ -109,6 +111,7 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
         "torch_op_id": cols["torch_op_id"],
         "input_shapes": cols["input_shapes"],
         "input_dtypes": cols["input_dtypes"],
+        "input_values": pa.nulls(n, pa.string()),
         "input_op_ids": cols["input_op_ids"],
         "fwd_tid": cols["fwd_tid"],
         "is_backward": is_backward,
@@ -259,24 +262,27 @@ def _decorations(names: pa.Array) -> dict[str, pa.Array]:
     return cols
 
 
-def _shape_text(args: list[Any]) -> tuple[str, str]:
-    """PyProf's argument list as torch's ``sizes`` text (tensors' shapes, ``[]`` otherwise) and
-    nvbridge's ``dtypes`` text (tensors' dtypes, ``-`` otherwise)."""
-    dims, dtypes = [], []
+def _shape_text(args: list[Any]) -> tuple[str, str, str]:
+    """PyProf's argument list as torch's ``sizes`` text (tensors' shapes, ``[]`` otherwise),
+    nvbridge's ``dtypes`` text (tensors' dtypes, ``-`` otherwise) and the other arguments'
+    values as JSON (``null`` for tensors; a named argument as ``{"stride": [1, 1]}``)."""
+    dims, dtypes, values = [], [], []
     for arg in args:
         tensor = isinstance(arg, dict) and arg.get("type") == "tensor"
         shape = arg.get("shape") if tensor else None
         dims.append("[" + ", ".join(str(d) for d in shape) + "]" if shape is not None else "[]")
         dtypes.append(str(arg.get("dtype", "-")) if tensor else "-")
-    return "[" + ", ".join(dims) + "]", "[" + ", ".join(dtypes) + "]"
+        value = None if tensor or not isinstance(arg, dict) else arg.get("value")
+        values.append({arg["name"]: value} if isinstance(arg, dict) and arg.get("name") else value)
+    return "[" + ", ".join(dims) + "]", "[" + ", ".join(dtypes) + "]", json.dumps(values, default=str)
 
 
-_NOT_A_MARKER: tuple[None, None, None, None] = (None, None, None, None)
+_NOT_A_MARKER: tuple[None, None, None, None, None] = (None, None, None, None, None)
 
 
-def _marker_fields(text: str) -> tuple[str | None, str | None, str | None, list[str] | None]:
-    """(op_name, input_shapes, input_dtypes, stack) of one PyProf dict marker; Nones where it
-    is not one."""
+def _marker_fields(text: str) -> tuple[str | None, str | None, str | None, str | None, list[str] | None]:
+    """(op_name, input_shapes, input_dtypes, input_values, stack) of one PyProf dict marker;
+    Nones where it is not one."""
     try:
         marker = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
@@ -284,16 +290,18 @@ def _marker_fields(text: str) -> tuple[str | None, str | None, str | None, list[
     if not isinstance(marker, dict):
         return _NOT_A_MARKER
     if "traceMarker" in marker and isinstance(marker["traceMarker"], list):
-        return "traceMarker", None, None, [str(frame) for frame in marker["traceMarker"]]
+        return "traceMarker", None, None, None, [str(frame) for frame in marker["traceMarker"]]
     if "op" in marker:
         mod = marker.get("mod")
-        shapes, dtypes = _shape_text(marker["args"]) if isinstance(marker.get("args"), list) else (None, None)
-        return (f"{mod}.{marker['op']}" if mod else str(marker["op"])), shapes, dtypes, None
+        shapes, dtypes, values = (_shape_text(marker["args"]) if isinstance(marker.get("args"), list)
+                                  else (None, None, None))
+        return (f"{mod}.{marker['op']}" if mod else str(marker["op"])), shapes, dtypes, values, None
     return _NOT_A_MARKER
 
 
 def _pyprof(names: pa.Array, rows: np.ndarray, cols: dict[str, Any]) -> None:
-    """Fill op_name / input_shapes / input_dtypes / stack for NVIDIA PyProf's dict markers (old captures).
+    """Fill op_name / input_shapes / input_dtypes / input_values / stack for NVIDIA PyProf's
+    dict markers (old captures).
 
     Each distinct marker text is evaluated once: a training loop repeats the same markers
     every iteration (``literal_eval`` costs about 13 us a marker).
@@ -301,19 +309,21 @@ def _pyprof(names: pa.Array, rows: np.ndarray, cols: dict[str, Any]) -> None:
     op_name = cols["op_name"].to_pylist()
     shapes = cols["input_shapes"].to_pylist()
     dtypes = cols["input_dtypes"].to_pylist()
+    values = cols["input_values"].to_pylist()
     stack: list[list[str] | None] = [None] * len(names)
     texts = names.take(pa.array(rows)).dictionary_encode()
     fields = [_marker_fields(text) for text in texts.dictionary.to_pylist()]
     for i, which in zip(rows, texts.indices.to_pylist()):
-        name, shape, dtype, frames = fields[which]
+        name, shape, dtype, value, frames = fields[which]
         if name is None:
             continue
         op_name[i] = name
         if shape is not None:
-            shapes[i], dtypes[i] = shape, dtype
+            shapes[i], dtypes[i], values[i] = shape, dtype, value
         if frames is not None:
             stack[i] = frames
     cols["op_name"] = pa.array(op_name, pa.string())
     cols["input_shapes"] = pa.array(shapes, pa.string())
     cols["input_dtypes"] = pa.array(dtypes, pa.string())
+    cols["input_values"] = pa.array(values, pa.string())
     cols["stack"] = pa.array(stack, pa.list_(pa.string()))

@@ -271,7 +271,9 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
     if dtypes.null_count < n or links.dtypes.null_count < n:
         dtypes = pc.if_else(pc.and_(fwd, pc.is_null(dtypes)), links.dtypes, dtypes)
     cols["input_dtypes"] = dtypes
-    cols.update(flops.cost_columns(one_chunk(op_name), one_chunk(shapes), one_chunk(cols["input_dtypes"])))
+    cols["input_values"] = parsed.column("input_values")
+    cols.update(flops.cost_columns(one_chunk(op_name), one_chunk(shapes), one_chunk(dtypes),
+                                   one_chunk(cols["input_values"])))
     cols["module_path"] = module_path
     cols["fwd_op_id"] = pa.array(link, mask=link < 0)
     cols["step"] = step

@@ -292,3 +292,25 @@ def test_backward_nodes_get_their_forward_ops_dtypes_and_cost() -> None:
     assert node["flops"] == 2 * fwd["flops"] and node["bytes"] == 2 * fwd["bytes"]
     assert (plain["compute_dtype"], plain["dtype_assumed"]) == ("float32", True)
     assert plain["bytes"] == 2 * fwd["bytes"]  # float32: twice bf16's bytes
+
+
+@pytest.mark.parametrize(("fn", "name", "weight", "values"), [
+    (torch.nn.functional.conv2d, "torch.nn.functional.conv2d", (4, 2, 3, 3),
+     [None, None, None, [2, 1], [1, 0], [1, 2], 2]),
+    (torch.nn.functional.conv2d, "torch.nn.functional.conv2d", (4, 4, 3, 3), [None, None]),  # stride 1, padding 0
+    (torch.nn.functional.conv_transpose2d, "torch.nn.functional.conv_transpose2d", (4, 3, 3, 3),
+     [None, None, None, {"stride": [2, 2]}, {"output_padding": 1}]),
+])
+def test_recorded_argument_values_give_convolution_flops(fn: Any, name: str, weight: tuple[int, ...],
+                                                         values: list[Any]) -> None:
+    """PyProf records non-tensor values (nvbridge's input_values, as JSON); named ones by name."""
+    import json
+
+    from nvbridge.flops import _cost_of_text, call_args
+
+    x, w = t(2, 4, 9, 10), t(*weight)
+    kwargs = call_args(name, values)
+    kwargs.pop("transposed", None)
+    expected = counted(lambda: fn(x, w, None, **kwargs))
+    shapes = json.dumps([list(x.shape), list(w.shape)] + [[] for _ in values[2:]])
+    assert _cost_of_text(name, shapes, None, json.dumps(values)).flops == expected > 0

@@ -82,3 +82,24 @@ def test_pyprof_ops_without_a_formula_are_unknown_not_zero() -> None:
     assert len(mha) and mha["flops"].isna().all()
     views = ops[ops["op_name"].isin(["Tensor.view", "Tensor.transpose"])]
     assert len(views) and (views["flops"] == 0).all() and (views["bytes"] == 0).all()
+
+
+def test_pyprof_conv2d_flops_equal_flop_counter_on_the_recorded_arguments() -> None:
+    """nsys PyProf capture: conv2d markers record shapes and stride/padding/dilation/groups."""
+    torch = __import__("pytest").importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    db = real_db("nsys-2024.2-pyprof-markers.sqlite")
+    expected: Counter[int] = Counter()
+    for (text,) in raw(db, "SELECT text FROM NVTX_EVENTS WHERE text LIKE '{''mod'': ''torch.nn.functional'', "
+                           "''op'': ''conv2d''%'"):
+        args = ast.literal_eval(str(text))["args"]
+        x, w = (torch.empty(a["shape"], device="meta") for a in args[:2])
+        params = [a["value"] for a in args[3:]]
+        with FlopCounterMode(display=False) as mode:
+            torch.nn.functional.conv2d(x, w, None, *params)
+        expected[int(mode.get_total_flops())] += 1
+    ops = nvbridge.load(db).df("ops")
+    conv = ops[ops["op_name"] == "torch.nn.functional.conv2d"]
+    assert sum(expected.values()) == len(conv) == 18
+    assert Counter(conv["flops"].astype(int)) == expected

@@ -73,7 +73,7 @@ def one(name: str) -> dict[str, object]:
             "{'mod': 'torch.nn.functional', 'op': 'embedding', 'args': [{'name': '', 'type': 'tensor', "
             "'shape': (35, 20), 'dtype': 'int64'}, {'name': '', 'type': 'float', 'value': 2.0}]}",
             {"op_name": "torch.nn.functional.embedding", "input_shapes": "[[35, 20], []]",
-             "input_dtypes": "[int64, -]"},
+             "input_dtypes": "[int64, -]", "input_values": "[null, 2.0]"},
         ),
         ("{'traceMarker': ['a.py:1', 'b.py:2']}", {"op_name": "traceMarker", "stack": ["a.py:1", "b.py:2"]}),
         # pass-through: NCCL, user ranges, garbage
