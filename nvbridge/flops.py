@@ -123,6 +123,15 @@ def base_name(op_name: str) -> tuple[str, bool]:
     return name, False
 
 
+def precision(op_name: str, dtype: str | None) -> str:
+    """The peak an op's FLOPs compare with (nvbridge.gpus.Peaks fields): its dtype's, except
+    that float32 convolutions use TF32, as cuDNN does by default (torch.backends.cudnn.allow_tf32;
+    float32 matmuls do not: torch.backends.cuda.matmul.allow_tf32 is False by default)."""
+    name = PRECISION.get(dtype or "", "fp32")
+    base, _ = base_name(op_name)
+    return "tf32" if name == "fp32" and (base in _CONV_FWD or base == "convolution_backward") else name
+
+
 def is_model_op(op_name: str) -> bool:
     """Whether an op counts toward model FLOPs (MFU): matmuls, convolutions, attention and their
     backward, the families torch's FlopCounterMode counts."""

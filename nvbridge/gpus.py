@@ -33,9 +33,10 @@ class Peaks:
     gbps_source: str = "datasheet"
 
     def tflops(self, precision: str) -> float | None:
-        """Peak TFLOP/s for a precision (nvbridge.flops.PRECISION names); fp32 for unknown ones."""
+        """Peak TFLOP/s for a precision (nvbridge.flops.PRECISION names); fp32 for unknown ones
+        and for tf32 on GPUs without it (before Ampere)."""
         value: float | None = getattr(self, precision if precision in PRECISIONS else "fp32")
-        return value
+        return self.fp32 if value is None and precision == "tf32" else value
 
 
 # (pattern on the reported name, peaks). Sources, one per row, are the vendor documents named.

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from nvbridge.analysis import throughput
 from nvbridge.errors import ExportError
-from nvbridge.flops import PRECISION
+from nvbridge.flops import precision
 from nvbridge.gpus import Peaks
 
 # Roofs drawn when the report's ops use these precisions (and the GPU has a peak for them).
@@ -67,13 +67,14 @@ def render(report: Any, output: Path, peaks: Peaks | None, label_top: int = 8) -
     ax.scatter(x, y, s=sizes, c=colors, alpha=0.55, edgecolors="black", linewidths=0.4)
     lo, hi = max(x.min() / 4, 1e-3), x.max() * 4
     if peaks is not None and peaks.gbps:
-        used = {PRECISION.get(d or "", "fp32") for d in rows.column("compute_dtype").to_pylist()}
+        used = {precision(str(n), d) for n, d in zip(rows.column("name").to_pylist(),
+                                                     rows.column("compute_dtype").to_pylist())}
         grid = np.logspace(np.log10(lo), np.log10(hi), 200)
-        for precision, style in _ROOF_STYLE.items():
-            peak = peaks.tflops(precision)
-            if precision in used and peak:
+        for kind, style in _ROOF_STYLE.items():
+            peak = peaks.tflops(kind)
+            if kind in used and peak:
                 ax.plot(grid, np.minimum(peak, grid * peaks.gbps / 1e3), style, color="black",
-                        label=f"{precision} roof: {peak:g} TFLOP/s, {peaks.gbps:g} GB/s")
+                        label=f"{kind} roof: {peak:g} TFLOP/s, {peaks.gbps:.0f} GB/s")
         ax.legend(loc="lower right", fontsize=8)
     names = rows.column("name").to_pylist()
     for i in np.argsort(-t)[:label_top]:

@@ -226,3 +226,18 @@ def test_mfu_per_rank_of_a_partitioned_dataset(tmp_path: Path) -> None:
         assert [s["mfu_pct"] for s in fig["steps"]] == [s["mfu_pct"] for s in single["steps"]]
     text = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--peak-tflops", "0.002"]).stdout
     assert "rank 0:   step 0: MFU" in text and "rank 1:   step 1: MFU" in text
+
+
+def test_float32_convolutions_compare_with_tf32_and_matmuls_with_fp32() -> None:
+    from nvbridge.flops import precision
+
+    assert precision("torch.nn.functional.conv2d", "float32") == "tf32"
+    assert precision("aten::convolution_backward", "f32") == "tf32"
+    assert precision("aten::mm", "float32") == "fp32" and precision("aten::mm", "bf16") == "bf16"
+    a100, v100 = lookup("NVIDIA A100-SXM4-40GB"), lookup("Tesla V100-SXM2-16GB")
+    assert a100 is not None and v100 is not None
+    assert a100.tflops("tf32") == 156 and v100.tflops("tf32") == v100.fp32 == 15.7  # no TF32 before Ampere
+    rows = pa.table({"name": ["torch.nn.functional.conv2d"], "calls": [1], "unknown_calls": [0],
+                     "flops": [10**12], "bytes": [10**9], "gpu_total_ns": [10**8], "compute_dtype": ["float32"]})
+    (row,) = throughput.rates(rows, a100).to_pylist()
+    assert math.isclose(row["pct_of_peak"], 100 * 10 / 156)  # 10 TFLOP/s at intensity 1000: compute-bound

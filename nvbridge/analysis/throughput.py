@@ -81,8 +81,8 @@ def rates(rows: pa.Table, peaks: Peaks | None) -> pa.Table:
     pct = np.full(len(f), np.nan)
     bound = np.full(len(f), None, dtype=object)
     if peaks is not None:
-        dtypes = rows.column("compute_dtype").to_pylist()
-        peak_f = np.array([peaks.tflops(costs.PRECISION.get(d or "", "fp32")) or np.nan for d in dtypes])
+        kinds = zip(rows.column("name").to_pylist(), rows.column("compute_dtype").to_pylist())
+        peak_f = np.array([peaks.tflops(costs.precision(str(n), d)) or np.nan for n, d in kinds])
         ridge = peak_f * 1e3 / peaks.gbps if peaks.gbps else np.full(len(f), np.nan)
         with np.errstate(invalid="ignore"):
             roof = np.minimum(peak_f, intensity * peaks.gbps / 1e3)
@@ -124,22 +124,27 @@ def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]
     if not once.any():
         return {"flops": None, "unknown": "no matmul, convolution or attention op records its shapes", "steps": []}
     f = np_col(ops, "flops", fill=0)
-    dtypes = np.asarray(ops.column("compute_dtype").cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False))
+    names = ops.column("op_name").cast(pa.string()).fill_null("")
+    dtypes = ops.column("compute_dtype").cast(pa.string()).fill_null("")
+    kind = pc.binary_join_element_wise(names, dtypes, "\x1f").combine_chunks().dictionary_encode()
+    index = np.asarray(kind.indices.to_numpy(zero_copy_only=False))
+    per_kind = np.bincount(index[once], weights=f[once].astype(np.float64), minlength=len(kind.dictionary))
     by_precision: Counter[str] = Counter()
-    for d in np.unique(dtypes[once]):
-        by_precision[costs.PRECISION.get(str(d), "fp32")] += int(f[once & (dtypes == d)].sum())
+    for key, total in zip(kind.dictionary.to_pylist(), per_kind.tolist()):
+        name, dtype = key.split("\x1f")
+        by_precision[costs.precision(name, dtype)] += total
     precision = by_precision.most_common(1)[0][0] if by_precision else None
     gpus = max(len(set(np_col(gpu_ops, "device_id", fill=-1).tolist()) - {-1}), 1)
     peak = peaks.tflops(precision) if peaks is not None and precision else None
     assumed = int((np.asarray(ops.column("dtype_assumed").fill_null(False).to_numpy(zero_copy_only=False))
                    & once).sum())
     steps = []
-    names = ops.column("op_name").cast(pa.string())
     step_rows = np.flatnonzero(np.asarray(pc.starts_with(names, "ProfilerStep#").to_numpy(zero_copy_only=False)))
     step_of = np_col(ops, "step", fill=-1)
-    for i in step_rows:
-        n = int(step_of[i])
-        wall = int(np_col(ops, "end_ns")[i] - np_col(ops, "start_ns")[i])
+    durations = np_col(ops, "end_ns") - np_col(ops, "start_ns")
+    for row in step_rows:
+        n = int(step_of[row])
+        wall = int(durations[row])
         model = int(f[once & (step_of == n)].sum())
         value = 100 * model / (wall * 1e-9 * peak * 1e12 * gpus) if peak and wall > 0 else None
         steps.append({"step": n, "flops": model, "wall_ns": wall, "mfu_pct": value})
