@@ -10,36 +10,42 @@ from __future__ import annotations
 from typing import Any
 
 from nvbridge._version import __version__
-from nvbridge.convert import ConversionResult, convert, export_chrome_trace
+from nvbridge.analysis import Summary, summarize
+from nvbridge.conversion import ConversionResult, convert
 from nvbridge.dataset import Report, load
 from nvbridge.errors import (
     CorrelationError,
     DamagedDatabase,
+    DamagedDataset,
     ExportError,
     InputError,
+    MissingDependency,
     MissingTable,
     NotAProfileDatabase,
     NvbridgeError,
-    UnsupportedSchema,
 )
+from nvbridge.export.trace import export_chrome_trace
 
 __all__ = [
     "ConversionResult",
     "CorrelationError",
     "DamagedDatabase",
+    "DamagedDataset",
     "ExportError",
     "InputError",
+    "MissingDependency",
     "MissingTable",
     "NotAProfileDatabase",
     "NvbridgeError",
     "Report",
-    "UnsupportedSchema",
+    "Summary",
     "__version__",
     "convert",
     "emit_nvtx",
     "export_chrome_trace",
     "load",
     "load_nvprof",
+    "summarize",
 ]
 
 
@@ -49,8 +55,8 @@ def __getattr__(name: str) -> Any:
         try:
             from nvbridge.torch_compat import load_nvprof
         except ImportError as exc:
-            raise ImportError(
-                f"nvbridge.load_nvprof needs torch ({exc}); install it with: pip install 'nvbridge[torch]'"
+            raise MissingDependency(
+                f"nvbridge.load_nvprof needs torch ({exc}); install it with: pip install torch"
             ) from exc
         return load_nvprof
     if name == "emit_nvtx":

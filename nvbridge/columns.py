@@ -6,8 +6,11 @@ exporters and analyses all build on it without reaching into one another.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 # Names repeat (a few thousand kernels over millions of launches): dictionary-encoded strings
 # keep them small in memory and in Parquet, and make reordering rows cheap.
@@ -113,3 +116,53 @@ def take_batches(table: pa.Table, rows: np.ndarray) -> pa.Table:
     inverse = np.empty(len(rows), np.int64)
     inverse[order] = np.arange(len(rows))
     return out if (order == np.arange(len(rows))).all() else out.take(pa.array(inverse))
+
+
+def merged_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of [start, end) intervals as disjoint, sorted intervals (touching ones merge)."""
+    if len(start) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(start, kind="stable")
+    s, reach = start[order], np.maximum.accumulate(end[order])
+    new = np.flatnonzero(s[1:] > reach[:-1]) + 1  # an interval starting past all before it
+    firsts = np.concatenate([[0], new])
+    lasts = np.concatenate([new - 1, [len(s) - 1]])
+    return s[firsts], reach[lasts]
+
+
+def earliest_start_ns(*tables: pa.Table) -> int | None:
+    """The first ``start_ns`` over tables (a table without rows or that column is skipped)."""
+    firsts = [int(pc.min(t.column("start_ns")).as_py()) for t in tables
+              if t.num_rows and "start_ns" in t.column_names]
+    return min(firsts, default=None)
+
+
+def latest_end_ns(*tables: pa.Table) -> int | None:
+    """The last ``end_ns`` over tables (a table without rows or that column is skipped)."""
+    lasts = [int(pc.max(t.column("end_ns")).as_py()) for t in tables if t.num_rows and "end_ns" in t.column_names]
+    return max(lasts, default=None)
+
+
+def levels_deepest_first(parent_row: np.ndarray, depth: np.ndarray) -> Iterator[np.ndarray]:
+    """The rows with a parent, one depth level at a time from the deepest up to depth 1: the
+    order in which a tree's sums roll up (``parent_row``: the parent's row, -1 at a root).
+
+    One stable sort by depth groups every level (a radix sort, on int16 depths); a caller may
+    update its sums between levels, as the next level is only sliced out when asked for.
+    """
+    kids = np.flatnonzero(parent_row >= 0)
+    top = int(depth.max(initial=0))
+    kid_depth = depth[kids]
+    order = np.argsort(kid_depth.astype(np.int16) if top < 2**15 else kid_depth, kind="stable")
+    by_depth = kids[order]
+    bounds = np.searchsorted(kid_depth[order], np.arange(top + 2))
+    for d in range(top, 0, -1):
+        yield by_depth[bounds[d]:bounds[d + 1]]
+
+
+def roll_up(values: np.ndarray, parent_row: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Subtree sums: each row's value plus all its descendants'."""
+    total: np.ndarray = values.copy()
+    for kids in levels_deepest_first(parent_row, depth):
+        np.add.at(total, parent_row[kids], total[kids])
+    return total

@@ -3,29 +3,44 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from nvbridge import analysis
 from nvbridge._version import __version__
+from nvbridge.dataset_check import check_files, check_rows, fix
 from nvbridge.engine import Model, correlate
-from nvbridge.events import EventsMixin
+from nvbridge.errors import DamagedDataset, ExportError, MissingDependency
+from nvbridge.events import EventIndex, FunctionEvent
 from nvbridge.export import parquet
 
+if TYPE_CHECKING:  # analysis reads Reports; a Report hands its tables to analysis on demand
+    from nvbridge.analysis import GpuHeader, KeyAverages
 
-class Report(EventsMixin):
+
+def parse_rank(value: str | None) -> int | None:
+    """The rank recorded in a dataset's meta (text), or None where none was recorded."""
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class Report:
     """The tables of one converted report.
 
     Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads`` and
     ``devices`` are Arrow tables (columns in docs/dataset.md); ``meta`` is the key/value
-    description of the source. ``df(name)`` gives a table as a pandas DataFrame.
+    description of the source, ``rank`` its distributed rank where one was recorded.
+    ``df(name)`` gives a table as a pandas DataFrame.
     """
 
     def __init__(self, meta: dict[str, str | None], tables: dict[str, pa.Table]) -> None:
         self.meta = meta
+        self.rank = parse_rank(meta.get("rank"))
         self._tables = tables
         self.ops = tables["ops"]
         self.gpu_ops = tables["gpu_ops"]
@@ -37,20 +52,42 @@ class Report(EventsMixin):
 
     def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
                      group_by_module: bool = False, top_level_events_only: bool = False,
-                     device: int | None = None) -> analysis.KeyAverages:
-        """Ops grouped like torch's ``key_averages``; ``.table(sort_by=..., row_limit=...)`` prints it."""
-        return analysis.key_averages(
+                     device: int | None = None, unattributed: bool = False) -> KeyAverages:
+        """Ops grouped like torch's ``key_averages``; ``.table(sort_by=..., row_limit=...)`` prints it.
+        ``unattributed`` adds a ``[no op]`` row for GPU ops launched outside every op."""
+        from nvbridge.analysis import key_averages
+
+        return key_averages(
             self.ops, self.gpu_ops, group_by_input_shape=group_by_input_shape,
             group_by_stack_n=group_by_stack_n, group_by_module=group_by_module,
-            top_level_events_only=top_level_events_only, device=device)
+            top_level_events_only=top_level_events_only, device=device, unattributed=unattributed)
 
-    def gpu_summary(self) -> list[dict[str, Any]]:
+    def gpu_summary(self) -> list[GpuHeader]:
         """Per device: busy and idle time, kernel count, copy volume by direction."""
-        return analysis.gpu_header(self.gpu_ops, self.devices)
+        from nvbridge.analysis import gpu_header
+
+        return gpu_header(self.gpu_ops, self.devices)
+
+    @cached_property
+    def _event_index(self) -> EventIndex:
+        return EventIndex(self.ops, self.gpu_ops)
+
+    def events(self) -> Iterator[FunctionEvent]:
+        """Every op as a FunctionEvent view, in op_id order."""
+        index = self._event_index
+        return (FunctionEvent(index, i) for i in range(self.ops.num_rows))
 
     def df(self, name: str) -> Any:
         """Table ``name`` as a pandas DataFrame (needs pandas); names come as plain strings,
-        not categoricals, although Arrow keeps them dictionary-encoded."""
+        not categoricals, although Arrow keeps them dictionary-encoded.
+
+        Raises:
+            MissingDependency: pandas is not installed.
+        """
+        try:
+            import pandas  # noqa: F401  (to_pandas needs it)
+        except ImportError as exc:
+            raise MissingDependency("Report.df needs pandas; install it with: pip install pandas") from exc
         table = self._tables[name]
         schema = pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
                             for f in table.schema])
@@ -75,11 +112,12 @@ def load(path: str | os.PathLike[str], columns: Mapping[str, Sequence[str]] | No
     Raises:
         InputError: a report that cannot be read.
         ExportError: a directory that is not an nvbridge dataset.
+        DamagedDataset: a dataset file missing, unreadable, of another schema, or with rows a
+            conversion never writes.
     """
     p = Path(os.fspath(path))
     if p.is_dir():
-        meta, tables = parquet.read(p, columns, in_order)
-        return Report(meta, tables)
+        return _read_dataset(p, columns or {}, in_order)
     from nvbridge.readers import read_profile
 
     return from_model(correlate(read_profile(path)))
@@ -93,6 +131,28 @@ def from_model(model: Model) -> Report:
     return Report(meta, {name: getattr(model, name) for name in parquet.TABLES})
 
 
+def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> Report:
+    read_meta(directory)
+    check_files(directory, parquet.TABLES, columns)
+    try:
+        meta, tables = parquet.read(directory, columns, in_order)
+    except (OSError, pa.ArrowException) as exc:  # damage inside a file whose footer reads
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise DamagedDataset(f"{directory} cannot be read ({detail}); {fix(directory)}.") from exc
+    check_rows(directory, tables)
+    return Report(meta, tables)
+
+
+def read_meta(directory: Path) -> dict[str, str | None]:
+    """A dataset's meta table, a damaged one as DamagedDataset."""
+    try:
+        return parquet.read_meta(directory)
+    except ExportError:
+        raise
+    except (OSError, pa.ArrowException, KeyError) as exc:
+        raise DamagedDataset(f"{directory / 'meta.parquet'} is not a readable meta table; {fix(directory)}.") from exc
+
+
 def is_partitioned(path: str | os.PathLike[str]) -> bool:
     """A directory of ``report=<name>/`` datasets (what converting several reports writes)."""
     p = Path(os.fspath(path))
@@ -103,14 +163,8 @@ def report_dirs(path: str | os.PathLike[str]) -> list[Path]:
     """The report directories of a partitioned dataset, by rank where known, then by name;
     only their meta tables are read."""
     def key(d: Path) -> tuple[int, str]:
-        meta = parquet.read_meta(d)
-        rank = meta.get("rank")
-        return (int(rank) if rank not in (None, "None") else 1 << 30, str(meta.get("source")))
-    dirs = [d for d in Path(os.fspath(path)).glob("report=*") if (d / "meta.parquet").is_file()]
+        meta = read_meta(d)
+        rank = parse_rank(meta.get("rank"))
+        return (rank if rank is not None else 1 << 30, str(meta.get("source")))
+    dirs = [d for d in Path(os.fspath(path)).glob("report=*") if d.is_dir()]  # one without meta: an error
     return sorted(sorted(dirs), key=key)
-
-
-def load_many(path: str | os.PathLike[str]) -> list[Report]:
-    """Every report of a partitioned dataset, in :func:`report_dirs` order (all in memory at
-    once: to go through thousands, load the directories one at a time)."""
-    return [load(d) for d in report_dirs(path)]

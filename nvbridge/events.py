@@ -6,17 +6,13 @@ demand, so iterating a million-op report costs nothing until attributes are touc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from nvbridge.columns import np_col
-
-if TYPE_CHECKING:
-    from nvbridge.dataset import Report
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,18 +31,17 @@ class Kernel:
         return self.end_ns - self.start_ns
 
 
-class _Index:
+class EventIndex:
     """Per-report lookups built once: column lists, children and GPU ops by op."""
 
-    def __init__(self, report: Report) -> None:
-        ops = report.ops
+    def __init__(self, ops: pa.Table, gpu_ops: pa.Table) -> None:
         self.cols: dict[str, list[Any]] = {}
         self.ops = ops
         parent = np_col(ops, "parent_id", fill=-1)
         order = np.argsort(parent, kind="stable")
         bounds = np.searchsorted(parent[order], np.arange(-1, ops.num_rows + 1))
         self.children_order, self.children_bounds = order, bounds
-        g = report.gpu_ops
+        g = gpu_ops
         op = np_col(g, "op_id", fill=-1)
         self.gpu_order = np.argsort(op, kind="stable")
         self.gpu_bounds = np.searchsorted(op[self.gpu_order], np.arange(-1, ops.num_rows + 1))
@@ -72,7 +67,7 @@ class _Index:
 class FunctionEvent:
     """One op (NVTX range) with torch-like accessors; see ``Report.events()``."""
 
-    _index: _Index
+    _index: EventIndex
     id: int
 
     def _get(self, column: str) -> Any:
@@ -149,16 +144,3 @@ class FunctionEvent:
 
     def __repr__(self) -> str:
         return f"<FunctionEvent id={self.id} name={self.name!r} thread={self.thread} start_ns={self.start_ns}>"
-
-
-class EventsMixin:
-    """Adds ``events()`` to Report."""
-
-    @cached_property
-    def _event_index(self) -> _Index:
-        return _Index(self)  # type: ignore[arg-type]
-
-    def events(self) -> Iterator[FunctionEvent]:
-        """Every op as a FunctionEvent view, in op_id order."""
-        index = self._event_index
-        return (FunctionEvent(index, i) for i in range(index.ops.num_rows))

@@ -43,8 +43,6 @@ FIELDS = {
 MODULE = r"^nn\.Module: (?P<path>\S*) ?\((?P<type>[^()]*)\)$"
 STEP = r"^ProfilerStep#(?P<step>\d+)$"
 EVALUATE = "autograd::engine::evaluate_function: "
-# Autograd node class names: AddmmBackward0, NllLossBackward, torch::autograd::CopyBackwards.
-BACKWARD_NODE = r"Backwards?\d*$"
 
 PARSED_SCHEMA = pa.schema([
     ("op_name", pa.string()), ("seq", pa.int64()), ("torch_op_id", pa.int64()),
@@ -86,7 +84,8 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     stashed = cols.pop("stashed")
     seq = cols["seq"]
     evaluate = pc.starts_with(op, EVALUATE)
-    # BACKWARD_NODE without a regular expression: trailing digits off, then "Backward(s)".
+    # Autograd node class names (AddmmBackward0, NllLossBackward, torch::autograd::CopyBackwards),
+    # without a regular expression: trailing digits off, then "Backward(s)".
     trimmed = pc.utf8_rtrim(op, "0123456789")
     node = pc.or_(pc.ends_with(trimmed, "Backward"), pc.ends_with(trimmed, "Backwards"))
     node = pc.and_(node, pc.is_valid(seq))

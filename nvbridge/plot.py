@@ -5,28 +5,36 @@ above GPU streams (one lane each, kernels / copies / sets). GPU idle time is sha
 GPU lane so gaps stand out without zooming, and the longest ops are labelled. Lanes come from a
 pure function (``lanes``) so tests and callers can count them without drawing. matplotlib is
 imported lazily with the Agg backend: converting never needs it, and no display is required.
+The picture's format comes from its suffix (.png, .svg or .pdf, nothing else), and it is
+written whole or not at all (a temporary file beside it, renamed).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from nvbridge.columns import np_col
-from nvbridge.errors import ExportError
+from nvbridge.analysis import plural
+from nvbridge.columns import earliest_start_ns, latest_end_ns, merged_intervals, np_col
+from nvbridge.dataset import Report
+from nvbridge.errors import ExportError, MissingDependency
 from nvbridge.export.chrome import step_window
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 MAX_DEPTH = 6  # nesting levels drawn per host lane; deeper ops are folded into the last one
 LABELS = 12  # longest ops labelled
 GPU_COLORS = {"kernel": "#2b8cbe", "memcpy": "#e6550d", "memset": "#fdae6b", "graph": "#756bb1"}
 HOST_COLORS = ["#31a354", "#74c476", "#a1d99b", "#c7e9c0", "#d9f0d3", "#edf8e9"]
 IDLE_COLOR = "#de2d26"
+SUFFIXES = (".png", ".svg", ".pdf")
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,7 @@ class Window:
     label: str
 
 
-def window(report: Any, step: int | None = None, start_ns: int | None = None,
+def window(report: Report, step: int | None = None, start_ns: int | None = None,
            end_ns: int | None = None) -> Window:
     """The window of ``ProfilerStep#step``, of [start_ns, end_ns], or of the whole capture.
 
@@ -62,8 +70,7 @@ def window(report: Any, step: int | None = None, start_ns: int | None = None,
         ExportError: no such step, or nothing recorded in the window.
     """
     tables = (report.ops, report.api_calls, report.gpu_ops)
-    first = min((int(pc.min(t.column("start_ns")).as_py()) for t in tables if t.num_rows), default=None)
-    last = max((int(pc.max(t.column("end_ns")).as_py()) for t in tables if t.num_rows), default=None)
+    first, last = earliest_start_ns(*tables), latest_end_ns(*tables)
     if first is None or last is None:
         raise ExportError("the report has no ranges, API calls or GPU ops to plot; profile with NVTX or CUDA tracing.")
     if step is not None:
@@ -85,7 +92,7 @@ def _overlaps(table: pa.Table, win: Window) -> np.ndarray:
     return (np_col(table, "end_ns") >= win.start_ns) & (np_col(table, "start_ns") <= win.end_ns)
 
 
-def lanes(report: Any, win: Window) -> list[Lane]:
+def lanes(report: Report, win: Window) -> list[Lane]:
     """Lanes with something in the window: host threads (sorted by process, thread) above GPU
     streams (sorted by device, stream)."""
     ops, api, gpu = report.ops, report.api_calls, report.gpu_ops
@@ -107,111 +114,129 @@ def lanes(report: Any, win: Window) -> list[Lane]:
 
 def _idle(starts: np.ndarray, ends: np.ndarray, win: Window) -> list[tuple[int, int]]:
     """Gaps in the window where none of the given GPU ops runs."""
-    if len(starts) == 0:
-        return [(win.start_ns, win.end_ns)]
-    order = np.argsort(starts)
-    s, e = np.maximum(starts[order], win.start_ns), np.minimum(ends[order], win.end_ns)
-    reach = np.maximum.accumulate(e)
-    gaps = [(win.start_ns, int(s[0]))] if s[0] > win.start_ns else []
-    hole = s[1:] > reach[:-1]
-    gaps += list(zip(reach[:-1][hole].tolist(), s[1:][hole].tolist()))
-    if reach[-1] < win.end_ns:
-        gaps.append((int(reach[-1]), win.end_ns))
-    return gaps
+    s, e = merged_intervals(np.maximum(starts, win.start_ns), np.minimum(ends, win.end_ns))
+    edges = [win.start_ns, *np.column_stack([s, e]).ravel().tolist(), win.end_ns]
+    return [(lo, hi) for lo, hi in zip(edges[::2], edges[1::2]) if hi > lo]
 
 
-def render(report: Any, dest: str | os.PathLike[str], *, step: int | None = None, start_ns: int | None = None,
-           end_ns: int | None = None, width_px: int = 1800) -> Path:
-    """Draw the timeline of a step or window into a PNG (or any format matplotlib knows by suffix).
+def output_path(dest: str | os.PathLike[str]) -> Path:
+    """``dest`` if its suffix names a picture format.
 
     Raises:
-        ExportError: matplotlib missing, no such step, or an empty window.
+        ExportError: another suffix or none (matplotlib would add .png and write another file).
     """
-    try:
-        import matplotlib
+    path = Path(dest)
+    if path.suffix.lower() not in SUFFIXES:
+        raise ExportError(f"{path} does not end in {', '.join(SUFFIXES)}; name the picture like {path.stem}.png.")
+    return path
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Patch, Rectangle
-    except ImportError as exc:
-        raise ExportError("plotting needs matplotlib; pip install 'nvbridge[plot]'.") from exc
-    win = window(report, step, start_ns, end_ns)
-    lane_list = lanes(report, win)
-    if not lane_list:
-        raise ExportError(f"nothing was recorded in {win.label}; pick another --step or window.")
-    span_ms = (win.end_ns - win.start_ns) / 1e6
 
-    tops = np.cumsum([0.0, *(lane.height for lane in lane_list)])  # lane i spans [tops[i], tops[i+1]) downwards
-    dpi = 100
-    fig, ax = plt.subplots(figsize=(width_px / dpi, max(3.0, 1.2 + 0.42 * tops[-1])), dpi=dpi)
+@dataclass(frozen=True)
+class _Drawn:
+    """The window's rows of each table as columns, and where the lanes sit."""
 
-    def ms(ns: Any) -> Any:
-        return (np.asarray(ns, np.float64) - win.start_ns) / 1e6
+    win: Window
+    lanes: list[Lane]
+    tops: np.ndarray  # lane i spans [tops[i], tops[i+1]) downwards
+    ops: dict[str, np.ndarray]
+    api: dict[str, np.ndarray]
+    gpu: dict[str, np.ndarray]
 
+    @property
+    def span_ms(self) -> float:
+        return (self.win.end_ns - self.win.start_ns) / 1e6
+
+    def ms(self, ns: Any) -> Any:
+        return (np.asarray(ns, np.float64) - self.win.start_ns) / 1e6
+
+
+def _select(report: Report, win: Window, lane_list: list[Lane]) -> _Drawn:
     ops, api, gpu = report.ops, report.api_calls, report.gpu_ops
     o, a, g = _overlaps(ops, win), _overlaps(api, win), _overlaps(gpu, win)
-    o_pid, o_tid = np_col(ops, "process_id")[o], np_col(ops, "thread_id", fill=0)[o]
-    o_s, o_e = np_col(ops, "start_ns")[o], np_col(ops, "end_ns")[o]
-    o_depth = np.minimum(np_col(ops, "depth")[o], MAX_DEPTH - 1)
-    a_pid, a_tid = np_col(api, "process_id")[a], np_col(api, "thread_id")[a]
-    a_s, a_e = np_col(api, "start_ns")[a], np_col(api, "end_ns")[a]
-    g_dev, g_stream = np_col(gpu, "device_id", fill=0)[g], np_col(gpu, "stream_id", fill=0)[g]
-    g_s, g_e = np_col(gpu, "start_ns")[g], np_col(gpu, "end_ns")[g]
-    g_kind = np.asarray(gpu.column("kind").cast(pa.string()).filter(pa.array(g)).to_numpy(zero_copy_only=False))
+    return _Drawn(win, lane_list, np.cumsum([0.0, *(lane.height for lane in lane_list)]), ops={
+        "pid": np_col(ops, "process_id")[o], "tid": np_col(ops, "thread_id", fill=0)[o],
+        "start": np_col(ops, "start_ns")[o], "end": np_col(ops, "end_ns")[o],
+        "depth": np.minimum(np_col(ops, "depth")[o], MAX_DEPTH - 1),
+        "name": np.asarray(ops.column("op_name").cast(pa.string()).filter(pa.array(o)).to_pylist(), object),
+    }, api={
+        "pid": np_col(api, "process_id")[a], "tid": np_col(api, "thread_id")[a],
+        "start": np_col(api, "start_ns")[a], "end": np_col(api, "end_ns")[a],
+    }, gpu={
+        "dev": np_col(gpu, "device_id", fill=0)[g], "stream": np_col(gpu, "stream_id", fill=0)[g],
+        "start": np_col(gpu, "start_ns")[g], "end": np_col(gpu, "end_ns")[g],
+        "kind": np.asarray(gpu.column("kind").cast(pa.string()).filter(pa.array(g)).to_numpy(zero_copy_only=False)),
+        "name": np.asarray(gpu.column("name").cast(pa.string()).filter(pa.array(g)).to_pylist(), object),
+    })
 
-    def bars(y: float, h: float, s: np.ndarray, e: np.ndarray, color: str | list[str], **kw: Any) -> None:
+
+def _draw_lanes(ax: Axes, d: _Drawn) -> None:
+    from matplotlib.patches import Rectangle
+
+    def bars(y: float, h: float, s: np.ndarray, e: np.ndarray, color: str | list[str]) -> None:
         if len(s):
-            x0, x1 = np.maximum(ms(s), 0), np.minimum(ms(e), span_ms)
-            ax.broken_barh(list(zip(x0, np.maximum(x1 - x0, span_ms * 2e-4))), (y, h), facecolors=color,
-                           edgecolor="none", **kw)
+            x0, x1 = np.maximum(d.ms(s), 0), np.minimum(d.ms(e), d.span_ms)
+            ax.broken_barh(list(zip(x0, np.maximum(x1 - x0, d.span_ms * 2e-4))), (y, h), facecolors=color,
+                           edgecolor="none")
 
-    for i, lane in enumerate(lane_list):
-        y0, y1 = tops[i], tops[i + 1]
+    o, a, g = d.ops, d.api, d.gpu
+    for i, lane in enumerate(d.lanes):
+        y0, y1 = d.tops[i], d.tops[i + 1]
         ax.axhline(y1, color="#bbbbbb", lw=0.5)
         if lane.kind == "host":
-            mine = (o_pid == lane.pid) & (o_tid == lane.tid)
-            for d in range(lane.depth):
-                sel = mine & (o_depth == d)
-                bars(y0 + 0.1 + 0.35 * d, 0.32, o_s[sel], o_e[sel], HOST_COLORS[d % len(HOST_COLORS)])
-            sel = (a_pid == lane.pid) & (a_tid == lane.tid)
-            bars(y1 - 0.4, 0.28, a_s[sel], a_e[sel], "#636363")
+            mine = (o["pid"] == lane.pid) & (o["tid"] == lane.tid)
+            for depth in range(lane.depth):
+                sel = mine & (o["depth"] == depth)
+                bars(y0 + 0.1 + 0.35 * depth, 0.32, o["start"][sel], o["end"][sel],
+                     HOST_COLORS[depth % len(HOST_COLORS)])
+            sel = (a["pid"] == lane.pid) & (a["tid"] == lane.tid)
+            bars(y1 - 0.4, 0.28, a["start"][sel], a["end"][sel], "#636363")
         else:
-            busy = g_dev == lane.pid
-            for lo, hi in _idle(g_s[busy], g_e[busy], win):
-                x0, x1 = float(ms(lo)), float(ms(hi))
+            busy = g["dev"] == lane.pid
+            for lo, hi in _idle(g["start"][busy], g["end"][busy], d.win):
+                x0, x1 = float(d.ms(lo)), float(d.ms(hi))
                 ax.add_patch(Rectangle((x0, y0 + 0.05), x1 - x0, y1 - y0 - 0.1, facecolor=IDLE_COLOR, alpha=0.18,
                                        edgecolor="none"))
-            sel = busy & (g_stream == lane.tid)
-            bars(y0 + 0.15, y1 - y0 - 0.3, g_s[sel], g_e[sel], [GPU_COLORS.get(k, "#999999") for k in g_kind[sel]])
+            sel = busy & (g["stream"] == lane.tid)
+            bars(y0 + 0.15, y1 - y0 - 0.3, g["start"][sel], g["end"][sel],
+                 [GPU_COLORS.get(k, "#999999") for k in g["kind"][sel]])
 
-    # Label the longest ops (host ranges and GPU ops alike), clipped to what fits in the bar.
-    names = ops.column("op_name").cast(pa.string()).filter(pa.array(o)).to_pylist()
-    g_names = gpu.column("name").cast(pa.string()).filter(pa.array(g)).to_pylist()
-    lane_index = {(lane.kind, lane.pid, lane.tid): i for i, lane in enumerate(lane_list)}
-    cands = [(min(e, win.end_ns) - max(s, win.start_ns), s, e, n,
-              tops[lane_index[("host", p, t)]] + 0.1 + 0.35 * d + 0.16)
-             for s, e, n, p, t, d in zip(o_s.tolist(), o_e.tolist(), names, o_pid.tolist(), o_tid.tolist(),
-                                         o_depth.tolist())]
-    cands += [(min(e, win.end_ns) - max(s, win.start_ns), s, e, n, tops[lane_index[("gpu", d, st)]] + 0.45)
-              for s, e, n, d, st in zip(g_s.tolist(), g_e.tolist(), g_names, g_dev.tolist(), g_stream.tolist())]
-    px_per_ms = width_px * 0.82 / span_ms
+
+def _label_longest(ax: Axes, d: _Drawn, width_px: int) -> None:
+    """Label the longest ops (host ranges and GPU ops alike), clipped to what fits in the bar."""
+    win, o, g = d.win, d.ops, d.gpu
+    row = {(lane.kind, lane.pid, lane.tid): d.tops[i] for i, lane in enumerate(d.lanes)}
+    cands = [(min(e, win.end_ns) - max(s, win.start_ns), s, e, n, row[("host", p, t)] + 0.1 + 0.35 * k + 0.16)
+             for s, e, n, p, t, k in zip(o["start"].tolist(), o["end"].tolist(), o["name"], o["pid"].tolist(),
+                                         o["tid"].tolist(), o["depth"].tolist())]
+    cands += [(min(e, win.end_ns) - max(s, win.start_ns), s, e, n, row[("gpu", dev, st)] + 0.45)
+              for s, e, n, dev, st in zip(g["start"].tolist(), g["end"].tolist(), g["name"], g["dev"].tolist(),
+                                          g["stream"].tolist())]
+    px_per_ms = width_px * 0.82 / d.span_ms
     for dur, s, e, name, y in sorted(cands, key=lambda c: -c[0])[:LABELS]:
         chars = int(dur / 1e6 * px_per_ms / 6.5)
         if chars < 4:
             continue
         text = name if len(name) <= chars else name[: chars - 1] + "…"
         x = (max(s, win.start_ns) + min(e, win.end_ns)) / 2
-        ax.text(float(ms(x)), y, text, ha="center", va="center", fontsize=7, clip_on=True)
+        ax.text(float(d.ms(x)), y, text, ha="center", va="center", fontsize=7, clip_on=True)
 
-    ax.set_ylim(tops[-1], 0)
-    ax.set_xlim(0, span_ms)
-    ax.set_yticks((tops[:-1] + tops[1:]) / 2)
-    ax.set_yticklabels([lane.label for lane in lane_list], fontsize=8)
-    ax.set_xlabel(f"ms from the window start ({win.label})")
-    n_gpu = sum(lane.kind == "gpu" for lane in lane_list)
-    source = Path(str(report.meta.get("source") or "report")).name
-    ax.set_title(f"{source}: {win.label}, {span_ms:,.3f} ms, {len(lane_list) - n_gpu} host threads, "
-                 f"{n_gpu} GPU streams", fontsize=10, loc="left")
+
+def title(source: str, win: Window, host_threads: int, gpu_streams: int) -> str:
+    span_ms = (win.end_ns - win.start_ns) / 1e6
+    return (f"{source}: {win.label}, {span_ms:,.3f} ms, {plural(host_threads, 'host thread')}, "
+            f"{plural(gpu_streams, 'GPU stream')}")
+
+
+def _decorate(ax: Axes, d: _Drawn, source: str) -> None:
+    from matplotlib.patches import Patch
+
+    ax.set_ylim(d.tops[-1], 0)
+    ax.set_xlim(0, d.span_ms)
+    ax.set_yticks((d.tops[:-1] + d.tops[1:]) / 2)
+    ax.set_yticklabels([lane.label for lane in d.lanes], fontsize=8)
+    ax.set_xlabel(f"ms from the window start ({d.win.label})")
+    n_gpu = sum(lane.kind == "gpu" for lane in d.lanes)
+    ax.set_title(title(source, d.win, len(d.lanes) - n_gpu, n_gpu), fontsize=10, loc="left")
     legend = [Patch(color=HOST_COLORS[0], label="NVTX range / op"), Patch(color="#636363", label="CUDA API call")]
     if n_gpu:
         legend += [Patch(color=GPU_COLORS[k], label=k) for k in ("kernel", "memcpy", "memset")]
@@ -219,12 +244,53 @@ def render(report: Any, dest: str | os.PathLike[str], *, step: int | None = None
     ax.legend(handles=legend, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=len(legend),
               frameon=False, borderaxespad=0.2)
     ax.grid(axis="x", color="#eeeeee", lw=0.5)
-    fig.tight_layout()
-    path = Path(dest)
+
+
+def render(report: Report, dest: str | os.PathLike[str], *, step: int | None = None, start_ns: int | None = None,
+           end_ns: int | None = None, width_px: int = 1800) -> Path:
+    """Draw the timeline of a step or window into ``dest`` (.png, .svg or .pdf), replacing it.
+
+    Raises:
+        MissingDependency: matplotlib is not installed.
+        ExportError: another suffix, no such step, an empty window, or an unwritable path.
+    """
+    path = output_path(dest)
     try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as exc:
-        raise ExportError(f"cannot write {path}: {exc.strerror}; choose a writable output path.") from exc
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise MissingDependency("plotting needs matplotlib; pip install 'nvbridge[plot]'.") from exc
+    win = window(report, step, start_ns, end_ns)
+    lane_list = lanes(report, win)
+    if not lane_list:
+        raise ExportError(f"nothing was recorded in {win.label}; pick another --step or window.")
+    drawn = _select(report, win, lane_list)
+    dpi = 100
+    fig, ax = plt.subplots(figsize=(width_px / dpi, max(3.0, 1.2 + 0.42 * drawn.tops[-1])), dpi=dpi)
+    try:
+        _draw_lanes(ax, drawn)
+        _label_longest(ax, drawn, width_px)
+        _decorate(ax, drawn, Path(str(report.meta.get("source") or "report")).name)
+        fig.tight_layout()
+        _save(fig, path, dpi)
     finally:
         plt.close(fig)
     return path
+
+
+def _save(fig: Any, path: Path, dpi: int) -> None:
+    """Write beside ``path`` and rename: a failed or interrupted save leaves no half picture.
+    The file is created with mode 0666 less the umask, as a plain open() would."""
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{path.suffix}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as out:
+            fig.savefig(out, dpi=dpi, format=path.suffix[1:].lower())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ExportError(f"cannot write {path}: {exc.strerror}; choose a writable output path.") from exc
+    finally:
+        if tmp.exists():
+            tmp.unlink()

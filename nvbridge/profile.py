@@ -44,7 +44,7 @@ GPU_OPS_SCHEMA = pa.schema([
     ("name", DICT_STR), ("short_name", DICT_STR), ("mangled_name", DICT_STR),
     ("device_id", pa.int64()), ("context_id", pa.int64()), ("stream_id", pa.int64()),
     ("process_key", pa.int64()), ("correlation_id", pa.int64()),
-    ("bytes", pa.int64()), ("copy_kind", DICT_STR),
+    ("bytes", pa.int64()), ("copy_kind", DICT_STR), ("src_kind", DICT_STR), ("dst_kind", DICT_STR),
     ("grid_x", pa.int64()), ("grid_y", pa.int64()), ("grid_z", pa.int64()),
     ("block_x", pa.int64()), ("block_y", pa.int64()), ("block_z", pa.int64()),
     ("registers_per_thread", pa.int64()), ("static_shared_bytes", pa.int64()),
@@ -72,6 +72,10 @@ class SourceInfo:
     # torchrun's RANK: from the capture's recorded environment (only that variable is read)
     # or from the file name (``rank3``, ``rank_3``, ``%q{RANK}`` patterns such as ``..._3``).
     rank: int | None = None
+    # The profiler's own warnings and errors (nsys DIAGNOSTIC_EVENT, severity Warning or Error),
+    # one per line, e.g. "No CUDA events collected. Does the process use CUDA?": what to show when
+    # a capture holds nothing.
+    diagnostics: str | None = None
 
     def describe(self) -> str:
         """One human phrase, e.g. ``Nsight Systems 2026.2.1.210 (export schema 3.25.0)``."""

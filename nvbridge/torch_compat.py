@@ -14,6 +14,7 @@ import numpy as np
 
 from nvbridge.columns import np_col
 from nvbridge.dataset import load
+from nvbridge.errors import MissingDependency
 
 
 def load_nvprof(path: str | os.PathLike[str]) -> Any:
@@ -22,11 +23,15 @@ def load_nvprof(path: str | os.PathLike[str]) -> Any:
     Times are microseconds relative to the first op, as torch's profiler reports them.
 
     Raises:
-        ImportError: torch is not installed (``pip install 'nvbridge[torch]'``).
+        MissingDependency: torch is not installed (``pip install torch``).
     """
     # torch's profiler classes are untyped; keep strict checking for the rest of nvbridge.
-    from torch.autograd import DeviceType  # type: ignore[attr-defined]
-    from torch.autograd.profiler_util import EventList, FunctionEvent
+    try:
+        from torch.autograd import DeviceType  # type: ignore[attr-defined]
+        from torch.autograd.profiler_util import EventList, FunctionEvent
+    except ImportError as exc:
+        raise MissingDependency(
+            f"nvbridge.load_nvprof needs torch ({exc}); install it with: pip install torch") from exc
 
     report = load(path)
     ops = report.ops

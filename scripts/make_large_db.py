@@ -15,7 +15,7 @@ ANALYSIS_DETAILS.stopTime/duration move to the new end.
 
 Tiles reuse the source's processes, threads and strings, so converting the result gives
 K times the source's ops, API calls, GPU ops, marks and syncs and the same threads and
-devices. ``--check`` verifies exactly that with ``nvbridge.convert`` (output in a temporary
+devices. ``--check`` verifies exactly that with ``nvbridge.conversion.convert_one`` (output in a temporary
 directory, removed afterwards).
 
 Generated files can be large (about 140 MB per million NVTX rows for the nsys 2026.2 export):
@@ -228,7 +228,7 @@ def build(src: Path, out: Path, *, tiles: int | None = None, nvtx_target: int | 
 
 def check(src: Path, out: Path, tiles: int) -> None:
     """Convert both with nvbridge and require K x the source's rows, attribution included."""
-    from nvbridge.convert import convert_one
+    from nvbridge.conversion import convert_one
     from nvbridge.export import parquet
 
     scaled = ("rows_read", "ops", "api_calls", "api_calls_outside_ranges", "kernels", "memcpys",

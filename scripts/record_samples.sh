@@ -30,3 +30,23 @@ for name in cnn transformer_shapes threads; do
   nsys export --type sqlite -o "$OUT/${name}_cpu.sqlite" "$rep.nsys-rep" >/dev/null
   ls -l "$OUT/${name}_cpu.sqlite"
 done
+
+# nvtx_domains.sqlite: NVTX domains through the C API (scripts/nvtx_domains.c): a "cuBLAS" domain
+# with registered strings, an "NCCL" domain with inline text, beside default-domain ranges.
+record_nvtx_domains() {
+  local nvtx_include
+  nvtx_include=$("$PYTHON" -c 'import nvidia.nvtx, os; print(os.path.join(nvidia.nvtx.__path__[0], "include"))')
+  cc -O1 -I"$nvtx_include" scripts/nvtx_domains.c -o "$TMP/nvtx_domains" -ldl
+  env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 \
+    nsys profile -t nvtx --sample=none --cpuctxsw=none -f true -o "$TMP/nvtx_domains" "$TMP/nvtx_domains" || true
+  if [ ! -f "$TMP/nvtx_domains.nsys-rep" ]; then
+    "$IMPORTER" -i "$TMP/nvtx_domains.qdstrm"
+  fi
+  rm -f "$OUT/nvtx_domains.sqlite"
+  nsys export --type sqlite -o "$OUT/nvtx_domains.sqlite" "$TMP/nvtx_domains.nsys-rep" >/dev/null
+  ls -l "$OUT/nvtx_domains.sqlite"
+}
+record_nvtx_domains
+
+# advise/diff recordings with planted problems (scripts/record_advise.sh)
+bash scripts/record_advise.sh

@@ -122,15 +122,14 @@ def test_corrupted_pages(tmp_path: Path) -> None:
 
 def test_existing_output_needs_force(tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
-    out_dir.mkdir()
-    (out_dir / "keep.txt").write_text("mine")
+    assert run("convert", str(real_db(FSDP)), "-o", str(out_dir), "-q")[0] == 0
+    (out_dir / "ops.parquet").write_bytes(b"stale")  # replaced by --force, never by a plain run
     code, _, err = run("convert", str(real_db(FSDP)), "-o", str(out_dir))
     assert code == 1
     assert err == f"Error: {out_dir} already exists; choose another output directory or pass --force to replace it.\n"
-    assert (out_dir / "keep.txt").read_text() == "mine"
+    assert (out_dir / "ops.parquet").read_bytes() == b"stale"
     code, _, err = run("convert", str(real_db(FSDP)), "-o", str(out_dir), "--force", "-q")
     assert code == 0, err
-    assert not (out_dir / "keep.txt").exists()
     assert pq.read_table(out_dir / "ops.parquet").num_rows == 17113
 
 
@@ -191,7 +190,7 @@ def test_progress_reports_stages_and_rows(tmp_path: Path) -> None:
     """The terminal display gets every stage, and the rows it advances add up to the estimate,
     which is the exact event-row count for an unfiltered export."""
     import nvbridge
-    from nvbridge.convert import estimate_rows
+    from nvbridge.conversion import estimate_rows
 
     src = real_db(FSDP)
     tables = ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",

@@ -77,7 +77,8 @@ def test_cli_plot(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "0"])
     assert result.exit_code == 0, result.output
     _check_png(out)
-    bad = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "9"])
+    bad = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "9",
+                                   "--force"])
     assert bad.exit_code == 1 and "steps" in bad.output and "Traceback" not in bad.output
     both = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "0",
                                     "--start", "1ms"])
@@ -88,3 +89,36 @@ def test_empty_window_is_an_error() -> None:
     report = nvbridge.load(SAMPLE_DB / "cnn_cpu.sqlite")
     with pytest.raises(ExportError, match="--end"):
         plot.window(report, start_ns=10, end_ns=5)
+
+
+def test_output_without_picture_suffix_is_refused(tmp_path: Path) -> None:  # issue 14, finding 3
+    """`-o p5` once printed "Wrote p5" and wrote p5.png: now refused, and nothing is written."""
+    result = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(tmp_path / "p5"),
+                                      "--step", "0"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.strip().startswith("Error: ") and len(result.stderr.splitlines()) == 1
+    assert "p5.png" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+    for suffix in (".svg", ".pdf"):
+        out = tmp_path / f"p5{suffix}"
+        ok = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "0"])
+        assert ok.exit_code == 0, ok.output
+        assert ok.stdout.strip() == f"Wrote {out}." and out.stat().st_size > 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p5.pdf", "p5.svg"]  # no temporary file left
+
+
+def test_existing_picture_needs_force(tmp_path: Path) -> None:  # issue 14, finding 10
+    out = tmp_path / "t.png"
+    out.write_bytes(b"keep me")
+    args = ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "0"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and "--force" in result.stderr and out.read_bytes() == b"keep me"
+    result = CliRunner().invoke(cli, [*args, "--force"])
+    assert result.exit_code == 0, result.output
+    _check_png(out)
+
+
+def test_picture_title_counts_read_naturally() -> None:  # issue 14, finding 16
+    win = plot.Window(0, 2_000_000, "whole capture")
+    assert plot.title("r.sqlite", win, 1, 1) == "r.sqlite: whole capture, 2.000 ms, 1 host thread, 1 GPU stream"
+    assert plot.title("r.sqlite", win, 2, 0).endswith("2 host threads, 0 GPU streams")

@@ -15,7 +15,7 @@ import nvbridge
 from nvbridge.dataset import Report
 from tests.conftest import NSYS_FILES, SAMPLE_DB, raw, real_db
 
-convert_mod = importlib.import_module("nvbridge.convert")  # the module; nvbridge.convert is the function
+convert_mod = importlib.import_module("nvbridge.conversion.report")
 SAMPLES = sorted(p.name for p in SAMPLE_DB.glob("*.sqlite"))
 
 

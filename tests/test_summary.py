@@ -7,6 +7,7 @@ import struct
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -20,8 +21,13 @@ from tests.conftest import raw, real_db
 LM = "nvprof-2020-pytorch14-pyprof-lm.sqlite"
 
 
+def _rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    return raw(path, sql)
+
+
 def _brute_force_table(path: Path) -> dict[str, tuple[int, int, int, int]]:
     """name -> (calls, self CPU ns, CPU total ns, self CUDA ns), from the raw nvprof rows alone."""
+    raw = _rows
     strings = dict(raw(path, "SELECT _id_, value FROM StringTable"))
     ends = dict(raw(path, "SELECT id, timestamp FROM CUPTI_ACTIVITY_KIND_MARKER WHERE flags = 4"))
     ranges = []
@@ -38,7 +44,7 @@ def _brute_force_table(path: Path) -> dict[str, tuple[int, int, int, int]]:
                     best = i
         return best
 
-    child_ns = defaultdict(int)
+    child_ns: dict[int, int] = defaultdict(int)
     for i, (t, s, e, _) in enumerate(ranges):
         # the parent: innermost range containing this one that precedes it in (start, -end, order)
         cands = [
@@ -49,7 +55,7 @@ def _brute_force_table(path: Path) -> dict[str, tuple[int, int, int, int]]:
         if cands:
             parent = max(cands, key=lambda j: (ranges[j][1], -ranges[j][2], j))
             child_ns[parent] += e - s
-    gpu = defaultdict(int)
+    gpu: dict[int, int] = defaultdict(int)
     for pid, tid, s, e, d in raw(
         path,
         """
@@ -92,12 +98,12 @@ def test_self_cuda_adds_up_per_device() -> None:
         on = gpu[(gpu.device_id == device) & gpu.op_id.notna()]
         rows = report.key_averages(device=int(device)).sorted(row_limit=-1)
         assert int(np.sum(rows.column("self_gpu_ns"))) == int((on.end_ns - on.start_ns).sum()) > 0
-    header = {d["device_id"]: d for d in report.gpu_summary()}
+    header = {d.device_id: d for d in report.gpu_summary()}
     assert sorted(header) == [0, 1]
     for device, d in header.items():
         on = gpu[gpu.device_id == device]
-        assert d["kernels"] == int((on.kind == "kernel").sum())
-        assert 0 < d["busy_ns"] <= d["summed_ns"] == int((on.end_ns - on.start_ns).sum())
+        assert d.kernels == int((on.kind == "kernel").sum())
+        assert 0 < d.busy_ns <= d.summed_ns == int((on.end_ns - on.start_ns).sum())
 
 
 def test_summary_command_outputs(tmp_path: Path) -> None:
@@ -125,19 +131,20 @@ def test_summary_reads_only_what_its_tables_need(tmp_path: Path, monkeypatch: py
     read whole and in op_id order."""
     out = tmp_path / "ds"
     # Small windows: ranges open across a cut are written late, so the file is out of op_id order.
-    monkeypatch.setattr(sys.modules["nvbridge.convert"], "WINDOW_ROWS", 97)
+    monkeypatch.setattr(sys.modules["nvbridge.conversion.report"], "WINDOW_ROWS", 97)
     nvbridge.convert(real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"), out)
     in_file = np.asarray(pq.read_table(out / "ops.parquet", columns=["op_id"]).column("op_id"))
     assert (np.diff(in_file) < 0).any()
     whole = nvbridge.load(out)
-    cases = [({}, []), ({"group_by_input_shape": True}, ["--group-by", "shape"]),
+    cases: list[tuple[dict[str, Any], list[str]]] = [
+             ({}, []), ({"group_by_input_shape": True}, ["--group-by", "shape"]),
              ({"group_by_module": True}, ["--group-by", "module"]),
              ({"group_by_stack_n": 2}, ["--group-by", "stack", "--stack-depth", "2"]),
              ({"top_level_events_only": True}, ["--top-level"]), ({"device": 1}, ["--device", "1"])]
     for kwargs, flags in cases:
         result = CliRunner().invoke(cli, ["summary", str(out), "--json", "--limit", "-1", *flags])
         assert result.exit_code == 0, result.output
-        expected = whole.key_averages(**kwargs).sorted(row_limit=-1).to_pylist()
+        expected = whole.key_averages(**kwargs, unattributed=True).sorted(row_limit=-1).to_pylist()
         # The JSON rows add the FLOPs rates (nvbridge.analysis.throughput) to key_averages' columns.
         rows = [{k: r[k] for k in expected[0]} for r in json.loads(result.stdout)["rows"]]
         assert rows == json.loads(json.dumps(expected)), flags

@@ -193,7 +193,7 @@ def test_roofline_picture(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "the roofline covers the whole report" in result.stderr
 
 
-def test_a_dataset_written_before_cost_columns_still_summarizes(tmp_path: Path) -> None:
+def test_a_dataset_written_before_cost_columns_is_refused_in_one_line(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     out = tmp_path / "old"
@@ -201,12 +201,10 @@ def test_a_dataset_written_before_cost_columns_still_summarizes(tmp_path: Path) 
     ops = pq.read_table(out / "ops.parquet")
     pq.write_table(ops.drop_columns(["flops", "bytes", "compute_dtype", "dtype_assumed", "input_dtypes"]),
                    out / "ops.parquet")
-    result = CliRunner().invoke(cli, ["summary", str(out), "--json"])
-    assert result.exit_code == 0, result.output
-    rows = __import__("json").loads(result.stdout)["rows"]
-    assert rows and all(r["unknown_calls"] == r["calls"] and r["flops"] == 0 for r in rows)
     result = CliRunner().invoke(cli, ["summary", str(out)])
-    assert "model FLOPs unknown: the dataset has no cost columns; convert the report again" in result.stdout
+    assert result.exit_code == 1
+    assert "lacks the columns flops, bytes, compute_dtype, dtype_assumed" in result.output
+    assert "convert the report again" in result.output and "Traceback" not in result.output
 
 
 def test_mfu_per_rank_of_a_partitioned_dataset(tmp_path: Path) -> None:

@@ -1,42 +1,54 @@
 """What a converted report means to a PyTorch user: tables, figures and findings.
 
-``summary`` makes torch's key_averages tables and the GPU header. New analyses (FLOPs and
-rooflines, advice, before/after diffs) each get a module here, read the same ``Report``
-tables and never touch a database.
+``summary`` makes torch's key_averages tables, ``gpu`` the GPU header, ``ranks`` the
+cross-rank figures, and ``summarize`` puts them together as ``nvbridge summary`` prints them.
+New analyses (FLOPs and rooflines, advice, before/after diffs) each get a module here, read the
+same ``Report`` tables and never touch a database.
 """
 
 from __future__ import annotations
 
+from nvbridge.analysis.gpu import GpuHeader, busy_ns, gpu_header
+from nvbridge.analysis.ranks import RankFacts, StepSpread, rank_facts, step_spreads, step_times
+from nvbridge.analysis.summarize import Summary, summarize
 from nvbridge.analysis.summary import (
+    NO_OP,
     SORT_KEYS,
     SUMMARY_COLUMNS,
     TIME_UNITS,
     KeyAverages,
-    busy_ns,
+    check_regex,
     format_time,
-    gpu_header,
     gpu_time_by_op,
     key_averages,
     merge_averages,
     parse_time,
-    rank_facts,
-    rank_summary,
-    step_times,
+    plural,
+    sort_column,
 )
 
 __all__ = [
+    "NO_OP",
     "SORT_KEYS",
     "SUMMARY_COLUMNS",
     "TIME_UNITS",
+    "GpuHeader",
     "KeyAverages",
+    "RankFacts",
+    "StepSpread",
+    "Summary",
     "busy_ns",
+    "check_regex",
     "format_time",
     "gpu_header",
     "gpu_time_by_op",
     "key_averages",
     "merge_averages",
     "parse_time",
+    "plural",
     "rank_facts",
-    "rank_summary",
+    "sort_column",
+    "step_spreads",
     "step_times",
+    "summarize",
 ]

@@ -1,41 +1,44 @@
-"""torch-style key_averages tables and the GPU-side header, from a report's tables.
+"""torch-style key_averages tables, from a report's tables.
 
 Column names and time formatting mirror ``torch.autograd.profiler_util.EventList.table`` so a
 PyTorch user reads them without a legend. GPU times come from ``gpu_ops`` (optionally of one
 device): an op's self CUDA time is the GPU time it launched directly, so summed self CUDA
-equals the GPU time attributed to ops; nothing is counted twice.
+equals the GPU time attributed to ops; nothing is counted twice. GPU ops launched outside
+every op can be shown as one more row, ``[no op]``, so that self CUDA adds up to all GPU time.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.analysis.throughput import COST_AGGREGATES, COST_COLUMNS, cost_inputs
-from nvbridge.columns import np_col, sum_by
+from nvbridge.columns import np_col, roll_up, sum_by
 
-GroupBy = Literal["name", "shape", "module", "stack"]
 SORT_KEYS = {
     # torch's sort_by names, and the column each sorts on
     "self_cpu_time_total": "self_cpu_ns", "cpu_time_total": "cpu_total_ns", "cpu_time": "cpu_avg_ns",
     "self_cuda_time_total": "self_gpu_ns", "cuda_time_total": "gpu_total_ns", "cuda_time": "gpu_avg_ns",
     "self_device_time_total": "self_gpu_ns", "device_time_total": "gpu_total_ns", "count": "calls",
 }
+# Sorting a report without GPU time by a GPU column would order rows by name: use the CPU one.
+CPU_FALLBACK = {"self_gpu_ns": "self_cpu_ns", "gpu_total_ns": "cpu_total_ns", "gpu_avg_ns": "cpu_avg_ns"}
 TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
-
+NO_OP = "[no op]"  # the row of GPU ops launched outside every op
 
 # What the summary tables (key_averages, gpu_header, rank_facts) read of a dataset: a third of
 # the ops columns, without the range names (unique per row; op_name is what they group by).
 SUMMARY_COLUMNS: dict[str, list[str]] = {
     "ops": ["op_id", "parent_id", "depth", "op_name", "start_ns", "end_ns", "self_cpu_ns", "total_cpu_ns",
-            "self_gpu_ns", "total_gpu_ns", "input_shapes", "module_path", "stack", *COST_COLUMNS],
+            "self_gpu_ns", "total_gpu_ns", "input_shapes", "module_path", "stack", "flags", *COST_COLUMNS],
     "gpu_ops": ["op_id", "kind", "device_id", "start_ns", "end_ns", "bytes", "copy_kind"],
-    "api_calls": [], "marks": [], "syncs": [], "threads": [],
+    # API calls only for the check that no interval ends before it starts (dataset.load)
+    "api_calls": ["start_ns", "end_ns"], "marks": [], "syncs": [], "threads": [],
 }
 
 
@@ -53,12 +56,7 @@ def gpu_time_by_op(ops: pa.Table, gpu_ops: pa.Table, device: int | None = None) 
     op = row[np_col(gpu_ops, "op_id", fill=-1)]
     op = np.where(np_col(gpu_ops, "device_id", fill=-1) == device, op, -1)
     self_ns = sum_by(op, np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns"), ops.num_rows)
-    total = self_ns.copy()
-    parent, depth = row[np_col(ops, "parent_id", fill=-1)], np_col(ops, "depth")
-    for d in range(int(depth.max(initial=0)), 0, -1):
-        kids = np.flatnonzero((depth == d) & (parent >= 0))
-        np.add.at(total, parent[kids], total[kids])
-    return self_ns, total
+    return self_ns, roll_up(self_ns, row[np_col(ops, "parent_id", fill=-1)], np_col(ops, "depth"))
 
 
 def parse_time(text: str) -> float:
@@ -69,13 +67,33 @@ def parse_time(text: str) -> float:
     return float(m.group(1)) * TIME_UNITS[m.group(2) or "us"]
 
 
-def format_time(us: float) -> str:
-    """torch's profiler formatting: 1.234ms, 12.000us, 2.500s."""
-    if us >= 1e6:
-        return f"{us / 1e6:.3f}s"
-    if us >= 1e3:
-        return f"{us / 1e3:.3f}ms"
-    return f"{us:.3f}us"
+def format_time(us: float, unit: str | None = None) -> str:
+    """torch's profiler formatting: 1.234ms, 12.000us, 2.500s (or always in ``unit``)."""
+    if unit is None:
+        unit = "s" if us >= 1e6 else "ms" if us >= 1e3 else "us"
+    return f"{us / TIME_UNITS[unit]:.3f}{unit}"
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 kernel``, ``2 kernels``, ``1,234 GPU ops``: counts read as English."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def sort_column(sort_by: str) -> str:
+    """The rows' column a torch sort key sorts on."""
+    column = SORT_KEYS.get(sort_by, sort_by)
+    if column not in (*SORT_KEYS.values(), "name"):
+        raise ValueError(f"cannot sort by {sort_by!r}; use one of {', '.join(SORT_KEYS)}")
+    return column
+
+
+def check_regex(name_regex: str) -> None:
+    """Raise ValueError naming the expression if Arrow's regular expressions (RE2) cannot read it."""
+    try:
+        pc.match_substring_regex(pa.array([""]), name_regex)
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"cannot read regular expression {name_regex!r} "
+                         f"({str(exc).split(':')[0].lower()}); check its brackets and escapes") from None
 
 
 @dataclass(frozen=True)
@@ -87,14 +105,18 @@ class KeyAverages:
     self_gpu_total_ns: int
     group_by: tuple[str, ...]
 
+    def sort_column(self, sort_by: str) -> str:
+        """The column ``sort_by`` sorts on: a GPU one falls back to CPU where no GPU time was recorded."""
+        column = sort_column(sort_by)
+        return CPU_FALLBACK.get(column, column) if self.self_gpu_total_ns == 0 else column
+
     def sorted(self, sort_by: str = "self_cuda_time_total", row_limit: int = -1,
                name_regex: str | None = None, min_time_us: float = 0.0) -> pa.Table:
         """Rows sorted by a torch sort key, filtered, limited."""
-        column = SORT_KEYS.get(sort_by, sort_by)
-        if column not in self.rows.column_names:
-            raise ValueError(f"cannot sort by {sort_by!r}; use one of {', '.join(SORT_KEYS)}")
+        column = self.sort_column(sort_by)
         rows = self.rows
         if name_regex:
+            check_regex(name_regex)
             rows = rows.filter(pc.match_substring_regex(rows.column("name"), name_regex))
         if min_time_us > 0:
             floor = min_time_us * 1e3
@@ -105,27 +127,35 @@ class KeyAverages:
         rows = rows.sort_by([(column, "ascending" if column == "name" else "descending"), *ties])
         return rows.slice(0, row_limit) if row_limit >= 0 else rows
 
-    def table(self, sort_by: str = "self_cuda_time_total", row_limit: int = 100, name_regex: str | None = None,
-              min_time_us: float = 0.0) -> str:
-        """The table as torch prints it (Name, Self CPU %, Self CPU, ..., # of Calls)."""
-        rows = self.sorted(sort_by, row_limit, name_regex, min_time_us).to_pylist()
+    def table(self, sort_by: str | None = "self_cuda_time_total", row_limit: int = 100,
+              name_regex: str | None = None, min_time_us: float = 0.0, *, max_src_column_width: int = 80,
+              max_name_column_width: int = 60, max_shapes_column_width: int = 80, header: str | None = None,
+              top_level_events_only: bool = False, time_unit: str | None = None) -> str:
+        """The table as torch prints it (Name, Self CPU %, Self CPU, ..., # of Calls); takes the
+        arguments of torch's ``EventList.table`` (``top_level_events_only`` belongs to
+        ``key_averages`` here: the rows are already grouped)."""
+        if top_level_events_only:
+            raise ValueError("pass top_level_events_only to key_averages(); these rows are already grouped")
+        rows = self.sorted(sort_by or "self_cuda_time_total", row_limit, name_regex, min_time_us).to_pylist()
         cpu_all, gpu_all = max(self.self_cpu_total_ns, 1), max(self.self_gpu_total_ns, 1)
+
+        def t(ns: float) -> str:
+            return format_time(ns / 1e3, time_unit)
+
         headers = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg",
                    "Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg", "# of Calls"]
         extra = [k for k in self.group_by if k != "name"]
-        headers += [{"input_shapes": "Input Shapes", "module_path": "Module", "stack": "Source Location"}[k]
-                    for k in extra]
-        body = []
-        for r in rows:
-            body.append([
-                r["name"], f"{100 * r['self_cpu_ns'] / cpu_all:.2f}%", format_time(r["self_cpu_ns"] / 1e3),
-                f"{100 * r['cpu_total_ns'] / cpu_all:.2f}%", format_time(r["cpu_total_ns"] / 1e3),
-                format_time(r["cpu_avg_ns"] / 1e3), format_time(r["self_gpu_ns"] / 1e3),
-                f"{100 * r['self_gpu_ns'] / gpu_all:.2f}%", format_time(r["gpu_total_ns"] / 1e3),
-                format_time(r["gpu_avg_ns"] / 1e3), str(r["calls"]),
-            ] + [str(r[k]) if r[k] is not None else "" for k in extra])
-        widths = [min(max([len(h)] + [len(row[i]) for row in body]), 60 if i == 0 else 80)
-                  for i, h in enumerate(headers)]
+        titles = {"input_shapes": "Input Shapes", "module_path": "Module", "stack": "Source Location"}
+        limits = {"input_shapes": max_shapes_column_width, "module_path": 80, "stack": max_src_column_width}
+        body = [[r["name"], f"{100 * r['self_cpu_ns'] / cpu_all:.2f}%", t(r["self_cpu_ns"]),
+                 f"{100 * r['cpu_total_ns'] / cpu_all:.2f}%", t(r["cpu_total_ns"]), t(r["cpu_avg_ns"]),
+                 t(r["self_gpu_ns"]), f"{100 * r['self_gpu_ns'] / gpu_all:.2f}%", t(r["gpu_total_ns"]),
+                 t(r["gpu_avg_ns"]), str(r["calls"])] + [str(r[k]) if r[k] is not None else "" for k in extra]
+                for r in rows]
+        headers += [titles[k] for k in extra]
+        caps = [max_name_column_width] + [80] * 10 + [limits[k] for k in extra]
+        widths = [min(max([len(h)] + [len(row[i]) for row in body]), cap)
+                  for i, (h, cap) in enumerate(zip(headers, caps))]
         rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
 
         def line(cells: list[str]) -> str:
@@ -135,15 +165,16 @@ class KeyAverages:
                 out.append(cell.ljust(w) if i == 0 or i >= 11 else cell.rjust(w))
             return "  ".join(out).rstrip()
 
-        text = [rule, line(headers), rule] + [line(b) for b in body] + [rule]
-        text.append(f"Self CPU time total: {format_time(self.self_cpu_total_ns / 1e3)}")
-        text.append(f"Self CUDA time total: {format_time(self.self_gpu_total_ns / 1e3)}")
+        text = ([header] if header else []) + [rule, line(headers), rule] + [line(b) for b in body] + [rule]
+        text.append(f"Self CPU time total: {t(self.self_cpu_total_ns)}")
+        text.append(f"Self CUDA time total: {t(self.self_gpu_total_ns)}")
         return "\n".join(text) + "\n"
 
 
 def key_averages(ops: pa.Table, gpu_ops: pa.Table, *, group_by_input_shape: bool = False,
                  group_by_stack_n: int = 0, group_by_module: bool = False,
-                 top_level_events_only: bool = False, device: int | None = None) -> KeyAverages:
+                 top_level_events_only: bool = False, device: int | None = None,
+                 unattributed: bool = False) -> KeyAverages:
     """Group ops like torch's ``EventList.key_averages``.
 
     Args:
@@ -153,6 +184,7 @@ def key_averages(ops: pa.Table, gpu_ops: pa.Table, *, group_by_input_shape: bool
         group_by_module: one row per (name, enclosing module path).
         top_level_events_only: only ops without a parent range.
         device: count GPU time of this device only.
+        unattributed: add a ``[no op]`` row for GPU ops launched outside every op.
     """
     self_gpu, total_gpu = gpu_time_by_op(ops, gpu_ops, device)
     name = ops.column("op_name") if "op_name" in ops.column_names else ops.column("name")
@@ -184,45 +216,33 @@ def key_averages(ops: pa.Table, gpu_ops: pa.Table, *, group_by_input_shape: bool
         ("name", "count"), *COST_AGGREGATES])
     agg = agg.rename_columns([c.replace("_sum", "").replace("_min", "").replace("name_count", "calls")
                               for c in agg.column_names])
+    gpu_total = int(self_gpu.sum())
+    if unattributed:
+        no_op = _no_op_row(agg.schema, gpu_ops, device)
+        agg = pa.concat_tables([agg, no_op]) if no_op.num_rows else agg
+        gpu_total += int(pc.sum(no_op.column("self_gpu_ns")).as_py() or 0)
+    return KeyAverages(_with_averages(agg), int(np.sum(np_col(ops, "self_cpu_ns"))), gpu_total, tuple(keys))
+
+
+def _no_op_row(schema: pa.Schema, gpu_ops: pa.Table, device: int | None) -> pa.Table:
+    """The ``[no op]`` row: GPU ops (of ``device``) no op launched; no row if there are none."""
+    outside = np_col(gpu_ops, "op_id", fill=-1) < 0
+    if device is not None:
+        outside &= np_col(gpu_ops, "device_id", fill=-1) == device
+    if not outside.any():
+        return schema.empty_table()
+    ns = int((np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns"))[outside].sum())
+    row: dict[str, object] = dict.fromkeys(schema.names, "")  # the other grouping keys
+    row.update(name=NO_OP, self_cpu_ns=0, cpu_total_ns=0, self_gpu_ns=ns, gpu_total_ns=ns, calls=int(outside.sum()))
+    # No op, no cost: every call unknown (nvbridge.analysis.throughput).
+    row.update(flops=0, bytes=0, unknown_calls=row["calls"], compute_dtype=None)
+    return pa.table({f.name: pa.array([row[f.name]], f.type) for f in schema})
+
+
+def _with_averages(agg: pa.Table) -> pa.Table:
     calls = agg.column("calls")
     agg = agg.append_column("cpu_avg_ns", pc.divide(agg.column("cpu_total_ns").cast(pa.float64()), calls))
-    agg = agg.append_column("gpu_avg_ns", pc.divide(agg.column("gpu_total_ns").cast(pa.float64()), calls))
-    return KeyAverages(agg, int(np.sum(np_col(ops, "self_cpu_ns"))), int(self_gpu.sum()), tuple(keys))
-
-
-def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
-    """Length of the union of [start, end) intervals: time the GPU was doing anything."""
-    if len(start) == 0:
-        return 0
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], np.maximum.accumulate(end[order])
-    gaps = np.maximum(s[1:] - e[:-1], 0)
-    return int(e[-1] - s[0] - gaps.sum())
-
-
-def gpu_header(gpu_ops: pa.Table, devices: pa.Table) -> list[dict[str, Any]]:
-    """Per device: busy time, span, idle share, kernel count, copy volume by direction."""
-    out = []
-    dev = np_col(gpu_ops, "device_id", fill=-1)
-    kinds = np.asarray(gpu_ops.column("kind").to_numpy(zero_copy_only=False))
-    s, e = np_col(gpu_ops, "start_ns"), np_col(gpu_ops, "end_ns")
-    copy = np.asarray(gpu_ops.column("copy_kind").fill_null("").to_numpy(zero_copy_only=False))
-    nbytes = np_col(gpu_ops, "bytes", fill=0)
-    attributed = np_col(gpu_ops, "op_id", fill=-1) >= 0
-    names = dict(zip(np_col(devices, "device_id", fill=-1).tolist(), devices.column("name").to_pylist()))
-    for d in np.unique(dev):
-        m = dev == d
-        span = int(e[m].max() - s[m].min())
-        busy = busy_ns(s[m], e[m])
-        copies = {k: int(nbytes[m & (copy == k) & (kinds == "memcpy")].sum())
-                  for k in sorted(set(copy[m & (kinds == "memcpy")]))}
-        out.append({
-            "device_id": int(d), "name": names.get(int(d)), "busy_ns": busy, "span_ns": span,
-            "idle_share": 1.0 - busy / span if span else 0.0, "kernels": int((m & (kinds == "kernel")).sum()),
-            "gpu_ops": int(m.sum()), "summed_ns": int((e[m] - s[m]).sum()),
-            "attributed_ns": int((e[m] - s[m])[attributed[m]].sum()), "memcpy_bytes": copies,
-        })
-    return out
+    return agg.append_column("gpu_avg_ns", pc.divide(agg.column("gpu_total_ns").cast(pa.float64()), calls))
 
 
 def merge_averages(parts: list[KeyAverages]) -> KeyAverages:
@@ -233,53 +253,5 @@ def merge_averages(parts: list[KeyAverages]) -> KeyAverages:
         *((c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")),
         *COST_AGGREGATES])
     agg = agg.rename_columns([c.removesuffix("_sum").removesuffix("_min") for c in agg.column_names])
-    calls = agg.column("calls")
-    agg = agg.append_column("cpu_avg_ns", pc.divide(agg.column("cpu_total_ns").cast(pa.float64()), calls))
-    agg = agg.append_column("gpu_avg_ns", pc.divide(agg.column("gpu_total_ns").cast(pa.float64()), calls))
-    return KeyAverages(agg, sum(p.self_cpu_total_ns for p in parts), sum(p.self_gpu_total_ns for p in parts),
-                       parts[0].group_by)
-
-
-def step_times(ops: pa.Table) -> dict[int, int]:
-    """Duration (ns) of each ``ProfilerStep#N`` range, by N (summed if a step repeats)."""
-    names = ops.column("op_name") if "op_name" in ops.column_names else ops.column("name")
-    m = pc.extract_regex(names, r"^ProfilerStep#(?P<n>\d+)$")
-    valid = np.asarray(pc.is_valid(m).to_numpy(zero_copy_only=False))
-    if not valid.any():
-        return {}
-    n = np.asarray(pc.struct_field(m, "n").cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False))[valid]
-    dur = (np_col(ops, "end_ns") - np_col(ops, "start_ns"))[valid]
-    out: dict[int, int] = {}
-    for step, d in zip(n.tolist(), dur.tolist()):
-        out[step] = out.get(step, 0) + d
-    return out
-
-
-def rank_facts(report: Any, gpu: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """What the cross-rank summary needs of one report (``gpu``: its :func:`gpu_header`, if
-    already computed), so that reports can be read one at a time."""
-    meta = report.meta
-    label = f"rank {meta['rank']}" if meta.get("rank") not in (None, "None") else str(meta.get("source"))
-    gpu = gpu_header(report.gpu_ops, report.devices) if gpu is None else gpu
-    return {"rank": label, "source": meta.get("source"), "ops": report.ops.num_rows,
-            "kernels": sum(d["kernels"] for d in gpu), "gpu_busy_ns": {d["device_id"]: d["busy_ns"] for d in gpu},
-            "steps": step_times(report.ops)}
-
-
-def rank_summary(facts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Across ranks, from each report's :func:`rank_facts`: GPU busy time per report and device,
-    and per step the slowest rank and the spread (slowest minus fastest), which is what a
-    straggler looks like."""
-    ranks = [{k: v for k, v in f.items() if k != "steps"} for f in facts]
-    steps: dict[int, dict[str, int]] = {}
-    for f in facts:
-        for step, ns in f["steps"].items():
-            steps.setdefault(step, {})[f["rank"]] = ns
-    per_step = []
-    for step in sorted(steps):
-        by_rank = steps[step]
-        slow = max(by_rank, key=lambda k: by_rank[k])
-        per_step.append({"step": step, "slowest": slow, "max_ns": by_rank[slow],
-                         "min_ns": min(by_rank.values()), "spread_ns": by_rank[slow] - min(by_rank.values()),
-                         "ranks": len(by_rank)})
-    return {"ranks": ranks, "steps": per_step}
+    return KeyAverages(_with_averages(agg), sum(p.self_cpu_total_ns for p in parts),
+                       sum(p.self_gpu_total_ns for p in parts), parts[0].group_by)

@@ -14,10 +14,13 @@ import sys
 import click
 
 from nvbridge._version import __version__
+from nvbridge.cli.advise import advise_cmd
 from nvbridge.cli.convert import convert_cmd
+from nvbridge.cli.diff import diff_cmd
 from nvbridge.cli.plot import plot_cmd
 from nvbridge.cli.summary import summary_cmd
 from nvbridge.cli.trace import trace_cmd
+from nvbridge.output import exit_on_interrupt
 
 
 @click.group()
@@ -26,7 +29,7 @@ def cli() -> None:
     """PyTorch-level answers from Nsight Systems and nvprof profiles."""
 
 
-for _command in (convert_cmd, summary_cmd, trace_cmd, plot_cmd):
+for _command in (convert_cmd, summary_cmd, trace_cmd, plot_cmd, advise_cmd, diff_cmd):
     cli.add_command(_command)
 
 
@@ -88,6 +91,7 @@ def main() -> None:
     """
     _use_system_allocator()
     _skip_pandas_integration()
+    exit_on_interrupt()
     try:
         cli(prog_name="nvbridge", standalone_mode=False)
         code = 0

@@ -6,11 +6,11 @@ import contextlib
 from collections.abc import Iterator
 
 import click
-import pyarrow.compute as pc
 
 from nvbridge._version import __version__
-from nvbridge.analysis import parse_time
-from nvbridge.convert import Progress
+from nvbridge.analysis import parse_time, plural
+from nvbridge.columns import earliest_start_ns
+from nvbridge.conversion import Progress
 from nvbridge.dataset import Report
 from nvbridge.errors import NvbridgeError
 
@@ -43,32 +43,50 @@ def progress(enabled: bool, label: str, total_rows: int) -> Iterator[Progress | 
     from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as Bar
 
-    with Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-             TextColumn("{task.completed:,.0f}/{task.total:,.0f} rows"), TextColumn("{task.fields[rate]}"),
-             TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+    with Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=BAR_WIDTH),
+             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=Console(stderr=True),
+             transient=True) as bar:
         task = bar.add_task(label, total=max(total_rows, 1), rate="")
         start = time.perf_counter()
 
         def update(stage: str, rows: int) -> None:
-            bar.update(task, description=f"{label}: {stage}", advance=rows)
+            bar.update(task, advance=rows)
             done, total = bar.tasks[task].completed, bar.tasks[task].total or 1
-            elapsed = time.perf_counter() - start
-            if done and elapsed > 0:
-                rate = done / elapsed
-                left = max(total - done, 0) / rate
-                bar.update(task, rate=f"{rate:,.0f} rows/s, about {left:,.0f} s left")
+            description, rate = status(label, stage, done, total, time.perf_counter() - start)
+            bar.update(task, description=description, rate=rate)
         yield update
 
 
+BAR_WIDTH = 16  # with the spinner, elapsed time and status, a line fits an 80-column terminal
+
+
+def status(label: str, stage: str, done: float, total: float, elapsed: float) -> tuple[str, str]:
+    """The progress line's description and rate text: rows, rows/s and time left where the stage
+    is counted in rows; nothing where it is not (the trace), rather than a wrong estimate."""
+    description = stage if stage else label
+    if stage.startswith("writing trace") or not done or elapsed <= 0:
+        return description, ""
+    rate = done / elapsed
+    left = max(total - done, 0) / rate
+    return description, f"{_short(done)}/{_short(total)}, {_short(rate)} rows/s, {left:,.0f} s left"
+
+
+def _short(n: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n:.0f}"
+
+
 def window(report: Report, start: str | None, end: str | None) -> tuple[int | None, int | None]:
-    """--start/--end (times from the report's first event) -> absolute ns in the report's time base."""
+    """--start/--end (times from the report's first event; a bare number is microseconds) ->
+    absolute ns in the report's time base."""
     try:
         start_us = parse_time(start) if start else None
         end_us = parse_time(end) if end else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
-    origin = min((int(pc.min(t.column("start_ns")).as_py()) for t in (report.ops, report.api_calls, report.gpu_ops)
-                  if t.num_rows), default=0)
+    origin = earliest_start_ns(report.ops, report.api_calls, report.gpu_ops) or 0
     return (None if start_us is None else origin + int(start_us * 1e3),
             None if end_us is None else origin + int(end_us * 1e3))
 
@@ -84,10 +102,12 @@ def steps(text: str | None) -> tuple[int, int] | None:
                                  param_hint="--steps") from None
 
 
+__all__ = ["errors", "human_bytes", "plural", "progress", "steps", "window"]
+
+
 def human_bytes(n: int) -> str:
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= size:
             return f"{n / size:,.1f} {unit}"
     return f"{n} B"
-
 

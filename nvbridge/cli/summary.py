@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -11,44 +12,85 @@ from typing import Any
 import click
 
 import nvbridge.analysis.throughput as throughput
-from nvbridge.analysis import SUMMARY_COLUMNS, format_time, merge_averages, parse_time, rank_facts, rank_summary
-from nvbridge.cli._common import errors, human_bytes
-from nvbridge.dataset import is_partitioned, load, report_dirs
+from nvbridge.analysis import GpuHeader, Summary, check_regex, format_time, parse_time, sort_column, summarize
+from nvbridge.cli._common import errors, human_bytes, plural
+from nvbridge.errors import OptionError
+
+GPU_SORT_COLUMNS = ("self_gpu_ns", "gpu_total_ns", "gpu_avg_ns")
 
 
-def _rank_lines(ranks: dict[str, Any]) -> list[str]:
-    lines = [f"{len(ranks['ranks'])} reports:"]
-    for r in ranks["ranks"]:
-        busy = ", ".join(f"GPU {d} {format_time(ns / 1e3)}" for d, ns in r["gpu_busy_ns"].items()) or "no GPU ops"
-        lines.append(f"  {r['rank']} ({r['source']}): {r['ops']:,} ops, {r['kernels']:,} kernels, busy {busy}")
-    for st in ranks["steps"]:
-        lines.append(f"  step {st['step']}: slowest {st['slowest']} {format_time(st['max_ns'] / 1e3)}, "
-                     f"spread {format_time(st['spread_ns'] / 1e3)} over {st['ranks']} ranks")
+def _rank_lines(summary: Summary) -> list[str]:
+    lines = [f"{plural(len(summary.ranks), 'report')}:"]
+    for r in summary.ranks:
+        busy = ", ".join(f"GPU {d} {format_time(ns / 1e3)}" for d, ns in r.gpu_busy_ns.items()) or "no GPU ops"
+        name = r.label if r.label == str(r.source) else f"{r.label} ({r.source})"
+        lines.append(f"  {name}: {plural(r.ops, 'op')}, {plural(r.kernels, 'kernel')}, busy {busy}")
+    for st in summary.steps:
+        lines.append(f"  step {st.step}: slowest {st.slowest} {format_time(st.max_ns / 1e3)}, "
+                     f"spread {format_time(st.spread_ns / 1e3)} over {plural(st.ranks, 'rank')}")
     return lines
 
 
-def _gpu_lines(summary: list[dict[str, object]]) -> list[str]:
-    lines = []
-    for d in summary:
-        copies = ", ".join(f"{k} {human_bytes(v)}" for k, v in d["memcpy_bytes"].items()) or "none"  # type: ignore[attr-defined]
-        where = f"{d['report']}: " if d.get("report") and d.get("several") else ""
-        lines.append(
-            f"{where}GPU {d['device_id']} ({d['name'] or 'unnamed'}): busy {format_time(d['busy_ns'] / 1e3)} of "  # type: ignore[operator]
-            f"{format_time(d['span_ns'] / 1e3)} ({100 * d['idle_share']:.1f}% idle), "  # type: ignore[operator]
-            f"{d['kernels']:,} kernels, {d['gpu_ops']:,} GPU ops, memcpy: {copies}")
-    return lines
+def gpu_line(d: GpuHeader, several: bool) -> str:
+    copies = ", ".join(f"{k} {human_bytes(v)}" for k, v in d.memcpy_bytes.items()) or "none"
+    where = f"{d.report}: " if d.report and several else ""
+    return (f"{where}GPU {d.device_id} ({d.name or 'unnamed'}): busy {format_time(d.busy_ns / 1e3)} of "
+            f"{format_time(d.span_ns / 1e3)} ({100 * d.idle_share:.1f}% idle), {plural(d.kernels, 'kernel')}, "
+            f"{plural(d.gpu_ops, 'GPU op')}, memcpy: {copies}")
+
+
+def _json(summary: Summary, rows: list[dict[str, Any]]) -> str:
+    ranks = None
+    if summary.several:
+        ranks = {"ranks": [{"rank": r.label, "source": r.source, "ops": r.ops, "kernels": r.kernels,
+                            "gpu_busy_ns": dict(r.gpu_busy_ns)} for r in summary.ranks],
+                 "steps": [dataclasses.asdict(s) for s in summary.steps]}
+    gpu = [dict(dataclasses.asdict(d), several=summary.several) for d in summary.gpus]
+    flops = dict(summary.flops) if summary.several else summary.flops[0][1] if summary.flops else None
+    return json.dumps({"gpu": gpu, "ranks": ranks, "flops": flops, "rows": rows}, indent=1)
+
+
+def _check_options(sort_by: str, limit: int, group_by: str, stack_depth: int | None, min_time: str,
+                   name_regex: str | None, as_csv: bool, as_json: bool) -> float:
+    """Every option on its own and together, before any file is read; the --min-time in us."""
+    def bad(message: str, option: str) -> click.BadParameter:
+        return click.BadParameter(message, param_hint=option)
+    try:
+        min_us = parse_time(min_time)
+    except ValueError as exc:
+        raise bad(str(exc), "--min-time") from exc
+    try:
+        sort_column(sort_by)
+    except ValueError as exc:
+        raise bad(str(exc), "--sort") from exc
+    if name_regex:
+        try:
+            check_regex(name_regex)
+        except ValueError as exc:
+            raise bad(str(exc), "--filter") from exc
+    if as_csv and as_json:
+        raise bad("--csv and --json both print the rows; pick one", "--csv/--json")
+    if limit < -1:
+        raise bad(f"{limit} rows cannot be shown; give a count, or -1 for all rows", "--limit")
+    if stack_depth is not None and group_by != "stack":
+        raise bad("frames are grouped only with --group-by stack; add it or drop --stack-depth", "--stack-depth")
+    if stack_depth is not None and stack_depth < 1:
+        raise bad(f"{stack_depth} frames group nothing; give 1 or more", "--stack-depth")
+    return min_us
 
 
 @click.command("summary")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--sort", "sort_by", default="self_cuda_time_total", show_default=True,
               help="torch sort key: self_cuda_time_total, cuda_time_total, self_cpu_time_total, "
-                   "cpu_time_total, cpu_time, cuda_time, count.")
+                   "cpu_time_total, cpu_time, cuda_time, count. CUDA keys sort by CPU time when "
+                   "nothing ran on a GPU.")
 @click.option("--limit", default=30, show_default=True, help="Rows to show (-1: all).")
 @click.option("--group-by", "group_by", type=click.Choice(["name", "shape", "module", "stack"]), default="name",
               show_default=True, help="Group ops by name, or by name and input shape, module or stack.")
-@click.option("--stack-depth", default=1, show_default=True, help="Frames to group by with --group-by stack.")
-@click.option("--min-time", default="0", help="Hide rows whose CPU and CUDA totals are both below this (10us, 1ms).")
+@click.option("--stack-depth", type=int, default=None, help="Frames to group by with --group-by stack [default: 1].")
+@click.option("--min-time", default="0", help="Hide rows whose CPU and CUDA totals are both below this "
+                                              "(10us, 1ms; a bare number is microseconds).")
 @click.option("--filter", "name_regex", default=None, help="Only rows whose name matches this regular expression.")
 @click.option("--device", type=int, default=None, help="Count GPU time of this device only.")
 @click.option("--top-level", is_flag=True, help="Only ops without a parent range.")
@@ -57,46 +99,34 @@ def _gpu_lines(summary: list[dict[str, object]]) -> list[str]:
 @click.option("--peak-tflops", type=float, default=None,
               help="Peak TFLOP/s for %% of peak and MFU (default: the GPU table, by the report's device name).")
 @click.option("--peak-gbps", type=float, default=None, help="Peak memory bandwidth in GB/s for %% of peak.")
-def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth: int, min_time: str,
+def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth: int | None, min_time: str,
                 name_regex: str | None, device: int | None, top_level: bool, as_csv: bool, as_json: bool,
                 peak_tflops: float | None, peak_gbps: float | None) -> None:
-    """Print a torch-style key_averages table for a report or a converted dataset."""
+    """Print a torch-style key_averages table for a report or a converted dataset.
+
+    GPU time no op launched is the row [no op], so Self CUDA adds up to all GPU time; notes
+    (no NVTX ranges, ranges cut at the capture end) go to stderr.
+    """
+    min_us = _check_options(sort_by, limit, group_by, stack_depth, min_time, name_regex, as_csv, as_json)
     with errors():
         try:
-            min_us = parse_time(min_time)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--min-time") from exc
-        # A partitioned dataset is read one report at a time: memory holds the largest report
-        # and the per-report aggregates, however many ranks the run had.
-        sources: list[Path] = report_dirs(path) if is_partitioned(path) else [path]
-        several = len(sources) > 1
-        parts, facts, gpu, flop_figures = [], [], [], []
-        peaks = None
-        for source in sources:
-            report = load(source, SUMMARY_COLUMNS, in_order=False)
-            parts.append(report.key_averages(
-                group_by_input_shape=group_by == "shape", group_by_module=group_by == "module",
-                group_by_stack_n=stack_depth if group_by == "stack" else 0,
-                top_level_events_only=top_level, device=device))
-            header = report.gpu_summary()
-            if several:
-                facts.append(rank_facts(report, header))
-            gpu += [dict(d, report=report.meta.get("source"), several=several) for d in header]
-            peaks = peaks or throughput.device_peaks(report.devices, report.gpu_ops, device, peak_tflops, peak_gbps)
-            label = (f"rank {report.meta['rank']}" if report.meta.get("rank") not in (None, "None")
-                     else str(report.meta.get("source"))) if several else ""
-            flop_figures.append((label, throughput.mfu(report.ops, report.gpu_ops, peaks)))
-            del report
-        averages = parts[0] if len(parts) == 1 else merge_averages(parts)
-        ranks = rank_summary(facts) if several else None
-        try:
-            rows = throughput.rates(averages.sorted(sort_by, limit, name_regex, min_us), peaks)
-            text = averages.table(sort_by, limit, name_regex, min_us)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--sort") from exc
+            summary = summarize(path, group_by_input_shape=group_by == "shape", group_by_module=group_by == "module",
+                                group_by_stack_n=(stack_depth or 1) if group_by == "stack" else 0,
+                                top_level_events_only=top_level, device=device, peak_tflops=peak_tflops,
+                                peak_gbps=peak_gbps)
+        except OptionError as exc:
+            raise click.BadParameter(str(exc), param_hint="--device") from exc
+        averages = summary.averages
+        rows = throughput.rates(averages.sorted(sort_by, limit, name_regex, min_us), summary.peaks)
+    notes = summary.notes()
+    if averages.sort_column(sort_by) != sort_column(sort_by) and averages.rows.num_rows:
+        notes.append("no GPU time was recorded: rows are sorted by self CPU time instead"
+                     if sort_column(sort_by) == "self_gpu_ns" else
+                     f"no GPU time was recorded: rows are sorted by {averages.sort_column(sort_by)} instead")
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     if as_json:
-        click.echo(json.dumps({"gpu": gpu, "ranks": ranks, "flops": dict(flop_figures) if several else
-                               flop_figures[0][1], "rows": rows.to_pylist()}, indent=1, default=_jsonable))
+        click.echo(_json(summary, rows.to_pylist()))
     elif as_csv:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=rows.column_names)
@@ -104,18 +134,13 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
         writer.writerows(rows.to_pylist())
         click.echo(buf.getvalue(), nl=False)
     else:
-        if ranks is not None:
-            for line in _rank_lines(ranks):
+        if summary.several:
+            for line in _rank_lines(summary):
                 click.echo(line)
-        for line in _gpu_lines(gpu):
-            click.echo(line)
-        click.echo(text, nl=False)
-        for line in throughput.header_lines(peaks, flop_figures):
+        for d in summary.gpus:
+            click.echo(gpu_line(d, summary.several))
+        click.echo(averages.table(sort_by, limit, name_regex, min_us), nl=False)
+        for line in throughput.header_lines(summary.peaks, list(summary.flops)):
             click.echo(line)
         if any(r < c for r, c in zip(rows.column("unknown_calls").to_pylist(), rows.column("calls").to_pylist())):
             click.echo(throughput.cost_table(rows, averages.group_by), nl=False)
-
-
-def _jsonable(value: object) -> object:
-    """NaN-free JSON: numpy floats as floats."""
-    return float(value) if isinstance(value, float | int) else str(value)

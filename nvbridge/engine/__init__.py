@@ -15,7 +15,7 @@ from __future__ import annotations
 from nvbridge.engine.correlator import Correlator, capture_end, correlate, stream, with_parsed_names
 from nvbridge.engine.invariants import check
 from nvbridge.engine.model import CROSS_THREAD, CROSSING, NO_API_CALL, OPEN_AT_END, Model
-from nvbridge.engine.tables import other_tables
+from nvbridge.engine.tables import devices_table, other_tables
 
 __all__ = [
     "CROSSING",
@@ -27,6 +27,7 @@ __all__ = [
     "capture_end",
     "check",
     "correlate",
+    "devices_table",
     "other_tables",
     "stream",
     "with_parsed_names",

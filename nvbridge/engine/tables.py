@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from nvbridge.engine.correlator import Correlator
 
 # gpu_ops columns copied from the reader's table as they are.
-_GPU_PASSED = ("bytes", "copy_kind", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+_GPU_PASSED = ("bytes", "copy_kind", "src_kind", "dst_kind", "grid_x", "grid_y", "grid_z",
+               "block_x", "block_y", "block_z",
                "registers_per_thread", "static_shared_bytes", "dynamic_shared_bytes",
                "short_name", "mangled_name", "graph_node_id")
 
@@ -72,22 +73,27 @@ def gpu_ops_table(engine: Correlator, first: int, stop: int) -> pa.Table:
     return pa.table(cols)
 
 
-def other_tables(engine: Correlator, marks: pa.Table, threads: pa.Table, devices: pa.Table) -> dict[str, pa.Table]:
-    """Every output table but ops, api_calls and gpu_ops (:meth:`Correlator.api_calls`,
-    :meth:`Correlator.gpu_ops`), once the engine has seen the last window."""
-    syncs, s_api = engine.syncs, engine.sync_api
+def devices_table(engine: Correlator, devices: pa.Table) -> pa.Table:
+    """The devices the report names, plus any device a GPU op ran on that it does not name
+    (known once the engine is set up: a streamed trace's header needs it before the windows)."""
     seen = set(np_col(devices, "device_id", fill=-1).tolist())
     extra = sorted({int(d) for d in np.unique(np_col(engine.gpu, "device_id", fill=-1)) if d >= 0} - seen)
-    # Devices the report names, plus any device a GPU op ran on that it does not name.
     if "memory_gbps" not in devices.column_names:  # a reader that knows no bandwidth
         devices = devices.append_column("memory_gbps", pa.nulls(devices.num_rows, pa.float64()))
     extra_t = pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string()),
                         "memory_gbps": pa.nulls(len(extra), pa.float64())})
+    return pa.concat_tables([devices.cast(extra_t.schema), extra_t]).sort_by([("device_id", "ascending")])
+
+
+def other_tables(engine: Correlator, marks: pa.Table, threads: pa.Table, devices: pa.Table) -> dict[str, pa.Table]:
+    """Every output table but ops, api_calls and gpu_ops (:meth:`Correlator.api_calls`,
+    :meth:`Correlator.gpu_ops`), once the engine has seen the last window."""
+    syncs, s_api = engine.syncs, engine.sync_api
     return {
         "marks": marks.sort_by([("ts_ns", "ascending")]),
         "syncs": syncs.append_column("api_call_id", pa.array(s_api, mask=s_api < 0)).sort_by(
             [("start_ns", "ascending")]),
         "threads": threads.drop_columns(["thread_key"]).sort_by([("process_id", "ascending"),
                                                                    ("thread_id", "ascending")]),
-        "devices": pa.concat_tables([devices.cast(extra_t.schema), extra_t]).sort_by([("device_id", "ascending")]),
+        "devices": devices_table(engine, devices),
     }

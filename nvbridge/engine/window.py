@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge import flops
-from nvbridge.columns import one_chunk, sum_by
+from nvbridge.columns import levels_deepest_first, one_chunk, sum_by
 from nvbridge.engine.keys import BIG, through
 from nvbridge.engine.model import CROSSING
 from nvbridge.errors import CorrelationError
@@ -149,14 +149,9 @@ def roll_up(rows: Rows, tree: Tree, g_local: np.ndarray, g_start: np.ndarray, g_
     np.minimum.at(g_first, g_local[has], g_start[has])
     np.maximum.at(g_last, g_local[has], g_end[has])
     total_gpu, total_count = sums["self_gpu"].copy(), sums["self_count"].copy()
-    # Roll subtree totals up one level at a time, deepest first. One stable sort by depth
-    # (a radix sort on int16) groups every level; only ops with GPU work below them move.
-    depth = tree.depth
-    tree_kids = np.flatnonzero(tree_parent >= 0)
-    by_depth = tree_kids[stable_order(depth[tree_kids])]
-    bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
-    for d in range(int(depth.max(initial=0)), 0, -1):
-        level = by_depth[bounds[d]:bounds[d + 1]]
+    # Roll subtree totals up one level at a time, deepest first; only ops with GPU work below
+    # them move.
+    for level in levels_deepest_first(tree_parent, tree.depth):
         kids = level[total_count[level] > 0]
         up = tree_parent[kids]
         np.add.at(total_gpu, up, total_gpu[kids])

@@ -1,47 +1,65 @@
-"""Chrome / Perfetto trace (Trace Event Format), shaped like PyTorch profiler (Kineto) traces.
+"""Chrome / Perfetto trace (Trace Event Format), shaped like PyTorch profiler (Kineto) traces, streamed.
 
 Tracks follow Kineto: a host process is ``pid`` = OS pid with one ``tid`` per thread; a GPU is
 ``pid`` = device index with one ``tid`` per stream. Slices are ``ph: "X"`` with categories
 ``cpu_op`` / ``user_annotation`` (NVTX ranges), ``cuda_runtime`` / ``cuda_driver`` (API calls),
-``kernel``, ``gpu_memcpy``, ``gpu_memset``; flows ``ac2g`` (API call -> GPU op) and ``fwdbwd``
-(forward op -> backward node) are ``ph: "s"`` then ``ph: "f"`` with ``bp: "e"``. Times are
-microseconds with three decimals (exact nanoseconds) relative to ``baseTimeNanoseconds``.
+``kernel``, ``gpu_memcpy``, ``gpu_memset``; flows ``ac2g`` (API call -> GPU op, id gpu_op_id + 1)
+and ``fwdbwd`` (forward op -> backward node, id gpu rows + 1 + op_id: no collisions) are
+``ph: "s"`` then ``ph: "f"`` with ``bp: "e"``. Times are microseconds with three decimals (exact
+nanoseconds) relative to ``baseTimeNanoseconds``.
 
-Every event line is built column-wise by Arrow string kernels and written straight from the
-Arrow buffer, in batches, into a (gzip) stream: no Python object per event, bounded memory.
-Ranges that cannot nest on their thread (ended on another thread, or crossing a sibling) go to
-``(async)`` tracks, and GPU ops overlapping an earlier op of their stream (broken input) to
-``(overlap)`` tracks, so every track stays properly nested for strict viewers. Extra tracks get
-free thread ids below 2**32: Perfetto reads ``pid``/``tid`` as unsigned 32-bit and silently
-merges anything larger into the process's main track.
+:class:`TraceWriter` is fed the ops, API calls and GPU ops a chunk at a time, in any order
+between tables (GPU ops in ``gpu_op_id`` order, as datasets and conversions hold them); each
+chunk's events are written and the chunk dropped. It keeps only what later chunks need: per API
+call its thread and start (to draw ``ac2g`` flows), per op with a sequence number or a forward
+link its id, thread and start (``fwdbwd``), the set of tracks, and the rare rows that cannot
+nest on their track (they get extra tracks once every real track is known, at :meth:`finish`).
 
-The header carries what Kineto writes and Holistic Trace Analysis reads: ``schemaVersion``,
-``baseTimeNanoseconds``, ``distributedInfo.rank`` (HTA maps one file to one rank; write one
-trace per process with ``processes=`` and ``rank=`` for a multi-rank report) and
-``deviceProperties``.
+The header carries what Kineto writes and Holistic Trace Analysis reads before the events:
+``schemaVersion``, ``baseTimeNanoseconds``, ``distributedInfo.rank`` (HTA maps one file to one
+rank; write one trace per process with ``processes=`` and ``rank=`` for a multi-rank report) and
+``deviceProperties``. Track names follow the events.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
-import json
 import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from types import TracebackType
+from typing import Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge import output as outputs
 from nvbridge.columns import np_col
 from nvbridge.engine import CROSS_THREAD, CROSSING
+from nvbridge.export.chrome_flows import FlowState, ThreadCodes
+from nvbridge.export.chrome_text import EventSink, api_lines, decoded, gpu_lines, op_lines
+from nvbridge.export.chrome_tracks import StreamLanes, TrackSet, extra_tids, lanes, track_names
+from nvbridge.timeline import in_window, step_window
+
+__all__ = ["SUFFIXES", "TraceStats", "TraceWriter", "lanes", "step_window", "write"]
 
 SUFFIXES = (".json", ".json.gz")
 BATCH_ROWS = 200_000
-GPU_CATEGORY = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "graph": "kernel"}
-MAX_TID = (1 << 32) - 1  # Perfetto's JSON importer drops larger (or negative) pid/tid values
+SPLIT_ROWS = 16_384  # chunks at least this long are turned into lines on two threads
+GZIP_LEVEL = 1  # measured at 2M NVTX rows: zlib's level 1 writes 5x faster than 9 for a file 1.3x larger
+META_PREFIXES = ("source", "kind", "producer", "schema", "time_base", "nvbridge", "dataset")
+# Columns each table must have (a dataset's or a conversion's chunks).
+OP_COLUMNS = ("op_id", "op_name", "name", "domain", "process_id", "thread_id", "start_ns", "end_ns", "flags",
+              "seq", "torch_op_id", "fwd_tid", "fwd_op_id", "input_shapes", "module_path")
+API_COLUMNS = ("api_call_id", "kind", "name", "process_id", "thread_id", "start_ns", "end_ns", "correlation_id",
+               "op_id")
+GPU_COLUMNS = ("gpu_op_id", "kind", "name", "process_id", "device_id", "stream_id", "start_ns", "end_ns",
+               "correlation_id", "op_id", "api_call_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+               "block_z", "bytes")
 
 
 @dataclass
@@ -55,403 +73,256 @@ class TraceStats:
     gpu_ns_by_device: dict[int, int] = field(default_factory=dict)
 
 
-def _escape(values: pa.Array) -> pa.Array:
-    """Strings as JSON string literals (quotes included), valid for strict parsers; null stays null."""
-    values = values.cast(pa.string())
-    try:
-        values.validate(full=True)
-    except pa.ArrowInvalid:  # invalid UTF-8 from the database: replace, row by row (rare)
-        raw = values.cast(pa.binary()).to_pylist()
-        values = pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], pa.string())
-    values = pc.replace_substring(values, "\\", "\\\\")
-    values = pc.replace_substring(values, '"', '\\"')
-    if pc.any(pc.match_substring_regex(values, r"[\x00-\x1f\x7f]")).as_py():
-        for code in list(range(32)) + [127]:
-            values = pc.replace_substring(values, chr(code), f"\\u{code:04x}")
-    return pc.binary_join_element_wise('"', values, '"', "")
+class Tables(Protocol):
+    """What :func:`write` reads: a loaded ``nvbridge.Report`` or anything with its tables."""
+
+    @property
+    def meta(self) -> Mapping[str, str | None]: ...
+    @property
+    def ops(self) -> pa.Table: ...
+    @property
+    def api_calls(self) -> pa.Table: ...
+    @property
+    def gpu_ops(self) -> pa.Table: ...
+    @property
+    def threads(self) -> pa.Table: ...
+    @property
+    def devices(self) -> pa.Table: ...
 
 
-def _num(values: np.ndarray) -> pa.Array:
-    return pa.array(values).cast(pa.string())
+def header(meta: Mapping[str, str | None], devices: pa.Table | None, origin_ns: int, rank: int,
+           world_size: int) -> dict[str, object]:
+    """Kineto's header: base time (the session's epoch added when times count from it), rank, GPUs."""
+    epoch = meta.get("session_start_utc_ns") if meta.get("time_base") == "session" else None
+    kept = {k: v for k, v in meta.items() if k.startswith(META_PREFIXES)}
+    props = [] if devices is None else [
+        {"id": int(d), "name": n or f"GPU {d}"} for d, n in zip(
+            np_col(devices, "device_id", fill=-1).tolist(), devices.column("name").to_pylist()) if d >= 0]
+    return {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": origin_ns + int(epoch or 0),
+            "distributedInfo": {"rank": rank, "world_size": world_size},
+            "deviceProperties": props, "traceName": kept.get("source"), "nvbridge": kept}
 
 
-def _us(ns: np.ndarray) -> pa.Array:
-    """Non-negative ns -> microseconds text with exactly three decimals."""
-    q, r = np.divmod(ns, 1000)
-    return pc.binary_join_element_wise(_num(q), pc.utf8_lpad(_num(r), 3, "0"), ".")
-
-
-def _join(*parts: pa.Array | str) -> pa.Array:
-    return pc.binary_join_element_wise(*parts, "")
-
-
-def _opt(label: str, values: pa.Array, quote: bool = False) -> pa.Array:
-    """``,"label":value`` or '' where the value is null."""
-    text = _escape(values) if quote else values.cast(pa.string())
-    return pc.fill_null(_join(f',"{label}":', text), "")
-
-
-class _Writer:
-    """Streams events into the open file: header, batches of lines, footer.
-
-    Lines arrive ending in ``,\\n``; each batch's final separator is held back and written
-    before the next batch, so the array ends without a trailing comma and without a dummy event.
-    """
-
-    def __init__(self, fh: IO[bytes], head: dict[str, Any]) -> None:
-        self.fh = fh
-        self.pending = False
-        text = json.dumps(head)  # default separators: HTA finds the rank with r'"rank":\s+(\d+)'
-        fh.write(text[:-1].encode() + b', "traceEvents": [\n')
-
-    def lines(self, lines: pa.Array | pa.ChunkedArray) -> None:
-        """Write events; each line already ends with ',\\n'."""
-        if len(lines) == 0:
-            return
-        arr = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
-        offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset: arr.offset + len(arr) + 1]
-        data = memoryview(arr.buffers()[2])[int(offsets[0]):int(offsets[-1])]
-        if self.pending:
-            self.fh.write(b",\n")
-        self.fh.write(data[:-2])
-        self.pending = True
-
-    def close(self) -> None:
-        self.fh.write(b"\n]}\n")
-
-
-def _meta_event(kind: str, pid: int, tid: int | None, args: dict[str, Any]) -> str:
-    """A ``ph: "M"`` event: process_name, process_sort_index, thread_name, thread_sort_index."""
-    event: dict[str, Any] = {"ph": "M", "name": kind, "pid": pid}
-    if tid is not None:
-        event["tid"] = tid
-    event["args"] = args
-    return json.dumps(event) + ",\n"
-
-
-def _batches(n: int) -> range:
-    return range(0, n, BATCH_ROWS)
-
-
-def _batch(table: pa.Table, rows: np.ndarray) -> pa.Table:
-    """Rows of a table, with dictionary-encoded names decoded (string kernels want strings)."""
-    t = table.take(pa.array(rows))
-    schema = pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
-                        for f in t.schema])
-    return t.cast(schema)
-
-
-def write(report: Any, dest: str | os.PathLike[str], *, start_ns: int | None = None, end_ns: int | None = None,
-          processes: set[int] | None = None, rank: int = 0, world_size: int = 1) -> TraceStats:
-    """Write ``report``'s tables as a Chrome trace (``.json`` or ``.json.gz``).
+class TraceWriter:
+    """A Chrome trace written as chunks of the ops, API calls and GPU ops arrive (see the module doc).
 
     Args:
-        report: an ``nvbridge.Report`` (or anything with its table attributes and ``meta``).
+        dest: ``.json`` or ``.json.gz`` (compressed while streaming); written under a staging name
+            beside it (:func:`nvbridge.output.staging_file`) and renamed at :meth:`finish`; removed
+            by :meth:`abort`, a failure inside ``with``, or an interrupt.
+        origin_ns: trace time 0 (report time base); no kept row may start earlier.
+        meta: the dataset's ``meta`` (source, time base, session start...); devices: the
+            ``devices`` table, for the header.
+        rank, world_size: ``distributedInfo`` for Holistic Trace Analysis.
+        start_ns, end_ns: keep only rows overlapping this window; processes: only rows of these
+            host process ids (GPU ops by the process that launched them).
+    """
+
+    def __init__(self, dest: str | os.PathLike[str], *, origin_ns: int, meta: Mapping[str, str | None] | None = None,
+                 devices: pa.Table | None = None, rank: int = 0, world_size: int = 1, start_ns: int | None = None,
+                 end_ns: int | None = None, processes: set[int] | None = None) -> None:
+        self.path = Path(dest)
+        self.origin = origin_ns
+        self.window = (start_ns, end_ns, None if processes is None else sorted(processes))
+        self.devices = devices if devices is not None else pa.table({"device_id": pa.array([], pa.int64()),
+                                                                      "name": pa.array([], pa.string())})
+        self.stats = TraceStats(self.path)
+        self._threads = ThreadCodes()
+        self._flows = FlowState(self._threads)
+        self._lanes = StreamLanes()
+        self._streams: set[tuple[int, int]] = set()
+        self._unnested: list[pa.Table] = []  # ranges that cannot nest on their thread
+        self._moved: list[pa.Table] = []  # GPU ops overlapping an earlier op of their stream
+        self._tmp = outputs.staging_file(self.path)
+        self._fh = io.BufferedWriter(_open_gzip(self._tmp) if self.path.suffix == ".gz" else io.FileIO(self._tmp, "wb"),
+                                     buffer_size=1 << 20)
+        self._sink = EventSink(self._fh, header(meta or {}, devices, origin_ns, rank, world_size))
+        self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvbridge-lines")
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if kind is not None:
+            self.abort()
+
+    def _lines(self, build: Callable[[pa.Table, np.ndarray, int], pa.Array], table: pa.Table, tid: np.ndarray) -> None:
+        """Build a chunk's lines in two halves at once (Arrow's string kernels release the GIL);
+        write them in order."""
+        half = table.num_rows // 2 if table.num_rows >= SPLIT_ROWS else table.num_rows
+        second = self._builder.submit(build, table.slice(half), tid[half:], self.origin) if half < table.num_rows \
+            else None
+        self._sink.lines(build(table.slice(0, half), tid[:half], self.origin))
+        if second is not None:
+            self._sink.lines(second.result())
+
+    def _kept(self, table: pa.Table) -> pa.Table:
+        start_ns, end_ns, processes = self.window
+        if start_ns is not None or end_ns is not None or processes is not None:
+            keep = in_window(table, start_ns, end_ns, processes)
+            if not keep.all():
+                table = table.filter(pa.array(keep))
+        if table.num_rows and int(pc.min(table.column("start_ns")).as_py()) < self.origin:
+            raise ValueError(f"a row starts before the trace's origin_ns {self.origin}; pass an earlier origin")
+        return decoded(table)
+
+    def ops(self, table: pa.Table) -> None:
+        """NVTX ranges (``ops`` rows, any order); columns :data:`OP_COLUMNS`."""
+        t = self._kept(table)
+        if not t.num_rows:
+            return
+        unnested = (np_col(t, "flags", fill=0) & (CROSS_THREAD | CROSSING)) != 0
+        nested = t.filter(pa.array(~unnested)) if unnested.any() else t
+        tid = np_col(nested, "thread_id", fill=0)
+        codes = np.full(t.num_rows, -1, np.int32)
+        codes[~unnested] = self._threads.codes(np_col(nested, "process_id"), tid)
+        self._flows.add_ops(t, codes)
+        self._lines(op_lines, nested, tid)
+        if unnested.any():
+            self._unnested.append(t.filter(pa.array(unnested)))
+        _bump(self.stats.slices, "ops", t.num_rows)
+
+    def api_calls(self, table: pa.Table) -> None:
+        """CUDA API calls (``api_calls`` rows, any order); columns :data:`API_COLUMNS`."""
+        self._flows.seen_api_calls(np_col(table, "api_call_id"))
+        t = self._kept(table)
+        if t.num_rows:
+            codes = self._threads.codes(np_col(t, "process_id"), np_col(t, "thread_id"))
+            self._flows.add_api_calls(np_col(t, "api_call_id"), codes, np_col(t, "start_ns"))
+            self._lines(lambda part, _tid, origin: api_lines(part, origin), t, np.zeros(t.num_rows, np.int64))
+            _bump(self.stats.slices, "api_calls", t.num_rows)
+        self._sink.lines(self._flows.ac2g_pending(self.origin, final=False))
+
+    def gpu_ops(self, table: pa.Table) -> None:
+        """GPU ops (``gpu_ops`` rows, in ``gpu_op_id`` order); columns :data:`GPU_COLUMNS`."""
+        self._flows.gpu_rows += table.num_rows
+        t = self._kept(table)
+        if not t.num_rows:
+            return
+        dev, stream = np_col(t, "device_id", fill=0), np_col(t, "stream_id", fill=0)
+        start, end = np_col(t, "start_ns"), np_col(t, "end_ns")
+        for d in np.unique(dev):
+            _bump(self.stats.gpu_ns_by_device, int(d), int((end - start)[dev == d].sum()))
+        for row in pc.value_counts(t.column("kind")).to_pylist():
+            _bump(self.stats.slices, str(row["values"]), int(row["counts"]))
+        moved = self._lanes.moved((dev << 32) | stream, start, end)
+        stay = t.filter(pa.array(~moved)) if moved.any() else t
+        self._streams |= {(int(d), int(s)) for d, s in np.unique(np.stack([dev[~moved], stream[~moved]], 1),
+                                                                  axis=0).tolist()}
+        self._lines(gpu_lines, stay, stream[~moved])
+        self._sink.lines(self._flows.ac2g(stay, stream[~moved], self.origin))
+        if moved.any():
+            self._moved.append(t.filter(pa.array(moved)))
+            self.stats.overlapping_gpu_ops += int(moved.sum())
+
+    def finish(self, threads: pa.Table, gpu_rows: int | None = None) -> TraceStats:
+        """Write the rows held back, the fwdbwd flows and the track names; publish the file.
+
+        Args:
+            threads: the ``threads`` table (process and thread names).
+            gpu_rows: rows of the whole ``gpu_ops`` table when not every row was fed (fwdbwd
+                flow ids count from it).
+        """
+        try:
+            tracks, unnested_tid = self._extra_tracks()
+            self._sink.lines(self._flows.ac2g_pending(self.origin, final=True))
+            fwdbwd = self._flows.fwdbwd(self.origin, gpu_rows, unnested_tid)
+            self._sink.lines(fwdbwd)
+            self._sink.lines(pa.array(track_names(tracks, threads, self.devices), pa.string()))
+            self._sink.close()
+            self._fh.flush()
+            self._fh.close()
+            self._tmp.replace(self.path)
+            outputs.release(self._tmp)
+            self._builder.shutdown()
+        except BaseException:
+            self.abort()
+            raise
+        self.stats.flows = dict(self._flows.counts)
+        return self.stats
+
+    def _extra_tracks(self) -> tuple[TrackSet, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Lanes of the rows held back, their thread ids, and their events written."""
+        ops = _in_order(self._unnested, "op_id")
+        gpu = _in_order(self._moved, "gpu_op_id")
+        o_pid, o_tid = np_col(ops, "process_id"), np_col(ops, "thread_id", fill=0)
+        o_lane = 1 + lanes((o_pid << 32) | o_tid, np_col(ops, "start_ns"), np_col(ops, "end_ns"))
+        g_dev, g_stream = np_col(gpu, "device_id", fill=0), np_col(gpu, "stream_id", fill=0)
+        g_lane = 1 + lanes((g_dev << 32) | g_stream, np_col(gpu, "start_ns"), np_col(gpu, "end_ns"))
+        host = self._threads.pairs()
+        extra_host = sorted(set(zip(o_pid.tolist(), o_tid.tolist(), o_lane.tolist())))
+        extra_gpu = sorted(set(zip(g_dev.tolist(), g_stream.tolist(), g_lane.tolist())))
+        host_map, gpu_map = extra_tids({t for _, t in host} | {s for _, s in self._streams}, extra_host, extra_gpu)
+        op_tid = np.array([host_map[k] for k in zip(o_pid.tolist(), o_tid.tolist(), o_lane.tolist())], np.int64)
+        gpu_tid = np.array([gpu_map[k] for k in zip(g_dev.tolist(), g_stream.tolist(), g_lane.tolist())], np.int64)
+        if ops.num_rows:
+            self._sink.lines(op_lines(ops, op_tid, self.origin))
+        if gpu.num_rows:
+            self._sink.lines(gpu_lines(gpu, gpu_tid, self.origin))
+            self._sink.lines(self._flows.ac2g(gpu, gpu_tid, self.origin))
+        return TrackSet(host, self._streams, host_map, gpu_map), (np_col(ops, "op_id"), o_pid, op_tid)
+
+    def abort(self) -> None:
+        """Close and remove the partial file (nothing is left behind)."""
+        self._sink.stop()
+        self._builder.shutdown(cancel_futures=True)
+        try:
+            self._fh.close()
+        except (OSError, ValueError):
+            pass
+        self._tmp.unlink(missing_ok=True)
+        outputs.release(self._tmp)
+
+
+def _open_gzip(path: Path) -> io.RawIOBase | gzip.GzipFile:
+    """A gzip stream: ISA-L's where installed (at 2M NVTX rows 0.6 s of CPU instead of zlib's 2.4 s,
+    and 8% smaller), else zlib's."""
+    try:
+        from isal import igzip
+    except ImportError:
+        return gzip.open(path, "wb", compresslevel=GZIP_LEVEL)
+    return igzip.open(path, "wb", compresslevel=GZIP_LEVEL)  # type: ignore[no-untyped-call,no-any-return]
+
+
+K = TypeVar("K", int, str)
+
+
+def _bump(counts: dict[K, int], key: K, n: int) -> None:
+    counts[key] = counts.get(key, 0) + n
+
+
+def _in_order(parts: list[pa.Table], key: str) -> pa.Table:
+    """The held-back rows, in id order (the order a whole-table writer would see them in)."""
+    if not parts:
+        return pa.table({key: pa.array([], pa.int64()), "process_id": pa.array([], pa.int64()),
+                         "thread_id": pa.array([], pa.int64()), "device_id": pa.array([], pa.int64()),
+                         "stream_id": pa.array([], pa.int64()), "start_ns": pa.array([], pa.int64()),
+                         "end_ns": pa.array([], pa.int64())})
+    table = pa.concat_tables(parts, promote_options="permissive")
+    return table.take(pa.array(np.argsort(np_col(table, key), kind="stable")))
+
+
+def write(report: Tables, dest: str | os.PathLike[str], *, start_ns: int | None = None, end_ns: int | None = None,
+          processes: set[int] | None = None, rank: int = 0, world_size: int = 1) -> TraceStats:
+    """Write a loaded report's tables as a Chrome trace (``.json`` or ``.json.gz``).
+
+    Args:
+        report: an ``nvbridge.Report`` (or anything with its tables and ``meta``).
         dest: output path; a ``.gz`` suffix compresses while streaming.
         start_ns, end_ns: keep only what overlaps this window (report time base).
         processes: keep only these host process ids (and GPU work they launched).
         rank, world_size: ``distributedInfo`` for Holistic Trace Analysis, which reads one
             file per rank (rank 0 of 1 for a single-process trace).
     """
-    path = Path(dest)
-    ops, api, gpu = report.ops, report.api_calls, report.gpu_ops
-    keep_ops = _window(ops, start_ns, end_ns, processes)
-    keep_api = _window(api, start_ns, end_ns, processes)
-    keep_gpu = _window(gpu, start_ns, end_ns, processes)
-    starts = [np_col(t, "start_ns")[k] for t, k in ((ops, keep_ops), (api, keep_api), (gpu, keep_gpu))]
-    origin = int(min((int(s.min()) for s in starts if len(s)), default=0))
-    epoch = report.meta.get("session_start_utc_ns") if report.meta.get("time_base") == "session" else None
-    base_ns = origin + (int(epoch) if epoch else 0)
-    tracks = _tracks(report, keep_ops, keep_api, keep_gpu)
-    stats = TraceStats(path)
-    stats.overlapping_gpu_ops = int((tracks.gpu_lane > 0).sum())
-    meta = {k: v for k, v in report.meta.items()
-            if k.startswith(("source", "kind", "producer", "schema", "time_base", "nvbridge", "dataset"))}
-    devices = [{"id": int(d), "name": n or f"GPU {d}"} for d, n in zip(
-        np_col(report.devices, "device_id", fill=-1).tolist(), report.devices.column("name").to_pylist()) if d >= 0]
-    head = {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": base_ns,
-            "distributedInfo": {"rank": rank, "world_size": world_size},
-            "deviceProperties": devices, "traceName": meta.get("source"), "nvbridge": meta}
-    tmp = path.with_name(path.name + ".partial")
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(tmp, "wb") as raw:
-            fh = io.BufferedWriter(raw, buffer_size=1 << 20)
-            writer = _Writer(fh, head)
-            writer.lines(pa.array(tracks.metadata, pa.string()))
-            _ops(writer, ops, keep_ops, tracks.op_tid, origin, stats)
-            _api(writer, api, keep_api, origin, stats)
-            _gpu(writer, gpu, keep_gpu, tracks.gpu_tid, origin, stats)
-            _flows(writer, ops, api, gpu, keep_ops, keep_api, keep_gpu, tracks, origin, stats)
-            writer.close()
-            fh.flush()
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return stats
-
-
-def step_window(ops: pa.Table, first: int, last: int) -> tuple[int, int]:
-    """[start, end] of ProfilerStep#first .. ProfilerStep#last (nvbridge.annotate / torch.profiler).
-
-    Raises:
-        ValueError: the report has no such steps.
-    """
-    names = ops.column("op_name")
-    steps = pc.extract_regex(names, r"^ProfilerStep#(?P<n>\d+)$")
-    valid = np.asarray(pc.is_valid(steps).to_numpy(zero_copy_only=False))
-    if not valid.any():
-        raise ValueError("the report has no ProfilerStep#N ranges; record with nvbridge.emit_nvtx(...).step()")
-    n = np.asarray(pc.struct_field(steps, "n").cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False))
-    sel = valid & (n >= first) & (n <= last)
-    if not sel.any():
-        have = sorted(set(n[valid].tolist()))
-        raise ValueError(f"no steps {first}..{last} in the report (it has steps {have[0]}..{have[-1]})")
-    return int(np_col(ops, "start_ns")[sel].min()), int(np_col(ops, "end_ns")[sel].max())
-
-
-def _window(table: pa.Table, start_ns: int | None, end_ns: int | None, processes: set[int] | None) -> np.ndarray:
-    """Row indices overlapping [start_ns, end_ns] of the given processes."""
-    keep = np.ones(table.num_rows, bool)
-    if start_ns is not None:
-        keep &= np_col(table, "end_ns") >= start_ns
-    if end_ns is not None:
-        keep &= np_col(table, "start_ns") <= end_ns
-    if processes is not None:
-        keep &= np.isin(np_col(table, "process_id", fill=-1), list(processes))
-    return np.flatnonzero(keep)
-
-
-def lanes(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Lane per interval (0 = the track itself) such that intervals sharing (key, lane) never
-    overlap: one starting before an earlier interval of its key ends moves a lane down, round
-    after round. Each round is vectorized; rounds = the deepest pile-up (one or two in practice).
-    """
-    lane = np.zeros(len(key), np.int64)
-    todo = np.arange(len(key))
-    level = 0
-    while len(todo) > 1:
-        k, s, e = key[todo], start[todo], end[todo]
-        order = np.lexsort((s, k))
-        k, s, e = k[order], s[order], e[order]
-        group = np.zeros(len(k), np.int64)
-        group[1:] = np.cumsum(k[1:] != k[:-1])
-        lo = int(min(s.min(), e.min()))
-        shift = group * (int(max(s.max(), e.max())) - lo + 1)  # groups never reach into each other
-        reach = np.maximum.accumulate(e - lo + shift)
-        moved = np.zeros(len(k), bool)
-        moved[1:] = (s[1:] - lo + shift[1:]) < reach[:-1]
-        todo = todo[order[moved]]
-        level += 1
-        lane[todo] = level
-    return lane
-
-
-def gpu_tracks(gpu: pa.Table, keep: np.ndarray) -> np.ndarray:
-    """Lane per kept GPU op: 0 on its stream's track, >0 when it overlaps an earlier op of its stream."""
-    key = (np_col(gpu, "device_id", fill=0)[keep] << 32) | np_col(gpu, "stream_id", fill=0)[keep]
-    return lanes(key, np_col(gpu, "start_ns")[keep], np_col(gpu, "end_ns")[keep])
-
-
-@dataclass
-class _Tracks:
-    """Thread id of every kept slice, and the metadata events naming each track."""
-
-    op_tid: np.ndarray
-    gpu_tid: np.ndarray
-    gpu_lane: np.ndarray
-    metadata: list[str]
-
-
-def _tracks(report: Any, keep_ops: np.ndarray, keep_api: np.ndarray, keep_gpu: np.ndarray) -> _Tracks:
-    """Kineto's tracks (pid = OS pid, tid = OS tid; pid = device, tid = stream) plus extra tracks
-    for ranges that cannot nest on their thread and GPU ops overlapping on their stream."""
-    ops, api, gpu = report.ops, report.api_calls, report.gpu_ops
-    o_pid, o_tid = np_col(ops, "process_id")[keep_ops], np_col(ops, "thread_id", fill=0)[keep_ops]
-    a_pid, a_tid = np_col(api, "process_id")[keep_api], np_col(api, "thread_id")[keep_api]
-    g_dev, g_stream = np_col(gpu, "device_id", fill=0)[keep_gpu], np_col(gpu, "stream_id", fill=0)[keep_gpu]
-    unnested = (np_col(ops, "flags")[keep_ops] & (CROSS_THREAD | CROSSING)) != 0
-    o_lane = np.zeros(len(keep_ops), np.int64)
-    o_lane[unnested] = 1 + lanes((o_pid[unnested] << 32) | o_tid[unnested],
-                                 np_col(ops, "start_ns")[keep_ops][unnested], np_col(ops, "end_ns")[keep_ops][unnested])
-    g_lane = gpu_tracks(gpu, keep_gpu)
-
-    host = {(int(p), int(t)) for p, t in zip(o_pid[~unnested].tolist(), o_tid[~unnested].tolist())}
-    host |= set(zip(a_pid.tolist(), a_tid.tolist()))
-    extra_host = sorted(set(zip(o_pid[unnested].tolist(), o_tid[unnested].tolist(), o_lane[unnested].tolist())))
-    streams = set(zip(g_dev[g_lane == 0].tolist(), g_stream[g_lane == 0].tolist()))
-    extra_gpu = sorted(set(zip(g_dev[g_lane > 0].tolist(), g_stream[g_lane > 0].tolist(), g_lane[g_lane > 0].tolist())))
-    used = np.array(sorted({t for _, t in host} | {s for _, s in streams}), np.int64)
-    need = len(extra_host) + len(extra_gpu)
-    free = MAX_TID - np.arange(need + len(used), dtype=np.int64)
-    free = free[~np.isin(free, used)][:need].tolist()
-    host_extra_tid = dict(zip(extra_host, free[:len(extra_host)]))
-    gpu_extra_tid = dict(zip(extra_gpu, free[len(extra_host):]))
-
-    op_tid = o_tid.copy()
-    if unnested.any():
-        op_tid[unnested] = [host_extra_tid[k] for k in zip(o_pid[unnested].tolist(), o_tid[unnested].tolist(),
-                                                            o_lane[unnested].tolist())]
-    gpu_tid = g_stream.copy()
-    if (g_lane > 0).any():
-        moved = g_lane > 0
-        gpu_tid[moved] = [gpu_extra_tid[k] for k in zip(g_dev[moved].tolist(), g_stream[moved].tolist(),
-                                                         g_lane[moved].tolist())]
-    return _Tracks(op_tid, gpu_tid, g_lane, _track_names(report, host, extra_host, host_extra_tid,
-                                                         streams, extra_gpu, gpu_extra_tid))
-
-
-def _track_names(report: Any, host: set[tuple[int, int]], extra_host: list[tuple[int, int, int]],
-                 host_extra_tid: dict[tuple[int, int, int], int], streams: set[tuple[int, int]],
-                 extra_gpu: list[tuple[int, int, int]], gpu_extra_tid: dict[tuple[int, int, int], int]) -> list[str]:
-    """process/thread names and sort indices: host processes first, then GPUs; extra tracks
-    right under the thread or stream they belong to."""
-    threads = report.threads.to_pylist()
-    names = {(t["process_id"], t["thread_id"]): t.get("thread_name") for t in threads}
-    procs = {t["process_id"]: t.get("process_name") for t in threads}
-    out = []
-    pids = sorted({p for p, _ in host} | {p for p, _, _ in extra_host})
-    for i, pid in enumerate(pids):
-        out.append(_meta_event("process_name", pid, None, {"name": procs.get(pid) or f"process {pid}"}))
-        out.append(_meta_event("process_sort_index", pid, None, {"sort_index": i}))
-    thread_list = sorted(host | {(p, t) for p, t, _ in extra_host})
-    for i, (pid, tid) in enumerate(thread_list):
-        label = names.get((pid, tid)) or f"thread {tid}"
-        if (pid, tid) in host:
-            out.append(_meta_event("thread_name", pid, tid, {"name": label}))
-            out.append(_meta_event("thread_sort_index", pid, tid, {"sort_index": i * 1000}))
-        for p, t, lane in extra_host:
-            if (p, t) == (pid, tid):
-                new = host_extra_tid[(p, t, lane)]
-                out.append(_meta_event("thread_name", pid, new, {"name": f"{label} (async {lane})"}))
-                out.append(_meta_event("thread_sort_index", pid, new, {"sort_index": i * 1000 + lane}))
-    devices = dict(zip(np_col(report.devices, "device_id", fill=-1).tolist(),
-                       report.devices.column("name").to_pylist()))
-    all_streams = sorted(streams | {(d, s) for d, s, _ in extra_gpu})
-    for dev in sorted({d for d, _ in all_streams}):
-        label = f"GPU {dev}" + (f" ({devices[dev]})" if devices.get(dev) else "")
-        out.append(_meta_event("process_name", dev, None, {"name": label}))
-        out.append(_meta_event("process_sort_index", dev, None, {"sort_index": 1_000_000 + dev}))
-    for i, (dev, stream) in enumerate(all_streams):
-        if (dev, stream) in streams:
-            out.append(_meta_event("thread_name", dev, stream, {"name": f"stream {stream}"}))
-            out.append(_meta_event("thread_sort_index", dev, stream, {"sort_index": i * 1000}))
-        for d, s, lane in extra_gpu:
-            if (d, s) == (dev, stream):
-                new = gpu_extra_tid[(d, s, lane)]
-                out.append(_meta_event("thread_name", dev, new, {"name": f"stream {stream} (overlap {lane})"}))
-                out.append(_meta_event("thread_sort_index", dev, new, {"sort_index": i * 1000 + lane}))
-    return out
-
-
-def _ops(writer: _Writer, ops: pa.Table, keep: np.ndarray, op_tid: np.ndarray, origin: int,
-         stats: TraceStats) -> None:
-    for lo in _batches(len(keep)):
-        idx = keep[lo: lo + BATCH_ROWS]
-        t = _batch(ops, idx)
-        s, e = np_col(t, "start_ns") - origin, np_col(t, "end_ns") - np_col(t, "start_ns")
-        torch_op = pc.or_(pc.is_valid(t.column("seq")), pc.is_valid(t.column("torch_op_id")))
-        cat = pc.if_else(torch_op, pa.scalar('"cpu_op"'), pa.scalar('"user_annotation"'))
-        lines = _join(
-            '{"ph":"X","cat":', cat, ',"name":', _escape(t.column("op_name").fill_null("")),
-            ',"pid":', _num(np_col(t, "process_id")), ',"tid":', _num(op_tid[lo: lo + BATCH_ROWS]),
-            ',"ts":', _us(s), ',"dur":', _us(e),
-            ',"args":{"External id":', _num(np_col(t, "op_id")),
-            _opt("Sequence number", t.column("seq")), _opt("Fwd thread id", t.column("fwd_tid")),
-            _opt("Input Dims", t.column("input_shapes"), quote=True),
-            _opt("Module", t.column("module_path"), quote=True),
-            _opt("NVTX domain", t.column("domain"), quote=True),
-            ',"NVTX name":', _escape(t.column("name").fill_null("")), "}},\n")
-        writer.lines(lines)
-        stats.slices["ops"] = stats.slices.get("ops", 0) + len(idx)
-
-
-def _api(writer: _Writer, api: pa.Table, keep: np.ndarray, origin: int, stats: TraceStats) -> None:
-    for lo in _batches(len(keep)):
-        t = _batch(api, keep[lo: lo + BATCH_ROWS])
-        s = np_col(t, "start_ns") - origin
-        d = np_col(t, "end_ns") - np_col(t, "start_ns")
-        cat = pc.if_else(pc.equal(t.column("kind"), "driver"), pa.scalar('"cuda_driver"'), pa.scalar('"cuda_runtime"'))
-        lines = _join(
-            '{"ph":"X","cat":', cat, ',"name":', _escape(t.column("name").fill_null("")),
-            ',"pid":', _num(np_col(t, "process_id")), ',"tid":', _num(np_col(t, "thread_id")),
-            ',"ts":', _us(s), ',"dur":', _us(d),
-            ',"args":{"correlation":', t.column("correlation_id").cast(pa.string()).fill_null("null"),
-            _opt("External id", t.column("op_id")), "}},\n")
-        writer.lines(lines)
-        stats.slices["api_calls"] = stats.slices.get("api_calls", 0) + t.num_rows
-
-
-def _gpu(writer: _Writer, gpu: pa.Table, keep: np.ndarray, tracks: np.ndarray, origin: int,
-         stats: TraceStats) -> None:
-    dev_all = np_col(gpu, "device_id", fill=0)[keep]
-    dur_all = (np_col(gpu, "end_ns") - np_col(gpu, "start_ns"))[keep]
-    for d in np.unique(dev_all):
-        stats.gpu_ns_by_device[int(d)] = int(dur_all[dev_all == d].sum())
-    for lo in _batches(len(keep)):
-        t = _batch(gpu, keep[lo: lo + BATCH_ROWS])
-        s = np_col(t, "start_ns") - origin
-        d = np_col(t, "end_ns") - np_col(t, "start_ns")
-        kind = t.column("kind")
-        cat = pc.binary_join_element_wise('"', pc.replace_substring_regex(
-            pc.replace_substring_regex(pc.replace_substring_regex(kind, "^kernel$|^graph$", "kernel"),
-                                       "^memcpy$", "gpu_memcpy"), "^memset$", "gpu_memset"), '"', "")
-        grid = pc.fill_null(_join(',"grid":[', t.column("grid_x").cast(pa.string()), ",",
-                                  t.column("grid_y").cast(pa.string()), ",", t.column("grid_z").cast(pa.string()),
-                                  '],"block":[', t.column("block_x").cast(pa.string()), ",",
-                                  t.column("block_y").cast(pa.string()), ",", t.column("block_z").cast(pa.string()),
-                                  "]"), "")
-        nbytes = t.column("bytes").cast(pa.int64())
-        bandwidth = pc.divide(nbytes.cast(pa.float64()), pa.array(np.maximum(d, 1).astype(np.float64)))
-        bw_text = pc.fill_null(_join(',"memory bandwidth (GB/s)":', pc.round(bandwidth, 3).cast(pa.string())), "")
-        lines = _join(
-            '{"ph":"X","cat":', cat, ',"name":', _escape(t.column("name").fill_null("")),
-            ',"pid":', _num(np_col(t, "device_id", fill=0)), ',"tid":', _num(tracks[lo: lo + BATCH_ROWS]),
-            ',"ts":', _us(s), ',"dur":', _us(d),
-            ',"args":{"device":', _num(np_col(t, "device_id", fill=0)),
-            ',"stream":', _num(np_col(t, "stream_id", fill=0)),
-            ',"correlation":', t.column("correlation_id").cast(pa.string()).fill_null("null"),
-            _opt("External id", t.column("op_id")), grid, _opt("bytes", nbytes), bw_text, "}},\n")
-        writer.lines(lines)
-        for k, c in zip(*np.unique(np.asarray(kind.to_numpy(zero_copy_only=False)), return_counts=True)):
-            stats.slices[str(k)] = stats.slices.get(str(k), 0) + int(c)
-
-
-def _flow_lines(cat: str, ids: np.ndarray, pid_s: np.ndarray, tid_s: np.ndarray, ts_s: np.ndarray,
-                pid_f: np.ndarray, tid_f: np.ndarray, ts_f: np.ndarray) -> pa.Array:
-    head = f'{{"cat":"{cat}","name":"{cat}","id":'
-    start = _join(head, _num(ids), ',"ph":"s","pid":', _num(pid_s), ',"tid":', _num(tid_s), ',"ts":', _us(ts_s),
-                  "},\n")
-    finish = _join(head, _num(ids), ',"ph":"f","bp":"e","pid":', _num(pid_f), ',"tid":', _num(tid_f),
-                   ',"ts":', _us(ts_f), "},\n")
-    return pc.binary_join_element_wise(start, finish, "")
-
-
-def _flows(writer: _Writer, ops: pa.Table, api: pa.Table, gpu: pa.Table, keep_ops: np.ndarray,
-           keep_api: np.ndarray, keep_gpu: np.ndarray, track: _Tracks, origin: int, stats: TraceStats) -> None:
-    """ac2g ids are gpu_op_id + 1; fwdbwd ids follow after all GPU ops: no collisions."""
-    tracks = track.gpu_tid
-    api_of = np_col(gpu, "api_call_id", fill=-1)[keep_gpu]
-    api_kept = np.zeros(api.num_rows, bool)
-    api_kept[keep_api] = True
-    has = (api_of >= 0) & api_kept[np.maximum(api_of, 0)]
-    g_idx, a_idx = keep_gpu[has], api_of[has]
-    a_start = np_col(api, "start_ns")
-    lines = _flow_lines("ac2g", g_idx + 1, np_col(api, "process_id")[a_idx], np_col(api, "thread_id")[a_idx],
-                        a_start[a_idx] - origin, np_col(gpu, "device_id", fill=0)[g_idx], tracks[has],
-                        np_col(gpu, "start_ns")[g_idx] - origin)
-    writer.lines(lines)
-    stats.flows["ac2g"] = len(g_idx)
-
-    fwd = np_col(ops, "fwd_op_id", fill=-1)
-    kept = np.zeros(ops.num_rows, bool)
-    kept[keep_ops] = True
-    bwd = np.flatnonzero((fwd >= 0) & kept & kept[np.maximum(fwd, 0)])
-    f = fwd[bwd]
-    tid = np.zeros(ops.num_rows, np.int64)
-    tid[keep_ops] = track.op_tid
-    pid, start = np_col(ops, "process_id"), np_col(ops, "start_ns")
-    writer.lines(_flow_lines("fwdbwd", gpu.num_rows + 1 + bwd, pid[f], tid[f], start[f] - origin,
-                             pid[bwd], tid[bwd], start[bwd] - origin))
-    stats.flows["fwdbwd"] = len(bwd)
+    tables = (report.ops, report.api_calls, report.gpu_ops)
+    starts = [np_col(t, "start_ns")[in_window(t, start_ns, end_ns, processes)] for t in tables]
+    origin = min((int(s.min()) for s in starts if len(s)), default=0)
+    with TraceWriter(dest, origin_ns=origin, meta=report.meta, devices=report.devices, rank=rank,
+                     world_size=world_size, start_ns=start_ns, end_ns=end_ns, processes=processes) as writer:
+        for lo in range(0, max(report.api_calls.num_rows, 1), BATCH_ROWS):
+            writer.api_calls(report.api_calls.slice(lo, BATCH_ROWS))
+        for lo in range(0, max(report.gpu_ops.num_rows, 1), BATCH_ROWS):
+            writer.gpu_ops(report.gpu_ops.slice(lo, BATCH_ROWS))
+        for lo in range(0, max(report.ops.num_rows, 1), BATCH_ROWS):
+            writer.ops(report.ops.slice(lo, BATCH_ROWS))
+        return writer.finish(report.threads)

@@ -161,11 +161,8 @@ def read(directory: Path, columns: Mapping[str, Sequence[str]] | None = None, in
     wanted = dict(columns or {})
     if "ops" in wanted and "op_id" not in wanted["ops"]:
         wanted["ops"] = ["op_id", *wanted["ops"]]
-    # Columns added after a dataset was written (flops, ...) are left out, not an error: readers
-    # treat them as unknown.
-    paths = {name: directory / f"{name}.parquet" for name in TABLES}
-    tables = {name: pq.read_table(path, columns=[c for c in wanted[name] if c in pq.read_schema(path).names]
-                                  if name in wanted else None) for name, path in paths.items()}
+    tables = {name: pq.read_table(directory / f"{name}.parquet",
+                                  columns=list(wanted[name]) if name in wanted else None) for name in TABLES}
     # A streamed conversion writes a range that stayed open across windows after later ops:
     # hand the ops back in op_id order.
     op_id = np_col(tables["ops"], "op_id")

@@ -13,13 +13,14 @@ import pyarrow as pa
 
 from nvbridge.errors import NotAProfileDatabase
 from nvbridge.profile import RawProfile, SourceKind
+from nvbridge.readers.sources import estimate_rows, exported
 
 if TYPE_CHECKING:
     from nvbridge.readers._db import Database
 
 # SQLAlchemy and ConnectorX load only when a database is opened: reading a converted
 # dataset (``nvbridge summary out/``) never pays for them.
-__all__ = ["detect", "read_profile"]
+__all__ = ["detect", "estimate_rows", "exported", "read_profile"]
 
 
 def detect(db: Database) -> SourceKind:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,10 +24,8 @@ import sqlalchemy as sa
 
 from nvbridge.columns import one_chunk
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
-# Nsight Systems' own report formats: the user has to export them to SQLite first.
-NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
+from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
+from nvbridge.readers.validate import BadRows, non_integers
 
 ColumnType = Literal["int", "str", "float", "bytes"]
 _SA_TYPES: dict[str, Any] = {
@@ -56,47 +55,6 @@ class Column:
     type: ColumnType = "int"
     required: bool = False
     default: int | str | None = None
-
-
-def _check_file(path: Path) -> None:
-    """Reject what is plainly not an SQLite profile, before any driver touches it."""
-    name = path.name
-    if not path.exists():
-        raise NotAProfileDatabase(f"{name}: no such file; check the path.")
-    if path.is_dir():
-        raise NotAProfileDatabase(
-            f"{name} is a directory, not a profiler database; pass the .sqlite file itself."
-        )
-    with path.open("rb") as fh:
-        header = fh.read(100)
-    if not header.startswith(SQLITE_MAGIC):
-        if path.suffix.lower() in NSYS_REPORT_SUFFIXES:
-            raise NotAProfileDatabase(
-                f"{name} is an Nsight Systems report, not its SQLite export; run "
-                f"`nsys export --type sqlite -o {path.stem}.sqlite {name}` and convert that."
-            )
-        raise NotAProfileDatabase(
-            f"{name} is not an SQLite database; nvbridge reads the SQLite export of Nsight "
-            "Systems (`nsys export --type sqlite`) or nvprof (`nvprof -o profile.sqlite`)."
-        )
-    if len(header) < 100:
-        raise DamagedDatabase(f"{name} is truncated (header incomplete); export it again.")
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    page_count = int.from_bytes(header[28:32], "big")
-    # The in-header page count is valid only when the two change counters agree.
-    counters_agree = header[24:28] == header[92:96]
-    expected = page_size * page_count
-    actual = path.stat().st_size
-    if counters_agree and page_count and actual < expected:
-        raise DamagedDatabase(
-            f"{name} is truncated ({actual} of {expected} bytes); copy or export it again."
-        )
-
-
-def _sqlite_uri(path: Path) -> str:
-    """A read-only SQLite URI for ``path`` (percent-encoded, so odd file names work)."""
-    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
 
 
 class _FastPathFailed(Exception):
@@ -150,10 +108,12 @@ class Database:
         else:
             self.path = Path(text)
             self.name = self.path.name
+        self._tmp: Path | None = None
         if self.path is not None:
-            _check_file(self.path)
+            check_file(self.path)
             self.name = self.path.name
-            uri = _sqlite_uri(self.path)
+            opened, immutable, self._tmp = readable_copy(self.path)
+            self._uri = uri = sqlite_uri(opened, immutable)
             # The connection comes from a creator, not a URL string: SQLAlchemy would decode the
             # percent-escapes, and a '#' or '?' in the path would then end it early.
             self.engine = sa.create_engine(
@@ -177,6 +137,8 @@ class Database:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         self.engine.dispose()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> Database:
         return self
@@ -189,8 +151,15 @@ class Database:
         """Turn driver errors into one-line nvbridge errors naming the file."""
         try:
             yield
+        except BadRows as exc:
+            raise DamagedDatabase(f"{self.name}: {exc}") from exc
         except (sa.exc.DatabaseError, sqlite3.DatabaseError) as exc:
             detail = str(getattr(exc, "orig", exc)).splitlines()[0]
+            if "locked" in detail or "busy" in detail or "readonly" in detail or "read-only" in detail:
+                raise DamagedDatabase(
+                    f"{self.name} is locked / in use by another program ({detail}); wait until it "
+                    "finishes, or convert a copy."
+                ) from exc
             if "not a database" in detail or "file is encrypted" in detail:
                 raise NotAProfileDatabase(
                     f"{self.name} is not an SQLite database; export the profile with "
@@ -278,6 +247,7 @@ class Database:
                 try:
                     raw = self._fetch_sqlite(sql)
                 except _FastPathFailed:  # rare: the slower cursor path reads it or names the damage
+                    self._check_integers(table, columns, where)
                     return self._read_generic(generic, columns)
             arrays: list[pa.Array | pa.ChunkedArray] = []
             for col in columns:
@@ -304,7 +274,12 @@ class Database:
         fetch = self._prepare(table, columns, where)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.READERS, thread_name_prefix="nvbridge-read")
-        return self._pool.submit(fetch if then is None else lambda: then(fetch()))
+
+        def fetch_then() -> Any:
+            table = fetch()
+            with self.translate_errors():  # ``then`` validates: name the file in its errors
+                return then(table) if then is not None else table
+        return self._pool.submit(fetch_then)
 
     @contextlib.contextmanager
     def reading(self, requests: dict[str, tuple[str, Sequence[Column], sa.ColumnElement[bool] | None]],
@@ -337,6 +312,21 @@ class Database:
         with self.translate_errors(), self.engine.connect() as conn:
             return [tuple(r) for r in conn.execute(sa.text(sql))]
 
+    def _check_integers(self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None) -> None:
+        """Refuse text, reals and BLOBs in integer columns (the cursor path's CAST would make them
+        0). Runs only when ConnectorX, which refuses mixed types, could not read the table."""
+        present = self.columns(table)
+        ints = [c.raw for c in columns if c.type == "int" and c.raw in present]
+        if not ints:
+            return
+        t = self.table(table)
+        counts = sa.select(*(sa.func.sum(sa.case((sa.func.typeof(t.c[c]).in_(("integer", "null")), 0), else_=1))
+                             for c in ints)).select_from(t)
+        counts = counts.where(where) if where is not None else counts
+        with self.translate_errors(), self.engine.connect() as conn:
+            row = conn.execute(counts).one()
+        non_integers({c: int(n or 0) for c, n in zip(ints, row)}, table)
+
     def _read_generic(self, query: sa.Select[Any], columns: Sequence[Column]) -> pa.Table:
         """Any SQLAlchemy database: rows through its cursor."""
         with self.translate_errors(), self.engine.connect() as conn:
@@ -353,7 +343,7 @@ class Database:
         assert self.path is not None
         # ConnectorX percent-decodes the path once and opens it with SQLite's URI flag, so a
         # quoted read-only URI keeps odd file names working and the file untouched.
-        url = "sqlite://" + urllib.parse.quote(_sqlite_uri(self.path))
+        url = "sqlite://" + urllib.parse.quote(self._uri)
         try:
             table: pa.Table = cx.read_sql(url, sql, return_type="arrow")
         except RuntimeError as exc:  # ConnectorX reports every failure as RuntimeError

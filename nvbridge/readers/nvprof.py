@@ -20,7 +20,9 @@ from nvbridge.columns import np_col, set_column
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import align_gpu_ops, blob_u32, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
 from nvbridge.readers._db import Column, Database
-from nvbridge.readers.nsys import COPY_KINDS, SYNC_TYPES
+from nvbridge.readers.nsys_tables import COPY_KINDS, MEM_KINDS, SYNC_TYPES
+from nvbridge.readers.validate import BadRows, names_found, no_nulls, raw_names, unique
+from nvbridge.readers.validate import times as check_times
 
 K = "CUPTI_ACTIVITY_KIND_"
 MARKER_INSTANT, MARKER_START, MARKER_END = 1, 2, 4
@@ -81,7 +83,8 @@ KERNEL = _GPU + [
     Column("static_shared_bytes", "staticSharedMemory"),
     Column("dynamic_shared_bytes", "dynamicSharedMemory"),
 ]
-MEMCPY = _GPU + [Column("bytes", "bytes"), Column("copy_kind_id", "copyKind")]
+MEMCPY = _GPU + [Column("bytes", "bytes"), Column("copy_kind_id", "copyKind"),
+                 Column("src_kind_id", "srcKind"), Column("dst_kind_id", "dstKind")]
 MEMSET = _GPU + [Column("bytes", "bytes")]
 SYNC = [
     Column("start_ns", "start", required=True),
@@ -109,11 +112,13 @@ def demangle(symbol: str) -> str:
 def read(db: Database) -> RawProfile:
     """Read an nvprof database into normalized Arrow tables."""
     version = db.scalar_rows("SELECT version FROM Version LIMIT 1") if db.has("Version") else []
-    strings = db.read_table("StringTable", [Column("id", "_id_", required=True), Column("value", "value", "str")])
+    strings = db.read_table("StringTable", [Column("id", "_id_", required=True),
+                                           Column("value", "value", "str", required=True)])
     ranges, marks = _markers(db, strings)
     api = _api_calls(db)
     gpu = _gpu_ops(db, strings)
     syncs = db.read_table(K + "SYNCHRONIZATION", SYNC)
+    check_times(K + "SYNCHRONIZATION", syncs, raw_names(SYNC))
     syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id", fill=0), SYNC_TYPES))
     syncs = syncs.drop_columns(["sync_type_id"])
     for name in ("device_id", "process_key"):
@@ -141,12 +146,19 @@ def read(db: Database) -> RawProfile:
 
 def _markers(db: Database, strings: pa.Table) -> tuple[pa.Table, pa.Table]:
     m = db.read_table(K + "MARKER", MARKER)
-    flags = np_col(m, "flags", fill=0)
-    pid = blob_u32(m.column("object_id").combine_chunks(), 0)
-    tid = blob_u32(m.column("object_id").combine_chunks(), 4)
+    raw = raw_names(MARKER)
+    no_nulls(K + "MARKER", m, raw, ["flags", "id", "object_id"])
+    check_times(K + "MARKER", m, raw, "ts_ns", end=None)
+    flags = np_col(m, "flags")
+    pid, tid = _blob_ids(K + "MARKER", m.column("object_id").combine_chunks())
     ts = np_col(m, "ts_ns")
     ids = np_col(m, "id")
-    name = resolve_strings(strings, np_col(m, "name_id", fill=0)).cast(pa.string())
+    name_ids = np_col(m, "name_id", fill=0)
+    resolved = resolve_strings(strings, name_ids)
+    # End rows carry no name; a start or instant row's name must be in the string table.
+    names_found(K + "MARKER", "name", np.where(flags & (MARKER_START | MARKER_INSTANT), name_ids, -1), resolved,
+                "StringTable")
+    name = resolved.cast(pa.string())
     domain_ids = np_col(m, "domain_id", fill=0)
     domain = pc.if_else(pa.array(domain_ids == 0), pa.scalar(None, pa.string()),
                         resolve_strings(strings, domain_ids).cast(pa.string()))
@@ -186,10 +198,24 @@ def _markers(db: Database, strings: pa.Table) -> tuple[pa.Table, pa.Table]:
     return ranges, marks
 
 
+def _blob_ids(table: str, blobs: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(pid, tid) from nvprof's objectId blobs (uint32 pid, uint32 tid, 4 spare bytes)."""
+    try:
+        return blob_u32(blobs, 0), blob_u32(blobs, 4)
+    except ValueError:
+        short = int(np.count_nonzero(pc.binary_length(blobs).to_numpy(zero_copy_only=False) < 8))
+        raise BadRows(f"{table}.objectId is shorter than 8 bytes in {short:,} rows; the export is damaged or "
+                      "was edited; export the report again.") from None
+
+
 def _api_calls(db: Database) -> pa.Table:
     parts = []
     for table, kind, names in (("RUNTIME", "runtime", RUNTIME_CBIDS), ("DRIVER", "driver", DRIVER_CBIDS)):
         t = db.read_table(K + table, API)
+        no_nulls(K + table, t, raw_names(API), ["cbid", "correlation_id"])
+        check_times(K + table, t, raw_names(API))
+        unique(K + table, t, ["thread_id", "start_ns", "end_ns", "correlation_id", "cbid"],
+               "same thread, times and call")
         cbid = np_col(t, "cbid", fill=0)
         pid = np_col(t, "process_id", fill=0)
         # threadId is stored signed; the marker blob holds the same value unsigned.
@@ -219,7 +245,11 @@ def _gpu_ops(db: Database, strings: pa.Table) -> pa.Table:
     parts = []
     for table in ("CONCURRENT_KERNEL", "KERNEL"):
         k = db.read_table(K + table, KERNEL)
-        mangled = resolve_strings(strings, np_col(k, "name_id", fill=0)).cast(pa.string())
+        _check_gpu(K + table, k, KERNEL)
+        no_nulls(K + table, k, raw_names(KERNEL), ["name_id"])
+        resolved = resolve_strings(strings, np_col(k, "name_id"))
+        names_found(K + table, "name", np_col(k, "name_id"), resolved, "StringTable")
+        mangled = resolved.cast(pa.string())
         uniq, inverse = np.unique(np.asarray(mangled.fill_null("").to_numpy(zero_copy_only=False)),
                                   return_inverse=True)
         demangled = pa.array([demangle(str(u)) for u in uniq], pa.string())
@@ -228,15 +258,26 @@ def _gpu_ops(db: Database, strings: pa.Table) -> pa.Table:
         parts.append(set_column(k, "kind", constant("kernel", k.num_rows)))
     for table in ("MEMCPY", "MEMCPY2"):
         m = db.read_table(K + table, MEMCPY)
+        _check_gpu(K + table, m, MEMCPY)
         copy = lookup(np_col(m, "copy_kind_id", fill=0), COPY_KINDS)
         m = set_column(m, "copy_kind", copy)
+        for side in ("src_kind", "dst_kind"):  # CUPTI's memory kinds are nsys' plus one
+            m = set_column(m, side, lookup(np_col(m, side + "_id", fill=0) - 1, MEM_KINDS, "unknown"))
         m = set_column(m, "name", prefixed("Memcpy ", copy))
         parts.append(set_column(m, "kind", constant("memcpy", m.num_rows)))
     s = db.read_table(K + "MEMSET", MEMSET)
+    _check_gpu(K + "MEMSET", s, MEMSET)
     s = set_column(s, "name", constant("Memset", s.num_rows))
     parts.append(set_column(s, "kind", constant("memset", s.num_rows)))
     gpu = concat_gpu_ops([align_gpu_ops(p) for p in parts])
     return set_column(gpu, "process_key", pa.array(np.zeros(gpu.num_rows, np.int64)))
+
+
+def _check_gpu(table: str, t: pa.Table, columns: list[Column]) -> None:
+    raw = raw_names(columns)
+    no_nulls(table, t, raw, ["correlation_id", "device_id", "stream_id"])
+    check_times(table, t, raw)
+    unique(table, t, ["device_id", "stream_id", "start_ns", "end_ns"], "same device, stream and times")
 
 
 def _object_names(db: Database, strings: pa.Table, kind: int) -> dict[tuple[int, int], str]:
@@ -245,8 +286,7 @@ def _object_names(db: Database, strings: pa.Table, kind: int) -> dict[tuple[int,
     if not sel.any():
         return {}
     t = t.filter(pa.array(sel))
-    blobs = t.column("object_id").combine_chunks()
-    pid, tid = blob_u32(blobs, 0), blob_u32(blobs, 4)
+    pid, tid = _blob_ids(K + "NAME", t.column("object_id").combine_chunks())
     names = resolve_strings(strings, np_col(t, "name_id", fill=0)).cast(pa.string()).to_pylist()
     return {(int(p), int(q) if kind == OBJECT_KIND_THREAD else 0): str(n)
             for p, q, n in zip(pid, tid, names) if n}

@@ -1,0 +1,259 @@
+"""``advise``: ranked findings that name the op, module and step to change, with the time at stake.
+
+Each detector (findings.py) gives intervals of wall time on lanes (a rank's GPU timeline).
+Rows of one kind are grouped by op and module into findings. Time is then handed out once:
+findings are visited by kind (specific causes before plain GPU idle time) and, within a kind,
+by their own time, and each keeps only the time no finding before it claimed. So the times
+of all findings add up to the union of everything found, which never exceeds a lane's span,
+and within a step never exceeds the step (docs/advise.md gives the arithmetic).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from nvbridge.analysis import context, findings, spans
+from nvbridge.analysis.context import Context
+from nvbridge.analysis.ranks import step_times
+from nvbridge.columns import np_col
+from nvbridge.dataset import Report, is_partitioned, load, report_dirs
+
+KIND_ORDER = ("host_sync", "pageable_copy", "small_copies", "launch_bound", "nccl_exposed", "rank_skew",
+              "gpu_idle")
+NO_OP = "(no op range)"
+BETWEEN_OPS = "(Python between ops)"
+IN_STEP = "ProfilerStep (outside ops)"
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """One step on one lane: its duration, GPU busy time inside it, and the idle share."""
+
+    lane: str
+    step: int
+    step_ns: int
+    busy_ns: int
+
+    @property
+    def idle_share(self) -> float:
+        return 1.0 - self.busy_ns / self.step_ns if self.step_ns else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing to change: the op (and module) it is about, where, how often, what it costs.
+
+    ``time_ns`` is this finding's share of the time at stake (none counted by a finding ranked
+    before it); ``own_ns`` is its time before that sharing; ``by_step`` is ``time_ns`` per step.
+    """
+
+    kind: str
+    op: str
+    module: str | None
+    lanes: tuple[str, ...]
+    count: int
+    time_ns: int
+    own_ns: int
+    step: int | None  # the step with the most time at stake
+    by_step: tuple[tuple[int, int], ...]
+    figures: tuple[tuple[str, int], ...]
+    fix: str
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """Findings ranked by time at stake, the steps' idle shares, and the totals they add up to."""
+
+    source: str
+    findings: tuple[Finding, ...]
+    steps: tuple[StepTime, ...]
+    span_ns: int  # summed over lanes: first to last GPU op (or the steps) of each lane
+    at_stake_ns: int  # union of every finding's intervals == sum of their time_ns
+    lanes: tuple[str, ...]  # every (process, GPU) pair with GPU work
+
+
+def fix_for(kind: str, op: str) -> str:
+    """One sentence: what to change."""
+    if kind == "host_sync":
+        if re.search(r"item|_local_scalar_dense|tolist", op):
+            return "Keep the value on the GPU (no .item()/.tolist() in the loop), or read it every N steps."
+        if re.search(r"nonzero|unique|masked_select|where", op):
+            return "Avoid data-dependent shapes here (nonzero/unique/masked_select sync); use fixed-size masks."
+        if re.search(r"copy_|_to_copy|\bto\b|cpu", op):
+            return "Copy with non_blocking=True into pinned memory, and read the result later."
+        return "Remove the explicit synchronize (or move it out of the step): the GPU drains while the host waits."
+    return {
+        "pageable_copy": "Pin the host tensor (pin_memory=True in the DataLoader) and copy with non_blocking=True.",
+        "small_copies": "Batch the small copies into one tensor (or keep the values on the GPU).",
+        "launch_bound": "Kernels are shorter than their launches: fuse with torch.compile or use CUDA graphs.",
+        "nccl_exposed": "Overlap communication with compute (FSDP/DDP prefetch, bucket sizes, async ops).",
+        "rank_skew": "This rank is the straggler: balance its data or work, check its host and input pipeline.",
+    }.get(kind) or _idle_fix(op)
+
+
+def _idle_fix(op: str) -> str:
+    """What to do about GPU idle time, by what the host was doing meanwhile."""
+    if re.search(r"DataLoader|__next__|collate|dataset", op, re.I):
+        return "The GPU waits for input: more DataLoader workers, prefetch_factor, pin_memory, lighter transforms."
+    if op in (BETWEEN_OPS, NO_OP):
+        return "The GPU waits for Python outside any torch op: move that work off the step or overlap it."
+    return "The GPU waits for the host in this op (CPU-bound dispatch): torch.compile, CUDA graphs or larger batches."
+
+
+@dataclass
+class _Draft:
+    kind: str
+    op: str
+    module: str | None
+    lanes: tuple[str, ...]
+    count: int
+    own: spans.Spans
+    figures: tuple[tuple[str, int], ...]
+
+
+def _label(ctx: Context, row: int, kind: str) -> tuple[str, str | None]:
+    if row < 0:
+        return (NO_OP if kind != "rank_skew" else "ProfilerStep"), None
+    name = ctx.op_names[ctx.op_name[row]] or NO_OP
+    if ctx.op_step_range[row]:
+        return (BETWEEN_OPS if kind == "gpu_idle" else IN_STEP), None
+    return name, ctx.modules[ctx.module[row]]
+
+
+def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
+    """Rows of one kind grouped by (op name, module[, lane])."""
+    keep = ev.lane >= 0  # rows on a process/device pair without GPU work have no lane
+    if not keep.any():
+        return []
+    if not keep.all():
+        ev = findings.Evidence(ev.kind, ev.op_row[keep], ev.lane[keep], ev.start_ns[keep], ev.end_ns[keep],
+                               {k: v[keep] for k, v in ev.figures.items()}, ev.per_lane,
+                               None if ev.event is None else ev.event[keep])
+    row = np.asarray(ev.op_row, np.int64)
+    has = row >= 0
+    name, mod = np.full(len(row), -1, np.int64), np.full(len(row), -1, np.int64)
+    name[has], mod[has] = ctx.op_name[row[has]], ctx.module[row[has]]
+    # time in any ProfilerStep outside its ops is one finding, not one per step
+    in_step = np.zeros(len(row), bool)
+    in_step[has] = ctx.op_step_range[row[has]]
+    name[in_step] = -2
+    lane_key = ev.lane if ev.per_lane else np.zeros(len(row), np.int64)
+    # group by sorting on the keys (np.unique's hashing is slow on millions of rows)
+    order = np.lexsort((lane_key, mod, name))
+    keys = np.stack([name, mod, lane_key])[:, order]
+    new = np.ones(len(order), bool)
+    new[1:] = (keys[:, 1:] != keys[:, :-1]).any(axis=0)
+    bounds = np.append(np.flatnonzero(new), len(order))
+    enc_s, enc_e = ctx.enc(ev.lane, ev.start_ns), ctx.enc(ev.lane, ev.end_ns)
+    out = []
+    for gi in range(len(bounds) - 1):  # one pass per finding, not per row
+        rows = order[bounds[gi]:bounds[gi + 1]]
+        op, module = _label(ctx, int(row[rows[0]]), ev.kind)
+        lanes = tuple(ctx.lane_label(int(x)) for x in spans.distinct(np.sort(ev.lane[rows])))
+        figs = tuple((k, int(v[rows].sum())) for k, v in ev.figures.items())
+        count = len(rows) if ev.event is None else len(spans.distinct(np.sort(ev.event[rows])))
+        out.append(_Draft(ev.kind, op, module, lanes, count, spans.union(enc_s[rows], enc_e[rows]), figs))
+    return out
+
+
+def _steps(ctx: Context) -> tuple[StepTime, ...]:
+    busy = spans.clip_per_window(ctx.busy, ctx.step_start, ctx.step_end)
+    return tuple(StepTime(ctx.lane_label(int(lane)), int(n), int(e - s), int(b)) for lane, n, s, e, b in
+                 zip(ctx.step_lane, ctx.step_number, ctx.step_start, ctx.step_end, busy))
+
+
+def _timeline(ctx: Context) -> spans.Spans:
+    """Per lane, from the first launch call, GPU op or step start to the last GPU op or step end."""
+    s, e = ctx.busy
+    call = np_col(ctx.report.gpu_ops, "api_call_id", fill=-1)
+    launched = ctx.enc(ctx.gpu_lane[call >= 0], np_col(ctx.report.api_calls, "start_ns")[call[call >= 0]])
+    starts = np.concatenate([s, ctx.step_start, launched])
+    ends = np.concatenate([e, ctx.step_end])
+    lanes = spans.distinct(np.sort(s // spans.LANE_NS))
+    first = np.array([starts[starts // spans.LANE_NS == k].min() for k in lanes.tolist()], np.int64)
+    last = np.array([ends[ends // spans.LANE_NS == k].max() for k in lanes.tolist()], np.int64)
+    return spans.union(first, last)
+
+
+def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[int, int] | None = None) -> Advice:
+    """Findings for one report (see the module docstring for how time is shared).
+
+    Args:
+        report: a loaded report (:func:`nvbridge.load`).
+        min_share: drop findings whose time at stake is below this share of the lanes' span.
+        skew_by_step: for a report of a partitioned dataset, the steps in which it was the
+            slowest report and by how much (ns) it trailed the fastest.
+
+    Returns:
+        The findings, largest time at stake first, and the per-step idle shares.
+    """
+    ctx = context.build(report)
+    drafts: list[_Draft] = []
+    evidence: list[findings.Evidence] = []
+    for detect in findings.DETECTORS:
+        result = detect(ctx)
+        evidence += result if isinstance(result, list) else [result]
+    if skew_by_step:
+        evidence.append(findings.report_skew(ctx, skew_by_step))
+    for ev in evidence:
+        drafts += _drafts(ctx, ev)
+    timeline = _timeline(ctx)
+    drafts.sort(key=lambda d: (KIND_ORDER.index(d.kind), -spans.length(d.own)))
+    claimed = spans.empty()
+    out = []
+    for d in drafts:
+        own = spans.minus(d.own, spans.minus(d.own, timeline))  # a launch call may precede the lane's first GPU op
+        mine = spans.minus(own, claimed)
+        claimed = spans.add_disjoint(claimed, mine)
+        totals: dict[int, int] = {}
+        for n, t in zip(ctx.step_number.tolist(), spans.clip_per_window(mine, ctx.step_start, ctx.step_end).tolist()):
+            if t > 0:  # a step run on several lanes adds up
+                totals[n] = totals.get(n, 0) + t
+        worst = max(totals, key=lambda n: totals[n]) if totals else None
+        out.append(Finding(d.kind, d.op, d.module, d.lanes, d.count, spans.length(mine), spans.length(own),
+                           worst, tuple(sorted(totals.items())), d.figures, fix_for(d.kind, d.op)))
+    span = spans.length(timeline)
+    kept = [f for f in out if f.time_ns > 0 and f.time_ns >= min_share * span]
+    kept.sort(key=lambda f: (-f.time_ns, KIND_ORDER.index(f.kind), f.op))
+    return Advice(str(report.meta.get("source")), tuple(kept), _steps(ctx), span, spans.length(claimed),
+                  tuple(ctx.lane_label(i) for i in range(len(ctx.lane_process))))
+
+
+def advise(path: str | os.PathLike[str], min_share: float = 0.0) -> list[Advice]:
+    """Findings for a report, a dataset, or each report of a partitioned dataset (one at a time).
+
+    Args:
+        path: a profiler database, a dataset directory, or a directory of ``report=<name>/``.
+        min_share: drop findings below this share of the GPU timeline (0.01: 1%).
+
+    Raises:
+        InputError, ExportError: as :func:`nvbridge.load`.
+    """
+    if not is_partitioned(path):
+        return [advise_report(load(path), min_share)]
+    dirs = report_dirs(path)
+    skew = slowest_reports([step_times(load(d, STEP_COLUMNS).ops) for d in dirs])
+    return [advise_report(load(d), min_share, skew[i]) for i, d in enumerate(dirs)]
+
+
+# What the first pass over a partitioned dataset reads: the step ranges, one column elsewhere.
+STEP_COLUMNS = {"ops": ["op_name", "start_ns", "end_ns"], "gpu_ops": ["gpu_op_id"], "api_calls": ["api_call_id"],
+                "marks": ["ts_ns"], "syncs": ["start_ns"], "threads": ["thread_id"], "devices": ["device_id"]}
+
+
+def slowest_reports(steps: list[dict[int, int]]) -> list[dict[int, int]]:
+    """Per report, the steps it was slowest in (of the reports that ran the step) and its lead
+    over the fastest: the straggler's extra time per step."""
+    out: list[dict[int, int]] = [{} for _ in steps]
+    for n in sorted({n for s in steps for n in s}):
+        ran = [i for i, s in enumerate(steps) if n in s]
+        if len(ran) < 2:
+            continue
+        slow = max(ran, key=lambda i: steps[i][n])
+        out[slow][n] = steps[slow][n] - min(steps[i][n] for i in ran)
+    return out

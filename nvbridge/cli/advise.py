@@ -1,0 +1,103 @@
+"""``nvbridge advise``: ranked findings, each naming the op, module and step to change."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nvbridge.analysis import format_time
+from nvbridge.analysis.advise import Advice, Finding, advise
+from nvbridge.cli._common import errors
+
+WIDTH = 100
+HEADER = f"{'#':>3}  {'finding':<13}  {'op (module)':<38}  {'step':>5}  {'count':>7}  {'at stake':>10}  {'share':>6}"
+
+
+def _ms(ns: int) -> str:
+    return format_time(ns / 1e3)
+
+
+def _op(f: Finding) -> str:
+    text = f.op if not f.module else f"{f.op} ({f.module})"
+    return text if len(text) <= 38 else text[:37] + "~"
+
+
+def _detail(f: Finding) -> str:
+    """Where it happened, its own figures, and the fix, wrapped to the terminal."""
+    figs = dict(f.figures)
+    parts = [f"on {', '.join(f.lanes)}"]
+    if "wait_ns" in figs:
+        parts.append(f"host waited {_ms(figs['wait_ns'])}")
+    if "bytes" in figs:
+        parts.append(f"{figs['bytes']:,} bytes")
+    if "kernel_ns" in figs:
+        parts.append(f"kernels {_ms(figs['kernel_ns'])} vs launches {_ms(figs['launch_ns'])}")
+    if f.own_ns != f.time_ns:
+        parts.append(f"{_ms(f.own_ns - f.time_ns)} already counted above")
+    text = "; ".join(parts) + ". " + f.fix
+    return "\n".join(textwrap.wrap(text, WIDTH, initial_indent=" " * 5, subsequent_indent=" " * 5))
+
+
+def render(advice: Advice, limit: int, steps: int) -> str:
+    """The findings table and the per-step idle shares, at most 100 columns wide."""
+    share = advice.at_stake_ns / advice.span_ns if advice.span_ns else 0.0
+    lines = [f"nvbridge advise: {advice.source}"]
+    if not advice.lanes:
+        return "\n".join(lines + ["No GPU work in this report: nothing to advise on (record with nsys profile "
+                                  "-t cuda,nvtx)."])
+    lanes = f"{len(advice.lanes)} lane" + ("s" if len(advice.lanes) > 1 else "")
+    lines.append(f"GPU timeline {_ms(advice.span_ns)} ({lanes}); findings cover {_ms(advice.at_stake_ns)} "
+                 f"({100 * share:.1f}%), each moment counted once.")
+    if not advice.findings:
+        return "\n".join(lines + ["No findings above the bound."])
+    lines += ["", HEADER]
+    shown = advice.findings if limit < 0 else advice.findings[:limit]
+    for i, f in enumerate(shown, 1):
+        pct = 100 * f.time_ns / advice.span_ns if advice.span_ns else 0.0
+        step = "-" if f.step is None else str(f.step)
+        lines.append(f"{i:>3}  {f.kind:<13}  {_op(f):<38}  {step:>5}  {f.count:>7,}  {_ms(f.time_ns):>10}  "
+                     f"{pct:>5.1f}%")
+        lines.append(_detail(f))
+    if len(shown) < len(advice.findings):
+        lines.append(f"... {len(advice.findings) - len(shown)} more (--limit -1 shows all)")
+    if advice.steps and steps:
+        lines += ["", "GPU idle share per step:"]
+        worst = sorted(advice.steps, key=lambda s: -s.idle_share)[:steps if steps > 0 else None]
+        for s in sorted(worst, key=lambda s: (s.step, s.lane)):
+            lines.append(f"  step {s.step:<5} {s.lane:<24} {_ms(s.step_ns):>10}  busy {_ms(s.busy_ns):>10}  "
+                         f"{100 * s.idle_share:5.1f}% idle")
+    return "\n".join(lines)
+
+
+def as_json(advice: Advice) -> dict[str, Any]:
+    """The Advice as plain JSON values (figures and per-step times as objects)."""
+    out = dataclasses.asdict(advice)
+    for f in out["findings"]:
+        f["figures"] = dict(f["figures"])
+        f["by_step"] = {str(k): v for k, v in f["by_step"]}
+    for s, step in zip(out["steps"], advice.steps):
+        s["idle_share"] = step.idle_share
+    return out
+
+
+@click.command("advise")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--limit", default=15, show_default=True, help="Findings to show (-1: all).")
+@click.option("--steps", "step_lines", default=10, show_default=True,
+              help="Steps to list with their GPU idle share, the idlest first (0: none, -1: all).")
+@click.option("--min-share", default=0.0, show_default=True,
+              help="Drop findings below this percentage of the GPU timeline.")
+@click.option("--json", "json_out", is_flag=True, help="Print the findings and steps as JSON.")
+def advise_cmd(path: Path, limit: int, step_lines: int, min_share: float, json_out: bool) -> None:
+    """Ranked findings: the op, module and step to change, the time at stake and a fix."""
+    with errors():
+        results = advise(path, min_share / 100)
+        if json_out:
+            click.echo(json.dumps([as_json(a) for a in results] if len(results) > 1 else as_json(results[0]), indent=1))
+            return
+        click.echo("\n\n".join(render(a, limit, step_lines) for a in results))

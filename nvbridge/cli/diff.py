@@ -1,0 +1,111 @@
+"""``nvbridge diff``: what changed between two reports, and a gate for CI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nvbridge.analysis import format_time
+from nvbridge.analysis.diff import OP_SUMS, Diff, OpDelta, diff
+from nvbridge.cli._common import errors
+
+OP_WIDTH = 46
+
+
+class GateFailed(click.ClickException):
+    """--fail-above tripped: the comparison was printed; one FAIL line, exit status 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"FAIL: {self.message}", err=True)
+
+
+def _t(ns: float) -> str:
+    return format_time(ns / 1e3)
+
+
+def _signed(ns: int) -> str:
+    return ("+" if ns > 0 else "-" if ns < 0 else "") + _t(abs(ns))
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (b / a - 1):+.1f}%" if a else "new"
+
+
+def _op_cell(d: OpDelta) -> str:
+    text = d.op + (f" {d.shapes}" if d.shapes else "") + (f" ({d.module})" if d.module else "")
+    return text if len(text) <= OP_WIDTH else text[:OP_WIDTH - 1] + "~"
+
+
+def render(d: Diff, limit: int) -> str:
+    """Totals, then op, kernel and step rows by impact, at most 100 columns wide."""
+    (ga, gb), (sa, sb) = d.gpu_ns, d.mean_step_ns
+    lines = [f"nvbridge diff: A = {d.a_source}, B = {d.b_source}"]
+    if ga or gb:
+        lines.append(f"GPU time: {_t(ga)} -> {_t(gb)} ({_pct(ga, gb)})")
+    if sa is not None and sb is not None:
+        lines.append(f"mean step time: {_t(sa)} -> {_t(sb)} ({_pct(sa, sb)})")
+    if not (d.ops or d.kernels or d.steps):
+        return "\n".join(lines + ["No differences."])
+    if d.ops:
+        lines += ["", f"{'op [input shapes] (module)':<{OP_WIDTH}}  dir  {'calls':>6}  {'self CPU':>10}  "
+                      f"{'self GPU':>10}  status"]
+        for o in d.ops[:limit] if limit >= 0 else d.ops:
+            lines.append(f"{_op_cell(o):<{OP_WIDTH}}  {'bwd' if o.backward else 'fwd'}  {o.delta('calls'):>+6}  "
+                         f"{_signed(o.delta('self_cpu_ns')):>10}  {_signed(o.delta('self_gpu_ns')):>10}  {o.status}")
+        if 0 <= limit < len(d.ops):
+            lines.append(f"... {len(d.ops) - limit} more op rows (--limit -1 shows all)")
+    if d.kernels:
+        lines += ["", f"{'kernel':<60}  {'launches':>8}  {'time':>10}  status"]
+        for k in d.kernels[:limit] if limit >= 0 else d.kernels:
+            name = k.name if len(k.name) <= 60 else k.name[:59] + "~"
+            lines.append(f"{name:<60}  {k.b_count - k.a_count:>+8}  {_signed(k.b_ns - k.a_ns):>10}  {k.status}")
+    if d.steps:
+        lines += ["", "step   A           B           change"]
+        for s in d.steps:
+            a = "-" if s.a_ns is None else _t(s.a_ns)
+            b = "-" if s.b_ns is None else _t(s.b_ns)
+            change = _pct(s.a_ns, s.b_ns) if s.a_ns is not None and s.b_ns is not None else "-"
+            lines.append(f"{s.step:<5}  {a:<10}  {b:<10}  {change}")
+    return "\n".join(lines)
+
+
+def as_json(d: Diff, bound: float | None) -> dict[str, Any]:
+    """The Diff as plain JSON values (op figures by name, with deltas)."""
+    out = dataclasses.asdict(d)
+    for row, o in zip(out["ops"], d.ops):
+        row["a"], row["b"] = dict(zip(OP_SUMS, o.a)), dict(zip(OP_SUMS, o.b))
+        row["delta"] = {f: o.delta(f) for f in OP_SUMS}
+    out["regressions"] = d.regressions(bound) if bound is not None else []
+    return out
+
+
+def _bound(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r} is not a percentage; write 5% or 5", param_hint="--fail-above") from exc
+    return value / 100
+
+
+@click.command("diff")
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option("--limit", default=20, show_default=True, help="Op and kernel rows to show (-1: all).")
+@click.option("--fail-above", default=None,
+              help="Exit with status 1 when total GPU time or mean step time grew by more than this (5%).")
+@click.option("--json", "json_out", is_flag=True, help="Print the comparison as JSON.")
+def diff_cmd(a: Path, b: Path, limit: int, fail_above: str | None, json_out: bool) -> None:
+    """Compare two reports or datasets by (op, input shapes, direction, module)."""
+    bound = _bound(fail_above)
+    with errors():
+        result = diff(a, b)
+    click.echo(json.dumps(as_json(result, bound), indent=1) if json_out else render(result, limit))
+    failed = result.regressions(bound) if bound is not None else []
+    if failed:
+        raise GateFailed(f"{', '.join(failed)}, above --fail-above {fail_above}")

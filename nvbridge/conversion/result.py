@@ -1,0 +1,115 @@
+"""What a conversion read and wrote: the figures of the summary ``nvbridge convert`` prints."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nvbridge.columns import np_col
+from nvbridge.profile import SourceInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ConversionResult:
+    """What one conversion read and wrote, with the figures the CLI summary prints."""
+
+    info: SourceInfo
+    output: Path
+    rows_read: int
+    ops: int
+    threads: int
+    processes: int
+    api_calls: int
+    api_calls_outside_ranges: int
+    kernels: int
+    memcpys: int
+    memsets: int
+    gpu_ops_without_api_call: int
+    gpu_ops_unattributed: int
+    gpu_ns_total: int
+    gpu_ns_unattributed: int
+    seconds: float
+
+    def describe(self) -> str:
+        """The one-paragraph summary ``nvbridge convert`` prints."""
+        share = 100.0 * self.gpu_ns_unattributed / self.gpu_ns_total if self.gpu_ns_total else 0.0
+        return (
+            f"Read {self.info.source}: {self.info.describe()}, {plural(self.rows_read, 'row')} in "
+            f"{self.seconds:.2f} s. {plural(self.ops, 'op')} (NVTX ranges) on {plural(self.threads, 'thread')} in "
+            f"{plural(self.processes, 'process')}; {plural(self.api_calls, 'CUDA API call')} "
+            f"({self.api_calls_outside_ranges:,} outside any range); {plural(self.kernels, 'kernel')}, "
+            f"{plural(self.memcpys, 'memcpy')}, {plural(self.memsets, 'memset')}. "
+            f"{plural(self.gpu_ops_unattributed, 'GPU op')} ({share:.1f}% of GPU time) "
+            f"{'is' if self.gpu_ops_unattributed == 1 else 'are'} attributed to no op, "
+            f"{self.gpu_ops_without_api_call:,} of them because their launching API call is not in the capture. "
+            f"Wrote {self.output}."
+        )
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 kernel``, ``2 kernels``, ``3 processes``, with thousands separators."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith("s") else "s")
+
+
+def rank_from_name(source: str) -> int | None:
+    """A rank spelled in a report's file name: ``rank3``, ``rank_3``, ``rank-3``, ``RANK3``."""
+    m = re.search(r"(?:^|[^a-z])rank[_-]?(\d+)", Path(source).stem, re.IGNORECASE)
+    return int(m.group(1)) if m else None
+
+
+def with_rank(info: SourceInfo, source: str | os.PathLike[str]) -> SourceInfo:
+    """``info`` with the rank of the file name where the capture recorded none."""
+    if info.rank is None and (rank := rank_from_name(str(source))) is not None:
+        return dataclasses.replace(info, rank=rank)
+    return info
+
+
+def gpu_figures(kind: pa.ChunkedArray, start: np.ndarray, end: np.ndarray, op_id: np.ndarray,
+                api_call_id: np.ndarray) -> dict[str, int]:
+    """The summary's GPU counts and times (ids -1 where null)."""
+    counts = {str(v["values"]): int(v["counts"]) for v in pc.value_counts(kind).to_pylist()}
+    dur = end - start
+    lost = op_id < 0
+    return {"kernels": counts.get("kernel", 0), "memcpys": counts.get("memcpy", 0),
+            "memsets": counts.get("memset", 0), "gpu_ops_without_api_call": int((api_call_id < 0).sum()),
+            "gpu_ops_unattributed": int(lost.sum()), "gpu_ns_total": int(dur.sum()),
+            "gpu_ns_unattributed": int(dur[lost].sum())}
+
+
+class OpsTally:
+    """What the summary needs of the ops, counted as they are written."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.threads: set[int] = set()
+
+    def add(self, ops: pa.Table) -> None:
+        self.rows += ops.num_rows
+        keys = (np_col(ops, "process_id") << 32) | np_col(ops, "thread_id", fill=0)
+        self.threads.update(np.unique(keys).tolist())
+
+
+@dataclass(frozen=True, slots=True)
+class Tallies:
+    """A finished conversion's figures, before timing: what :func:`result` turns into a result."""
+
+    info: SourceInfo
+    ops: OpsTally
+    api_op: np.ndarray  # the op of each API call, -1 for none
+    gpu: dict[str, int]
+    rows_read: int
+
+    def result(self, output: Path, seconds: float) -> ConversionResult:
+        return ConversionResult(
+            info=self.info, output=output, rows_read=self.rows_read, ops=self.ops.rows,
+            threads=len(self.ops.threads), processes=len({key >> 32 for key in self.ops.threads}),
+            api_calls=len(self.api_op), api_calls_outside_ranges=int((self.api_op < 0).sum()),
+            seconds=seconds, **self.gpu,
+        )

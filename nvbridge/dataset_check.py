@@ -1,0 +1,75 @@
+"""Checks of a dataset directory before and after it is read, so a damaged one ends in one line
+naming the file and the fix instead of an Arrow error: files present and readable, the
+columns the reader needs there with integer types where they hold times and ids, and no row a
+conversion never writes (an end before its start, or no start or end)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from nvbridge.errors import DamagedDataset
+
+# What a reader of each table can rely on (docs/dataset.md lists every column).
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "ops": ("op_id", "parent_id", "depth", "name", "op_name", "thread_id", "process_id", "start_ns", "end_ns",
+            "self_cpu_ns", "total_cpu_ns", "self_gpu_ns", "total_gpu_ns", "flags"),
+    "gpu_ops": ("op_id", "kind", "name", "device_id", "stream_id", "start_ns", "end_ns"),
+    "api_calls": ("process_id", "thread_id", "start_ns", "end_ns"),
+    "marks": (), "syncs": (), "threads": ("process_id", "thread_id"), "devices": ("device_id",),
+}
+TIMED = ("ops", "gpu_ops", "api_calls")  # tables of intervals: end_ns >= start_ns on every row
+
+
+def fix(directory: Path) -> str:
+    return f"convert the report again with `nvbridge convert REPORT -o {directory} --force`"
+
+
+def _is_integer_column(name: str) -> bool:
+    return name.endswith(("_ns", "_id")) or name in ("depth", "flags")
+
+
+def check_files(directory: Path, tables: Sequence[str], columns: Mapping[str, Sequence[str]]) -> None:
+    """Every table file there, readable as Parquet, with the columns to be read."""
+    for name in tables:
+        path = directory / f"{name}.parquet"
+        if not path.is_file():
+            raise DamagedDataset(f"{path} is missing; {fix(directory)}.")
+        try:
+            schema = pq.read_schema(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise DamagedDataset(f"{path} is not a readable Parquet file ({_first_line(exc)}); "
+                                 f"{fix(directory)}.") from exc
+        wanted = tuple(columns[name]) if name in columns else REQUIRED.get(name, ())
+        missing = [c for c in wanted if c not in schema.names]
+        if missing:
+            raise DamagedDataset(f"{path} lacks the column{'s' if len(missing) > 1 else ''} "
+                                 f"{', '.join(missing)}: it is not this table of an nvbridge dataset; "
+                                 f"{fix(directory)}.")
+        wrong = [c for c in wanted if _is_integer_column(c) and not pa.types.is_integer(schema.field(c).type)]
+        if wrong:
+            raise DamagedDataset(f"{path} has {', '.join(wrong)} of another type than integer; {fix(directory)}.")
+
+
+def check_rows(directory: Path, tables: Mapping[str, pa.Table]) -> None:
+    """No interval ends before it starts or lacks an end: such rows would give negative or
+    nonsense times with no warning."""
+    for name in TIMED:
+        table = tables[name]
+        if not {"start_ns", "end_ns"} <= set(table.column_names) or not table.num_rows:
+            continue
+        start, end = table.column("start_ns"), table.column("end_ns")
+        bad = int(pc.sum(pc.less(end, start)).as_py() or 0) + start.null_count + end.null_count
+        if bad:
+            raise DamagedDataset(f"{directory / (name + '.parquet')} has {bad:,} row{'s' if bad > 1 else ''} "
+                                 f"whose end_ns is before start_ns or missing, which a conversion never writes; "
+                                 f"{fix(directory)}.")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

@@ -1,0 +1,401 @@
+"""Nsight Systems tables: the raw columns each read takes and the step from raw rows to the
+normalized profile tables (names resolved through ``StringIds`` in Arrow, rows validated).
+
+Shared by the whole-file reader and the streamed one (:mod:`nvbridge.readers.nsys`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nvbridge.columns import dense_ids, np_col, set_column
+from nvbridge.profile import SourceInfo
+from nvbridge.readers._arrow import align_gpu_ops, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
+from nvbridge.readers._db import Column, Database
+from nvbridge.readers.validate import BadRows, names_found, no_nulls, raw_names, times, unique
+
+# ENUM_NSYS_EVENT_TYPE: these ids are stable since NVTX_EVENTS exists; ENUM_* tables are
+# absent from <=2022 exports, so the values live here.
+NVTX_MARK, NVTX_THREAD_NAME = 34, 39
+NVTX_PUSH_POP, NVTX_START_END = 59, 60
+NVTXT_PUSH_POP, NVTXT_START_END = 70, 71
+NVTX_DOMAIN_CREATE = 75
+RANGE_TYPES = (NVTX_PUSH_POP, NVTX_START_END, NVTXT_PUSH_POP, NVTXT_START_END)
+
+# ENUM_CUDA_MEMCPY_OPER (same ids as CUPTI's copyKind).
+COPY_KINDS = {
+    0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
+    7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD",
+}
+# ENUM_CUDA_MEM_KIND (memcpy srcKind/dstKind; CUPTI/nvprof count the same kinds from 1).
+MEM_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
+             6: "managed static", 7: "unknown"}
+# ENUM_CUPTI_SYNC_TYPE.
+SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait", 3: "Stream sync", 4: "Context sync"}
+# ENUM_NSYS_EVENT_CLASS for CUPTI_ACTIVITY_KIND_RUNTIME.eventClass.
+API_KINDS = {0: "runtime", 1: "driver"}
+
+_TID_BITS = 0xFFFFFF
+_PID_MASK = ~0xFFFFFF  # globalTid -> globalPid: clear the thread bits, keep vm/hw/pid
+
+# Sample row (nsys 2026.2): start=38305112519 end=38305113207 eventType=59 text='aten::mul,
+# seq = 45328, op_id = 990726' textId=NULL globalTid=281475602513557 endGlobalTid=NULL domainId=0
+NVTX = [
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end", required=True),  # NULL: never closed; absent: every range would read open
+    Column("event_type", "eventType", required=True),
+    Column("text", "text", "str"),
+    Column("text_id", "textId"),
+    Column("global_tid", "globalTid"),
+    Column("end_global_tid", "endGlobalTid"),
+    Column("domain_id", "domainId", default=0),
+]
+# Sample row: start=38270391000 end=38270398283 eventClass=0 globalTid=281475602513557
+# correlationId=120417 nameId=1303 (cudaLaunchKernel_v7000) returnValue=0
+RUNTIME = [
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end", required=True),
+    Column("event_class", "eventClass", default=0),
+    Column("global_tid", "globalTid"),
+    Column("correlation_id", "correlationId"),
+    Column("name_id", "nameId", required=True),
+    Column("return_value", "returnValue"),
+]
+_GPU_COMMON = [
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end", required=True),
+    Column("device_id", "deviceId"),
+    Column("context_id", "contextId"),
+    Column("stream_id", "streamId"),
+    Column("correlation_id", "correlationId"),
+    Column("process_key", "globalPid"),
+    Column("graph_node_id", "graphNodeId"),
+]
+# Sample row: start=38280134399 end=38280137055 deviceId=0 streamId=7 correlationId=120417
+# globalPid=281475602513152 demangledName=1471 shortName=1470 gridX=1184 blockX=128 ...
+KERNEL = _GPU_COMMON + [
+    Column("name_id", "demangledName", required=True),
+    Column("short_name_id", "shortName"),
+    Column("mangled_name_id", "mangledName"),
+    Column("grid_x", "gridX"), Column("grid_y", "gridY"), Column("grid_z", "gridZ"),
+    Column("block_x", "blockX"), Column("block_y", "blockY"), Column("block_z", "blockZ"),
+    Column("registers_per_thread", "registersPerThread"),
+    Column("static_shared_bytes", "staticSharedMemory"),
+    Column("dynamic_shared_bytes", "dynamicSharedMemory"),
+]
+MEMCPY = _GPU_COMMON + [
+    Column("bytes", "bytes"),
+    Column("copy_kind_id", "copyKind"),
+    Column("src_kind_id", "srcKind"),
+    Column("dst_kind_id", "dstKind"),
+]
+MEMSET = _GPU_COMMON + [Column("bytes", "bytes")]
+GRAPH_TRACE = _GPU_COMMON + [Column("graph_id", "graphId")]
+STRINGS = [Column("id", "id", required=True), Column("value", "value", "str", required=True)]
+SYNC = [
+    Column("start_ns", "start", required=True),
+    Column("end_ns", "end", required=True),
+    Column("device_id", "deviceId"),
+    Column("stream_id", "streamId"),
+    Column("correlation_id", "correlationId"),
+    Column("process_key", "globalPid"),
+    Column("sync_type_id", "syncType"),
+]
+
+# Every table but NVTX_EVENTS, read whole; the largest first.
+WHOLE_TABLES: dict[str, tuple[str, list[Column]]] = {
+    "runtime": ("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME),
+    "kernel": ("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL),
+    "strings": ("StringIds", STRINGS),
+    "memcpy": ("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY),
+    "memset": ("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET),
+    "graph": ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", GRAPH_TRACE),
+    "sync": ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", SYNC),
+}
+
+
+_NVTX_RAW = raw_names(NVTX)
+
+
+def _process_id(global_ids: np.ndarray) -> np.ndarray:
+    return (global_ids >> 24) & _TID_BITS
+
+
+def _meta(db: Database) -> dict[str, str]:
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if db.has(table):
+            return {str(k): str(v) for k, v in db.scalar_rows(f"SELECT name, value FROM {table}")}
+    return {}
+
+
+def source_info(db: Database) -> SourceInfo:
+    meta = _meta(db)
+    start_utc = None
+    if db.has("TARGET_INFO_SESSION_START_TIME"):
+        rows = db.scalar_rows("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+        start_utc = _meta_int(rows, "TARGET_INFO_SESSION_START_TIME.utcEpochNs")
+    capture_end = None
+    if db.has("ANALYSIS_DETAILS") and "duration" in db.columns("ANALYSIS_DETAILS"):
+        rows = db.scalar_rows("SELECT duration FROM ANALYSIS_DETAILS LIMIT 1")
+        capture_end = _meta_int(rows, "ANALYSIS_DETAILS.duration")
+    normalized = meta.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
+    if normalized and capture_end is not None and start_utc is not None:
+        capture_end += start_utc
+    return SourceInfo(
+        source=db.name,
+        kind="nsys",
+        rank=_rank(db),
+        producer=meta.get("EXPORT_PRODUCT_NAME", "Nsight Systems").replace("NVIDIA ", ""),
+        producer_version=meta.get("EXPORT_PRODUCT_VERSION"),
+        schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
+        time_base="epoch" if normalized else "session",
+        session_start_utc_ns=start_utc,
+        capture_end_ns=capture_end,
+        diagnostics=_diagnostics(db),
+    )
+
+
+def _diagnostics(db: Database) -> str | None:
+    """Warnings and errors the profiler recorded (severity 2-3 of ENUM_DIAGNOSTIC_SEVERITY_LEVEL),
+    each once, in time order."""
+    if not {"text", "severity"} <= db.columns("DIAGNOSTIC_EVENT"):
+        return None
+    rows = db.scalar_rows("SELECT text FROM DIAGNOSTIC_EVENT WHERE severity IN (2, 3) ORDER BY timestamp")
+    texts = list(dict.fromkeys(str(t).strip() for (t,) in rows if t is not None and str(t).strip()))
+    return "\n".join(texts) or None
+
+
+def _meta_int(rows: list[tuple[Any, ...]], where: str) -> int | None:
+    """The first row's integer, None when absent; text or BLOB there is damage."""
+    if not rows or rows[0][0] is None:
+        return None
+    if not isinstance(rows[0][0], int):
+        raise BadRows(f"{where} holds {rows[0][0]!r} instead of an integer; the export is damaged or "
+                      "was edited; export the report again.")
+    return rows[0][0]
+
+
+def _rank(db: Database) -> int | None:
+    """RANK from the captured process environment: that one variable, nothing else is kept."""
+    if not db.has("META_DATA_CAPTURE"):
+        return None
+    rows = db.scalar_rows("SELECT value FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT_VARIABLE%' "
+                          "AND value LIKE 'RANK=%'")
+    for (value,) in rows:
+        text = str(value)[5:]
+        if text.isdigit():
+            return int(text)
+    return None
+
+
+def _text(ev: pa.Table, strings: pa.Table) -> pa.ChunkedArray:
+    """NVTX messages; registered strings (NCCL's, for one) come by id. coalesce is 5x faster
+    than a masked replace of the few rows that need it."""
+    text = ev.column("text")
+    text_id = ev.column("text_id")
+    if text_id.null_count < len(text_id):
+        ids = np_col(ev, "text_id", fill=-1)
+        resolved = resolve_strings(strings, ids)
+        # Inline text wins; an id is needed only where there is none.
+        names_found("NVTX_EVENTS", "textId", np.where(text.is_null().to_numpy(zero_copy_only=False), ids, -1),
+                    resolved, "StringIds")
+        text = pc.coalesce(text, resolved.cast(pa.string()))
+    return text
+
+
+def nvtx_others(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, dict[tuple[int, int], str]]:
+    """Mark, thread-name and domain-creation rows -> (marks, thread names, domain names).
+
+    Domain names come from NvtxDomainCreate rows and are scoped per process (NVIDIA's reports
+    join on domainId and the pid bits). Windowed exports may lack them: then the domain is
+    reported by id.
+    """
+    no_nulls("NVTX_EVENTS", ev, _NVTX_RAW, ["event_type", "global_tid"])
+    etype = np_col(ev, "event_type")
+    gtid = np_col(ev, "global_tid")
+    times("NVTX_EVENTS", ev.filter(pa.array(etype == NVTX_MARK)), _NVTX_RAW, end=None)
+    pid = _process_id(gtid)
+    domain_id = np_col(ev, "domain_id", fill=0)
+    text = _text(ev, strings)
+    is_domain = etype == NVTX_DOMAIN_CREATE
+    domains = {(int(p), int(d)): str(n) for p, d, n in zip(
+        pid[is_domain], domain_id[is_domain], text.filter(pa.array(is_domain)).to_pylist())}
+    is_mark = etype == NVTX_MARK
+    msel = pa.array(is_mark)
+    marks = pa.table({
+        "ts_ns": ev.column("start_ns").filter(msel),
+        "name": text.filter(msel),
+        "domain": domain_names(pid[is_mark], domain_id[is_mark], domains),
+        "process_id": pa.array(pid[is_mark]),
+        "thread_id": pa.array(gtid[is_mark] & _TID_BITS),
+    })
+    is_tname = etype == NVTX_THREAD_NAME
+    thread_names = pa.table({
+        "thread_key": pa.array(gtid[is_tname]),
+        "thread_name": text.filter(pa.array(is_tname)),
+    })
+    return marks, thread_names, domains
+
+
+def normalize_ranges(ev: pa.Table, strings: pa.Table, domains: dict[tuple[int, int], str]) -> pa.Table:
+    """Push/pop and start/end range rows -> the normalized ranges table."""
+    no_nulls("NVTX_EVENTS", ev, _NVTX_RAW, ["global_tid"])
+    times("NVTX_EVENTS", ev, _NVTX_RAW, open_ok=True)
+    etype = np_col(ev, "event_type")
+    gtid = np_col(ev, "global_tid")
+    pid = _process_id(gtid)
+    domain_id = np_col(ev, "domain_id", fill=0)
+    end_gtid = np_col(ev, "end_global_tid", fill=0)
+    crossed = (end_gtid != 0) & (end_gtid != gtid)
+    push_pop = (etype == NVTX_PUSH_POP) | (etype == NVTXT_PUSH_POP)
+    return pa.table({
+        "start_ns": ev.column("start_ns"),
+        "end_ns": ev.column("end_ns"),
+        "name": _text(ev, strings),
+        "domain": domain_names(pid, domain_id, domains),
+        "domain_id": pa.array(domain_id),
+        "process_id": pa.array(pid),
+        "thread_id": pa.array(gtid & _TID_BITS),
+        "thread_key": pa.array(gtid),
+        "end_thread_key": pa.array(end_gtid, mask=~crossed),
+        "style": lookup(push_pop.astype(np.int64), {1: "push_pop", 0: "start_end"}),
+    })
+
+
+def domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, int], str]) -> pa.Array:
+    """Per-row domain name: null for the default domain 0 and for domains whose creation the
+    export lacks (windowed captures); ``domain_id`` still tells those apart."""
+    out = pa.nulls(len(pid), pa.string())
+    if not names or not (domain_id != 0).any():
+        return out
+    ids, count = dense_ids(pid, domain_id)
+    first = np.zeros(count, np.int64)
+    first[ids[::-1]] = np.arange(len(ids))[::-1]  # a row of each (pid, domain) pair
+    labels = [names.get((int(pid[i]), int(domain_id[i]))) if domain_id[i] else None for i in first]
+    # Nulls go in the indices, never in the dictionary: Parquet cannot write a null dictionary
+    # entry (the default domain beside a named one made convert fail).
+    named = np.array([label is not None for label in labels], bool)
+    slot = np.cumsum(named) - 1
+    return pa.DictionaryArray.from_arrays(pa.array(slot[ids].astype(np.int32), mask=~named[ids]),
+                                          pa.array([label for label in labels if label is not None], pa.string()))
+
+
+def normalize_syncs(syncs: pa.Table) -> pa.Table:
+    times(WHOLE_TABLES["sync"][0], syncs, raw_names(SYNC))
+    syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
+    return syncs.drop_columns(["sync_type_id"])
+
+
+def normalize_api_calls(api: pa.Table, strings: pa.Table) -> pa.Table:
+    table, raw = WHOLE_TABLES["runtime"][0], raw_names(RUNTIME)
+    no_nulls(table, api, raw, ["global_tid", "correlation_id", "name_id"])
+    times(table, api, raw)
+    unique(table, api, ["global_tid", "start_ns", "end_ns", "correlation_id", "name_id"], "same thread, times and call")
+    gtid = np_col(api, "global_tid")
+    cls = np_col(api, "event_class", fill=0)
+    names = resolve_strings(strings, np_col(api, "name_id"))
+    names_found(table, "nameId", np_col(api, "name_id"), names, "StringIds")
+    return pa.table({
+        "start_ns": api.column("start_ns"),
+        "end_ns": api.column("end_ns"),
+        "name": names,
+        "kind": lookup(cls, API_KINDS, default="other"),
+        "process_id": pa.array(_process_id(gtid)),
+        "thread_id": pa.array(gtid & _TID_BITS),
+        "thread_key": pa.array(gtid),
+        "process_key": pa.array(gtid & _PID_MASK),
+        "correlation_id": api.column("correlation_id"),
+        "return_value": api.column("return_value"),
+    })
+
+
+GPU_TABLES = ("kernel", "memcpy", "memset", "graph")
+
+
+def gpu_ops(raw: Mapping[str, pa.Table], strings: pa.Table) -> pa.Table:
+    return concat_gpu_ops([part for key in GPU_TABLES if (part := gpu_part(key, raw[key], strings)) is not None])
+
+
+def gpu_part(key: str, t: pa.Table, strings: pa.Table | Future[pa.Table]) -> pa.Table | None:
+    """One GPU activity table (``key`` of GPU_TABLES), named and aligned to GPU_OPS_SCHEMA; None
+    for graph launches when there are none."""
+    if key == "graph" and not t.num_rows:
+        return None
+    strings = strings.result() if isinstance(strings, Future) else strings
+    table, columns = WHOLE_TABLES[key]
+    raw = raw_names(columns)
+    no_nulls(table, t, raw, ["correlation_id", "device_id", "stream_id"])
+    times(table, t, raw)
+    unique(table, t, ["device_id", "stream_id", "start_ns", "end_ns"], "same device, stream and times")
+    if key == "kernel":
+        no_nulls(table, t, raw, ["name_id"])
+        t = set_column(t, "name", names := resolve_strings(strings, np_col(t, "name_id")))
+        names_found(table, "demangledName", np_col(t, "name_id"), names, "StringIds")
+        for field in ("short_name", "mangled_name"):
+            t = set_column(t, field, resolve_strings(strings, np_col(t, field + "_id", fill=-1)))
+    elif key == "memcpy":
+        copy = lookup(np_col(t, "copy_kind_id", fill=0), COPY_KINDS)
+        t = set_column(set_column(t, "copy_kind", copy), "name", prefixed("Memcpy ", copy))
+        for side in ("src_kind", "dst_kind"):
+            t = set_column(t, side, lookup(np_col(t, side + "_id", fill=7), MEM_KINDS))
+    elif key == "memset":
+        t = set_column(t, "name", constant("Memset", t.num_rows))
+    else:
+        t = set_column(t, "name", pc.binary_join_element_wise(
+            "CUDA graph", t.column("graph_id").cast(pa.string()), " "))
+    return align_gpu_ops(set_column(t, "kind", constant(key, t.num_rows)))
+
+
+def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Table,
+             nvtx_names: pa.Table) -> pa.Table:
+    # Distinct keys by hashing, then sorting the few that remain.
+    keys = np.sort(np.asarray(pa.array(np.concatenate([
+        np_col(ranges, "thread_key"), np_col(api, "thread_key"), np_col(nvtx_names, "thread_key"),
+    ])).unique().to_numpy(zero_copy_only=False), np.int64))
+    names: dict[int, str] = {}
+    if db.has("ThreadNames"):
+        tn = db.read_table("ThreadNames", [Column("name_id", "nameId"), Column("global_tid", "globalTid")])
+        ids = np_col(tn, "name_id", fill=-1)
+        resolved = resolve_strings(strings, ids)
+        names_found("ThreadNames", "nameId", ids, resolved, "StringIds")
+        for key, name in zip(np_col(tn, "global_tid", fill=0), resolved.cast(pa.string()).to_pylist()):
+            if name:
+                names[int(key)] = name
+    # Names given through nvtxNameOsThread win over the OS name.
+    for key, name in zip(np_col(nvtx_names, "thread_key"), nvtx_names.column("thread_name").to_pylist()):
+        if name:
+            names[int(key)] = name
+    proc_names: dict[int, str] = {}
+    if db.has("PROCESSES"):
+        for gpid, _pid, name in db.scalar_rows("SELECT globalPid, pid, name FROM PROCESSES"):
+            if gpid is not None and name:
+                proc_names[_meta_int([(gpid,)], "PROCESSES.globalPid") or 0] = str(name)
+    return pa.table({
+        "process_id": pa.array(_process_id(keys)),
+        "thread_id": pa.array(keys & _TID_BITS),
+        "thread_key": pa.array(keys),
+        "thread_name": pa.array([names.get(int(k)) for k in keys], pa.string()),
+        "process_name": pa.array([proc_names.get(int(k) & _PID_MASK) for k in keys], pa.string()),
+    })
+
+
+def device_table(db: Database) -> pa.Table:
+    for table, id_col in (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_GPU", "deviceId"),
+                          ("TARGET_INFO_CUDA_GPU", "deviceId")):
+        if id_col in db.columns(table) and "name" in db.columns(table):
+            # memoryBandwidth: bytes/s as the driver reports it (for % of peak, nvbridge.gpus).
+            bw = "memoryBandwidth" if "memoryBandwidth" in db.columns(table) else "NULL"
+            rows = db.scalar_rows(f"SELECT DISTINCT {id_col}, name, {bw} FROM {table} ORDER BY {id_col}")
+            return pa.table({
+                "device_id": pa.array([int(r[0]) for r in rows], pa.int64()),
+                "name": pa.array([r[1] for r in rows], pa.string()),
+                "memory_gbps": pa.array([float(r[2]) / 1e9 if r[2] else None for r in rows], pa.float64()),
+            })
+    return pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string()),
+                     "memory_gbps": pa.array([], pa.float64())})

@@ -1,0 +1,382 @@
+"""advise: each finding kind against figures computed here from raw SQL, and the accounting rules.
+
+Real exports (../shared/real_db/) hold the patterns: the FSDP export's 30 cudaStreamSynchronize
+waits under aten::copy_, pageable HtoD copies, exposed NCCL kernels and GPU idle gaps; the
+PyTorch 1.4 nvprof report's .item() (blocking DtoH copy + stream sync under
+_local_scalar_dense); the PyProf nsys report's launch-bound torch.__getattr__ kernels. Our own
+recording sample_db/advise_cpu+synthetic_gpu.sqlite (real NVTX, SYNTHETIC GPU rows; see
+sample_db/README.md) plants a slow DataLoader, .item() per step and pageable input copies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+import nvbridge
+from nvbridge.analysis import spans
+from nvbridge.analysis.advise import Advice, Finding, advise, advise_report
+from nvbridge.cli import cli
+from tests.conftest import ALL_FILES, SAMPLE_DB, real_db
+from tests.conftest import raw as raw_sql
+
+FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
+LM = "nvprof-2020-pytorch14-pyprof-lm.sqlite"
+PYPROF = "nsys-2024.2-pyprof-markers.sqlite"
+ADVISE = SAMPLE_DB / "advise_cpu+synthetic_gpu.sqlite"
+PID = "(globalPid >> 24) & 16777215"  # nsys globalPid/globalTid -> OS pid
+
+
+def raw(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of raw SQL on the export (read-only), values as sqlite3 gives them."""
+    return raw_sql(path, sql)
+
+
+def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merge intervals (the plain loop, independent of nvbridge.analysis.spans)."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(i for i in intervals if i[1] > i[0]):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def length(intervals: list[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in union(intervals))
+
+
+def minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Length of a not covered by b."""
+    return length(a) - sum(max(0, min(e, f) - max(s, t)) for s, e in union(a) for t, f in union(b))
+
+
+def subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The intervals of a not covered by b (plain loop)."""
+    out = union(a)
+    for t, f in union(b):
+        out = [piece for s, e in out for piece in ((s, min(e, t)), (max(s, f), e)) if piece[1] > piece[0]]
+    return out
+
+
+@pytest.fixture(scope="module")
+def fsdp() -> Advice:
+    return advise_report(nvbridge.load(real_db(FSDP)))
+
+
+def _gpu_by_lane(path: Path) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """GPU op intervals per (pid, device), from the raw kernel, memcpy and memset tables."""
+    lanes: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for table in ("KERNEL", "MEMCPY", "MEMSET"):
+        for pid, dev, s, e in raw(path, f"SELECT {PID}, deviceId, start, end FROM CUPTI_ACTIVITY_KIND_{table}"):
+            lanes[(int(pid), int(dev))].append((int(s), int(e)))
+    return lanes
+
+
+def _of(advice: Advice, kind: str) -> list[Finding]:
+    return [f for f in advice.findings if f.kind == kind]
+
+
+def test_fsdp_stream_syncs_wait_and_idle_after_match_raw_sql(fsdp: Advice) -> None:
+    path = real_db(FSDP)
+    syncs = raw(path, f"""
+        SELECT y.start, y.end, y.streamId, {PID.replace('globalPid', 'y.globalPid')}
+        FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION AS y
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r
+          ON r.correlationId = y.correlationId AND (r.globalTid >> 24) = (y.globalPid >> 24)
+        JOIN StringIds AS s ON s.id = r.nameId
+        WHERE y.syncType IN (1, 3, 4) AND s.value NOT LIKE '%Query%'""")
+    assert len(syncs) == 30  # cudaStreamSynchronize; cudaEventQuery polls and Stream waits excluded
+    stream_dev = {(int(p), int(st)): int(d) for p, st, d in raw(
+        path, f"SELECT DISTINCT {PID}, streamId, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL")}
+    busy = {k: union(v) for k, v in _gpu_by_lane(path).items()}
+    after: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)  # per lane: lanes overlap in time
+    for s, e, stream, pid in syncs:
+        key = (int(pid), stream_dev[(int(pid), int(stream))])
+        lane = busy[key]
+        if any(a <= e < b for a, b in lane):
+            continue
+        nxt = min((a for a, _ in lane if a >= e), default=None)
+        if nxt is not None:
+            after[key].append((e, min(nxt, e + (e - s))))
+    found = _of(fsdp, "host_sync")
+    assert [(f.op, f.count) for f in found] == [("aten::copy_", 30)]
+    assert dict(found[0].figures)["wait_ns"] == sum(e - s for s, e, _, _ in syncs) == 289_711_450
+    assert found[0].own_ns == sum(length(v) for v in after.values()) > 0
+
+
+def test_fsdp_gpu_idle_is_the_span_minus_busy_time_per_lane(fsdp: Advice) -> None:
+    lanes = _gpu_by_lane(real_db(FSDP))
+    idle = sum(max(e for _, e in v) - min(s for s, _ in v) - length(v) for v in lanes.values())
+    assert sum(f.own_ns for f in _of(fsdp, "gpu_idle")) == idle
+    assert fsdp.span_ns == sum(max(e for _, e in v) - min(s for s, _ in v) for v in lanes.values())
+
+
+def test_fsdp_exposed_nccl_is_nccl_time_not_under_other_kernels(fsdp: Advice) -> None:
+    rows = raw(real_db(FSDP), f"""SELECT {PID}, k.deviceId, k.start, k.end, s.value
+        FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN StringIds AS s ON s.id = k.demangledName""")
+    nccl: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    other: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for pid, dev, s, e, name in rows:
+        lane = f"pid {pid} GPU {dev}"
+        (nccl if "nccl" in str(name).lower() else other)[lane].append((int(s), int(e)))
+    found = _of(fsdp, "nccl_exposed")
+    assert {f.lanes for f in found} == {(lane,) for lane in nccl}
+    for lane in nccl:
+        expected = minus(nccl[lane], other[lane])
+        assert sum(f.own_ns for f in found if f.lanes == (lane,)) == expected > 0
+
+
+def test_fsdp_pageable_copies_match_memory_kinds_in_raw_sql(fsdp: Advice) -> None:
+    rows = raw(real_db(FSDP), "SELECT start, end, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+                              "WHERE srcKind = 0 OR dstKind = 0")  # ENUM_CUDA_MEM_KIND 0: pageable
+    found = _of(fsdp, "pageable_copy")
+    assert sum(f.count for f in found) == len(rows) == 32
+    assert sum(dict(f.figures)["bytes"] for f in found) == sum(int(b) for _, _, b in rows)
+    assert "aten::copy_" in {f.op for f in found}
+
+
+def test_lm_item_is_a_host_sync_under_local_scalar_dense() -> None:
+    path = real_db(LM)
+    copies = raw(path, """SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_MEMCPY AS m
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = m.correlationId
+        WHERE m.copyKind = 2 AND m.dstKind = 1""")  # DtoH into pageable memory (CUPTI kinds)
+    syncs = raw(path, "SELECT end - start FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE type = 3")
+    found = _of(advise_report(nvbridge.load(path)), "host_sync")
+    assert sum(f.count for f in found) == len(copies) + len(syncs) == 42
+    assert sum(dict(f.figures)["wait_ns"] for f in found) == sum(int(d) for (d,) in copies + syncs)
+    top = found[0]
+    assert top.op == "_local_scalar_dense" and top.count == 38 and ".item()" in top.fix
+
+
+def test_pyprof_launch_bound_kernels_match_raw_sql() -> None:
+    path = real_db(PYPROF)
+    kernels = raw(path, """SELECT r.globalTid, r.start, r.end, k.end - k.start
+        FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r
+          ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24)
+        WHERE r.end - r.start <= 1000000""")  # longer launch calls are one-time set-up
+    ranges = raw(path, """SELECT globalTid, start, coalesce(end, 1 << 62), coalesce(text, s.value)
+        FROM NVTX_EVENTS LEFT JOIN StringIds AS s ON s.id = textId WHERE eventType = 59""")
+    getattr_text = "{'mod': 'torch', 'op': '__getattr__', 'args': [{'name': '', 'type': 'str', 'value': 'extra_repr'}]}"
+    by_call: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)
+    for tid, s, e, k_ns in kernels:  # the innermost range around each launch call
+        around = [(rs, -re, text, tid) for t, rs, re, text in ranges if t == tid and rs <= s and re >= e]
+        if around and max(around)[2] == getattr_text:
+            rs, neg_re, _, _ = max(around)
+            by_call[(tid, rs, -neg_re)].append((e - s, k_ns))
+    expected = [(launch, k) for rows in by_call.values() for launch, k in rows
+                if k < launch or (len(rows) >= 8 and sum(k for _, k in rows) < 10_000 * len(rows))]
+    found = [f for f in _of(advise_report(nvbridge.load(path)), "launch_bound") if f.op == "torch.__getattr__"]
+    assert len(found) == 1 and found[0].count == len(expected) == 178
+    assert dict(found[0].figures) == {"kernel_ns": sum(k for _, k in expected),
+                                      "launch_ns": sum(x for x, _ in expected)}
+
+
+def test_own_recording_names_the_slow_dataloader_the_item_sync_and_the_pageable_copies() -> None:
+    advice = advise_report(nvbridge.load(ADVISE))
+    steps = raw(ADVISE, "SELECT start, end, text FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'")
+    loads = raw(ADVISE, "SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'enumerate(DataLoader)#%'")
+    in_steps = [(s, e) for s, e in loads if any(a <= s and e <= b for a, b, _ in steps)]
+    top = advice.findings[0]
+    assert top.kind == "gpu_idle" and top.op.startswith("enumerate(DataLoader)#") and "DataLoader" in top.fix
+    # its time: the loads' own time (no nested range running) while the GPU had nothing to do
+    ranges = raw(ADVISE, "SELECT start, end FROM NVTX_EVENTS WHERE eventType = 59")
+    gpu = raw(ADVISE, "SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
+                      "SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+    own = [p for s, e in in_steps for p in subtract([(s, e)], [(a, b) for a, b in ranges if s <= a and b <= e
+                                                              and (a, b) != (s, e)])]
+    assert top.own_ns == length(subtract(own, gpu)) >= 0.9 * sum(e - s for s, e in in_steps)
+    assert top.step in {0, 1, 2} and len(in_steps) == 4  # the one in step 3 ends the loop (StopIteration)
+
+    item = raw(ADVISE, """SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_MEMCPY AS m
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = m.correlationId WHERE m.copyKind = 2""")
+    (sync,) = _of(advice, "host_sync")
+    assert sync.op == "aten::_local_scalar_dense" and sync.count == len(item) == 5
+    assert dict(sync.figures)["wait_ns"] == sum(int(d) for (d,) in item)
+    assert {s for s, _ in sync.by_step} <= {0, 1, 2, 3} and sync.step is not None
+
+    copies = raw(ADVISE, "SELECT bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 AND srcKind = 0")
+    (pageable,) = _of(advice, "pageable_copy")
+    assert pageable.op == "ProfilerStep (outside ops)" and pageable.count == len(copies) == 8
+    assert dict(pageable.figures)["bytes"] == sum(int(b) for (b,) in copies)
+
+
+@pytest.mark.parametrize("name", [*ALL_FILES, "sample:advise_cpu+synthetic_gpu.sqlite",
+                                  "sample:cnn_cpu+synthetic_gpu.sqlite", "sample:ranks_cpu+synthetic_gpu.sqlite"])
+def test_findings_add_up_honestly(name: str) -> None:
+    path = SAMPLE_DB / name.removeprefix("sample:") if name.startswith("sample:") else real_db(name)
+    advice = advise_report(nvbridge.load(path))
+    # every moment is counted once: the findings' times add up to the union of all evidence
+    assert sum(f.time_ns for f in advice.findings) == advice.at_stake_ns <= advice.span_ns
+    for f in advice.findings:
+        assert 0 < f.time_ns <= f.own_ns
+        assert sum(t for _, t in f.by_step) <= f.time_ns
+    # within a step, the time at stake never exceeds the step (summed over the lanes that ran it)
+    at_stake: dict[int, int] = defaultdict(int)
+    for f in advice.findings:
+        for step, t in f.by_step:
+            at_stake[step] += t
+    step_ns: dict[int, int] = defaultdict(int)
+    for s in advice.steps:
+        step_ns[s.step] += s.step_ns
+        assert 0 <= s.busy_ns <= s.step_ns
+    assert all(at_stake[n] <= step_ns[n] for n in at_stake)
+
+
+def test_cli_fits_100_columns_and_json_has_the_same_findings() -> None:
+    runner = CliRunner()
+    for path in (str(ADVISE), str(real_db(FSDP)), str(real_db(LM))):
+        text = runner.invoke(cli, ["advise", path, "--limit", "-1", "--steps", "-1"])
+        assert text.exit_code == 0, text.output
+        assert max(len(line) for line in text.output.splitlines()) <= 100
+        js = runner.invoke(cli, ["advise", path, "--json"])
+        data = json.loads(js.output)
+        assert len(data["findings"]) == text.output.count("\n     on ")
+        assert sum(f["time_ns"] for f in data["findings"]) == data["at_stake_ns"]
+
+
+def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.sqlite"
+    bad.write_text("not a database")
+    result = CliRunner().invoke(cli, ["advise", str(bad)])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1
+
+
+def test_own_multi_process_recording_names_the_straggler_rank() -> None:
+    path = SAMPLE_DB / "ranks_cpu+synthetic_gpu.sqlite"
+    steps: dict[str, dict[int, int]] = defaultdict(dict)
+    for pid, text, dur in raw(path, f"""SELECT {PID.replace('globalPid', 'globalTid')}, text, end - start
+                                        FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'"""):
+        steps[text][pid] = dur
+    slow = {max(by_pid, key=by_pid.__getitem__) for by_pid in steps.values()}
+    (found,) = _of(advise_report(nvbridge.load(path)), "rank_skew")
+    assert len(slow) == 1 and found.lanes == (f"pid {slow.pop()} GPU 0",)
+    assert found.count == len(steps) == 3
+    assert found.own_ns == sum(max(v.values()) - min(v.values()) for v in steps.values())
+    assert found.step == 0 and "straggler" in found.fix
+
+
+def _built_report(copies: int) -> nvbridge.Report:
+    """A hand-built report (not a recording): one aten::index op on pid 7 making ``copies``
+    small pinned HtoD copies, each by its own cudaMemcpyAsync call, plus one kernel after."""
+    import pyarrow as pa
+
+    n = copies
+    call_s = [1_000 + 10_000 * i for i in range(n)]
+    ops = pa.table({"op_id": [0], "parent_id": pa.array([None], pa.int64()), "name": ["aten::index"],
+                    "op_name": ["aten::index"], "module_path": pa.array([None], pa.string()),
+                    "process_id": [7], "thread_id": [7], "start_ns": [0], "end_ns": [10_000 * n + 50_000],
+                    "step": pa.array([None], pa.int64())})
+    api = pa.table({"api_call_id": list(range(n + 1)), "op_id": [0] * (n + 1),
+                    "name": ["cudaMemcpyAsync_v3020"] * n + ["cudaLaunchKernel_v7000"], "process_id": [7] * (n + 1),
+                    "thread_id": [7] * (n + 1), "start_ns": call_s + [10_000 * n + 1_000],
+                    "end_ns": [s + 4_000 for s in call_s] + [10_000 * n + 5_000]})
+    gpu = pa.table({"gpu_op_id": list(range(n + 1)), "op_id": [0] * (n + 1), "api_call_id": list(range(n + 1)),
+                    "kind": ["memcpy"] * n + ["kernel"], "name": ["Memcpy HtoD"] * n + ["k"],
+                    "device_id": [0] * (n + 1), "stream_id": [7] * (n + 1), "process_id": [7] * (n + 1),
+                    "thread_id": [7] * (n + 1), "start_ns": [s + 2_000 for s in call_s] + [10_000 * n + 3_000],
+                    "end_ns": [s + 3_000 for s in call_s] + [10_000 * n + 9_000], "bytes": [256] * n + [None],
+                    "copy_kind": ["HtoD"] * n + [None], "src_kind": ["pinned"] * n + [None],
+                    "dst_kind": ["device"] * n + [None]})
+    syncs = pa.table({"start_ns": pa.array([], pa.int64()), "end_ns": pa.array([], pa.int64()),
+                      "device_id": pa.array([], pa.int64()), "stream_id": pa.array([], pa.int64()),
+                      "sync_type": pa.array([], pa.string()), "api_call_id": pa.array([], pa.int64())})
+    empty = pa.table({"x": pa.array([], pa.int64())})
+    return nvbridge.Report({"source": "built"}, {"ops": ops, "gpu_ops": gpu, "api_calls": api, "marks": empty,
+                                                 "syncs": syncs, "threads": empty, "devices": empty})
+
+
+def test_small_copies_in_a_loop_on_built_tables() -> None:
+    # no real export has them: 10+ sub-64 KiB copies from one op; time at stake = their calls
+    (found,) = _of(advise_report(_built_report(12)), "small_copies")
+    assert (found.op, found.count, dict(found.figures)["bytes"]) == ("aten::index", 12, 12 * 256)
+    assert found.own_ns == 12 * 4_000
+    assert _of(advise_report(_built_report(9)), "small_copies") == []
+
+
+def test_a_dataset_written_before_memory_kinds_still_advises() -> None:
+    report = nvbridge.load(real_db(FSDP))
+    tables = {name: getattr(report, name) for name in ("ops", "api_calls", "marks", "syncs", "threads", "devices")}
+    old = nvbridge.Report(report.meta, {**tables, "gpu_ops": report.gpu_ops.drop_columns(["src_kind", "dst_kind"])})
+    advice = advise_report(old)
+    assert _of(advice, "pageable_copy") == [] and len(_of(advice, "host_sync")) == 1
+
+
+def test_partitioned_dataset_is_advised_report_by_report(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    nvbridge.convert([ADVISE, SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"], out)
+    result = CliRunner().invoke(cli, ["advise", str(out), "--json", "--min-share", "1"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [d["source"] for d in data] == ["advise_cpu+synthetic_gpu.sqlite", "cnn_cpu+synthetic_gpu.sqlite"]
+    for d in data:
+        assert all(f["time_ns"] >= 0.01 * d["span_ns"] for f in d["findings"])
+        assert sum(f["time_ns"] for f in d["findings"]) <= d["at_stake_ns"]
+
+
+intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)).map(lambda x: (x[0], x[0] + x[1])),
+                     max_size=8)
+
+
+@given(intervals, intervals, intervals)
+def test_interval_sets_agree_with_a_boolean_timeline(a: list[tuple[int, int]], b: list[tuple[int, int]],
+                                                     c: list[tuple[int, int]]) -> None:
+    def mask(xs: list[tuple[int, int]]) -> np.ndarray:
+        m = np.zeros(80, bool)
+        for s, e in xs:
+            m[s:e] = True
+        return m
+
+    def arr(xs: list[tuple[int, int]]) -> spans.Spans:
+        return spans.union(np.array([s for s, _ in xs], np.int64), np.array([e for _, e in xs], np.int64))
+
+    ua, ub = arr(a), arr(b)
+    assert spans.length(ua) == mask(a).sum()
+    assert spans.overlap(ua, ub) == (mask(a) & mask(b)).sum()
+    rest = spans.minus(ua, ub)
+    assert (mask(list(zip(*rest))) == (mask(a) & ~mask(b))).all()
+    both = spans.add_disjoint(ub, rest)  # b plus what a adds: a union b, kept sorted
+    assert (mask(list(zip(*both))) == (mask(a) | mask(b))).all() and (np.diff(both[0]) >= 0).all()
+    windows = spans.union(np.array([s for s, _ in c], np.int64), np.array([e for _, e in c], np.int64))
+    per = spans.clip_per_window(both, *windows)
+    assert per.tolist() == [(mask(a) | mask(b))[s:e].sum() for s, e in zip(*windows)]
+
+
+def test_partitioned_dataset_names_the_slowest_rank_per_step(tmp_path: Path) -> None:
+    import shutil
+
+    files = [SAMPLE_DB / "diff_base_cpu+synthetic_gpu.sqlite", SAMPLE_DB / "diff_extra_cpu+synthetic_gpu.sqlite"]
+    ranks = []
+    for r, f in enumerate(files):  # the rank comes from the file name
+        ranks.append(tmp_path / f"rank{r}.sqlite")
+        shutil.copyfile(f, ranks[-1])
+    out = tmp_path / "ds"
+    nvbridge.convert(ranks, out)
+    steps = [{t: d for t, d in raw(f, "SELECT text, end - start FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'")}
+             for f in files]
+    expected: dict[int, int] = defaultdict(int)  # per rank: summed lead over the other rank
+    for text in steps[0]:
+        slow = 0 if steps[0][text] > steps[1][text] else 1
+        expected[slow] += abs(steps[0][text] - steps[1][text])
+    advice = advise(out)
+    for r, a in enumerate(advice):
+        found = _of(a, "rank_skew")
+        assert sum(f.own_ns for f in found) == expected[r]
+        assert all(f.lanes == (f"rank {r} GPU 0",) for f in found)
+    assert sum(expected.values()) > 0
+
+
+def test_cli_on_a_report_without_gpu_work_says_so() -> None:
+    result = CliRunner().invoke(cli, ["advise", str(SAMPLE_DB / "cnn_cpu.sqlite")])
+    assert result.exit_code == 0 and "No GPU work in this report" in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 100

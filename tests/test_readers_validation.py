@@ -1,0 +1,321 @@
+"""Validation at read (issue #14): impossible rows refused with one line naming table, column and
+row count; special files; WAL, locked and hot-journal databases; NVTX rowid gaps; NVTX domains.
+
+Every damaged input is made here, from a copy of a sample_db/ recording (never a real export,
+never committed): the damage is synthetic, the expected answer follows from the edit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import nvbridge
+from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
+from nvbridge.readers import estimate_rows, exported, read_profile
+from tests.conftest import SAMPLE_DB, raw, real_db, require_nsys
+
+GPU_SAMPLE = SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"
+DOMAINS = SAMPLE_DB / "nvtx_domains.sqlite"
+K = "CUPTI_ACTIVITY_KIND_"
+RANGE = "eventType IN (59, 60, 70, 71) AND \"end\" IS NOT NULL"
+
+
+def edited(tmp_path: Path, *sql: str, src: Path = GPU_SAMPLE, relax: str | None = None) -> Path:
+    """A copy of ``src`` with ``sql`` applied; ``relax`` drops that table's NOT NULL constraints
+    first (a damaged file can hold what the exporter's schema forbids)."""
+    dst = tmp_path / src.name
+    shutil.copyfile(src, dst)
+    con = sqlite3.connect(dst)
+    if relax:
+        cols = ", ".join(f'"{n}" {t}' for _, n, t, *_ in con.execute(f"PRAGMA table_info({relax})"))
+        con.executescript(f"CREATE TABLE x ({cols}); INSERT INTO x SELECT * FROM {relax}; DROP TABLE {relax};"
+                          f"ALTER TABLE x RENAME TO {relax};")
+    for stmt in sql:
+        con.execute(stmt)
+    con.commit()
+    con.close()
+    return dst
+
+
+FIRST_KERNEL = f"rowid = (SELECT min(rowid) FROM {K}KERNEL)"
+FIRST_RANGE = f"rowid = (SELECT min(rowid) FROM NVTX_EVENTS WHERE {RANGE})"
+
+# (edit, table to relax or None, the exact message after "<file>: ")
+REFUSED = [
+    (f"UPDATE {K}KERNEL SET \"end\" = start - 1000 WHERE {FIRST_KERNEL}", None,
+     f"{K}KERNEL.end is before start in 1 row; the export is damaged or was edited; export the report again."),
+    (f"UPDATE {K}KERNEL SET start = -5 WHERE {FIRST_KERNEL}", None,
+     f"{K}KERNEL.start is negative or beyond 2^62 ns (year 2116) in 1 row; the export is damaged or was edited; "
+     "export the report again."),
+    (f"UPDATE {K}RUNTIME SET \"end\" = 9223372036854775807 WHERE rowid <= 8", None,
+     f"{K}RUNTIME.end is negative or beyond 2^62 ns (year 2116) in 8 rows; the export is damaged or was edited; "
+     "export the report again."),
+    (f"INSERT INTO {K}KERNEL SELECT * FROM {K}KERNEL WHERE {FIRST_KERNEL}", None,
+     f"{K}KERNEL holds 1 row duplicated (same device, stream and times); the export is damaged or was edited; "
+     "export the report again."),
+    (f"UPDATE {K}MEMCPY SET start = 0, \"end\" = 4611686018427387903", None,
+     f"{K}MEMCPY: durations add up to more than 2^62 ns (146 years), more than a capture can hold; the export "
+     "is damaged or was edited; export the report again."),
+    (f"UPDATE NVTX_EVENTS SET start = \"end\", \"end\" = start WHERE {RANGE} AND \"end\" > start", None,
+     "NVTX_EVENTS.end is before start in 210 rows; the export is damaged or was edited; export the report again."),
+    (f"UPDATE NVTX_EVENTS SET start = NULL WHERE {FIRST_RANGE}", "NVTX_EVENTS",
+     "NVTX_EVENTS.start is empty (NULL) in 1 row; the export is damaged or was edited; export the report again."),
+    (f"UPDATE NVTX_EVENTS SET eventType = NULL WHERE {FIRST_RANGE}", "NVTX_EVENTS",
+     "NVTX_EVENTS.eventType is empty (NULL) in 1 row; the export is damaged or was edited; export the report "
+     "again."),
+    (f"UPDATE {K}KERNEL SET correlationId = NULL WHERE {FIRST_KERNEL}", None,
+     f"{K}KERNEL.correlationId is empty (NULL) in 1 row; the export is damaged or was edited; export the report "
+     "again."),
+    (f"UPDATE {K}KERNEL SET start = 'soon' WHERE {FIRST_KERNEL}", None,
+     f"{K}KERNEL.start holds text, a real or a BLOB instead of an integer in 1 row; the export is damaged or was "
+     "edited; export the report again."),
+    (f"UPDATE {K}RUNTIME SET start = x'00ff' WHERE rowid = 1", None,
+     f"{K}RUNTIME.start holds text, a real or a BLOB instead of an integer in 1 row; the export is damaged or "
+     "was edited; export the report again."),
+    (f"UPDATE {K}RUNTIME SET nameId = 987654321 WHERE rowid = 1", None,
+     f"{K}RUNTIME.nameId names a string that StringIds lacks in 1 row (e.g. id 987654321); the export is "
+     "damaged or was edited; export the report again."),
+    (f"UPDATE NVTX_EVENTS SET text = NULL, textId = 987654321 WHERE {FIRST_RANGE}", None,
+     "NVTX_EVENTS.textId names a string that StringIds lacks in 1 row (e.g. id 987654321); the export is "
+     "damaged or was edited; export the report again."),
+    ("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'n/a'", None,
+     "TARGET_INFO_SESSION_START_TIME.utcEpochNs holds 'n/a' instead of an integer; the export is damaged or was "
+     "edited; export the report again."),
+]
+
+
+@pytest.mark.parametrize(("sql", "relax", "message"), REFUSED, ids=[m.split(" ")[0] for _, _, m in REFUSED])
+def test_impossible_rows_are_refused_naming_table_column_and_rows(tmp_path: Path, sql: str, relax: str | None,
+                                                                  message: str) -> None:
+    path = edited(tmp_path, sql, relax=relax)
+    with pytest.raises(DamagedDatabase) as err:
+        read_profile(path)
+    assert str(err.value) == f"{path.name}: {message}"
+    # The streamed conversion (convert's path for nsys files) refuses the same way, writing nothing.
+    with pytest.raises(DamagedDatabase, match="export the report again"):
+        nvbridge.convert(path, tmp_path / "ds")
+    assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".ds.*"))
+
+
+def test_the_cli_refuses_in_one_line(tmp_path: Path) -> None:
+    path = edited(tmp_path, f"UPDATE {K}KERNEL SET \"end\" = start - 1 WHERE {FIRST_KERNEL}")
+    out = subprocess.run([sys.executable, "-m", "nvbridge", "convert", str(path), "-o", str(tmp_path / "ds")],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SAMPLE_DB.parent)})
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [f"Error: {path.name}: {K}KERNEL.end is before start in 1 row; the "
+                                               "export is damaged or was edited; export the report again."]
+
+
+def test_nvtx_without_end_column_is_refused(tmp_path: Path) -> None:
+    path = edited(tmp_path, 'ALTER TABLE NVTX_EVENTS DROP COLUMN "end"')
+    with pytest.raises(MissingTable, match="table NVTX_EVENTS has no column end"):
+        read_profile(path)
+
+
+def test_never_closed_ranges_still_read(tmp_path: Path) -> None:
+    """NULL end is a range the program never closed, not damage: read, end left null."""
+    path = edited(tmp_path, f'UPDATE NVTX_EVENTS SET "end" = NULL WHERE {FIRST_RANGE}')
+    assert read_profile(path).ranges.column("end_ns").null_count == 1
+
+
+def test_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.sqlite"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+    worker = threading.Thread(target=lambda: outcome.append(pytest.raises(NotAProfileDatabase, read_profile, fifo)
+                                                            .value), daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # unblock the reader so the test run can end, then fail
+        with open(fifo, "wb"):
+            pass
+        pytest.fail("reading a FIFO blocked")
+    assert str(outcome[0]) == ("pipe.sqlite is not a regular file (a pipe or device); save the export to a file "
+                               "and pass that.")
+
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_wal_mode_export_is_read_without_writing_beside_it(tmp_path: Path) -> None:
+    src = tmp_path / "in"
+    src.mkdir()
+    path = src / "wal.sqlite"
+    shutil.copyfile(GPU_SAMPLE, path)
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    con.close()
+    before = _listing(src)
+    profile = read_profile(path)
+    nvbridge.convert(path, tmp_path / "ds")
+    assert _listing(src) == before  # no -shm, no -wal, same bytes
+    assert profile.ranges.num_rows == raw(GPU_SAMPLE, f"SELECT count(*) FROM NVTX_EVENTS WHERE {RANGE}")[0][0]
+
+
+def test_wal_with_uncheckpointed_rows_reads_them_from_a_copy(tmp_path: Path) -> None:
+    """A -wal file holding committed rows: they are part of the database, so they are read."""
+    path = tmp_path / "wal.sqlite"
+    shutil.copyfile(GPU_SAMPLE, path)
+    code = ("import sqlite3, os, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA journal_mode=WAL');"
+            "c.execute('PRAGMA wal_autocheckpoint=0'); c.execute(sys.argv[2]); c.commit(); os._exit(0)")
+    rename = f"UPDATE NVTX_EVENTS SET text = 'renamed' WHERE {FIRST_RANGE}"
+    subprocess.run([sys.executable, "-c", code, str(path), rename], check=True)  # exits without a checkpoint
+    assert (tmp_path / "wal.sqlite-wal").stat().st_size > 0
+    before = _listing(tmp_path)
+    names = read_profile(path).ranges.column("name").to_pylist()
+    assert names.count("renamed") == 1
+    assert _listing(tmp_path) == before
+
+
+def test_locked_database_says_locked(tmp_path: Path) -> None:
+    path = edited(tmp_path)
+    code = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
+            "c.execute('BEGIN EXCLUSIVE'); c.execute('DELETE FROM StringIds'); print('held', flush=True); "
+            "time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(DamagedDatabase, match="is locked / in use by another program"):
+            read_profile(path)
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+def test_hot_journal_says_in_use_and_is_left_alone(tmp_path: Path) -> None:
+    path = edited(tmp_path)
+    journal = tmp_path / (path.name + "-journal")
+    journal.write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + bytes(504))  # a journal header: a write cut short
+    before = _listing(tmp_path)
+    with pytest.raises(DamagedDatabase, match="is locked / in use by another program"):
+        read_profile(path)
+    assert _listing(tmp_path) == before
+
+
+def _tables(folder: Path) -> dict[str, object]:
+    return {p.name: pq.read_table(p) for p in sorted(folder.glob("*.parquet")) if p.name != "meta.parquet"}
+
+
+def test_nvtx_rowid_gap_converts_to_the_same_dataset(tmp_path: Path) -> None:
+    """The last NVTX row moved to rowid 2^62: windows follow rows (the rowid span would be 2^45
+    windows), and the dataset is the original's."""
+    path = edited(tmp_path, "UPDATE NVTX_EVENTS SET rowid = 4611686018427387904 "
+                            "WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS)")
+    result: list[object] = []
+    worker = threading.Thread(target=lambda: result.append(nvbridge.convert(path, tmp_path / "gap")), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert result, "converting an export with an NVTX rowid gap did not finish in 60 s"
+    nvbridge.convert(GPU_SAMPLE, tmp_path / "ref")
+    assert _tables(tmp_path / "gap") == _tables(tmp_path / "ref")
+
+
+def _domain_variants(tmp_path: Path) -> dict[str, Path]:
+    """Every domain shape, from the real recording: as recorded (default + named domains, registered
+    and inline strings), named domains only, default domain only, and domains whose creation
+    rows are missing (a windowed capture)."""
+    shapes = {
+        "recorded": [],
+        "named-only": ["DELETE FROM NVTX_EVENTS WHERE domainId = 0 AND eventType != 75"],
+        "default-only": ["DELETE FROM NVTX_EVENTS WHERE domainId != 0"],
+        "uncreated": ["DELETE FROM NVTX_EVENTS WHERE eventType = 75"],
+    }
+    out = {}
+    for name, sql in shapes.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        out[name] = edited(folder, *sql, src=DOMAINS)
+    return out
+
+
+def test_every_nvtx_domain_shape_converts(tmp_path: Path) -> None:
+    for shape, path in _domain_variants(tmp_path).items():
+        nvbridge.convert(path, tmp_path / f"{shape}.ds")
+        ops = pq.read_table(tmp_path / f"{shape}.ds" / "ops.parquet").sort_by("start_ns")
+        # Independent reference: names through StringIds and domain names from the creation rows.
+        expected = raw(path, """
+            SELECT coalesce(e.text, s.value), d.text FROM NVTX_EVENTS e
+            LEFT JOIN StringIds s ON s.id = e.textId
+            LEFT JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = e.domainId AND e.domainId != 0
+            WHERE e.eventType IN (59, 60, 70, 71) AND e."end" IS NOT NULL ORDER BY e.start""")
+        got = list(zip(ops.column("name").to_pylist(), ops.column("domain").to_pylist()))
+        assert got == [tuple(r) for r in expected], shape
+        assert len(got) == {"recorded": 22, "named-only": 12, "default-only": 10, "uncreated": 22}[shape]
+
+
+def test_domains_of_the_recording(tmp_path: Path) -> None:
+    report = nvbridge.load(DOMAINS)
+    by_domain: dict[object, set[object]] = {}
+    for name, domain in zip(report.ops.column("name").to_pylist(), report.ops.column("domain").to_pylist()):
+        by_domain.setdefault(domain, set()).add(name)
+    assert by_domain["cuBLAS"] == {"cublasSgemm_v2", "cublasSaxpy_v2"}
+    assert by_domain["NCCL"] == {"ncclAllReduce", "ncclKernel window"}
+    assert "setup (registered, default domain)" in by_domain[None]
+    assert report.marks.column("domain").to_pylist() == ["cuBLAS"] * 3
+
+
+def _record_true(tmp_path: Path) -> Path:
+    """A real, tiny capture: nsys profile of /bin/true, left as .qdstrm (2022.4 does not import
+    it itself) in its own folder."""
+    nsys = require_nsys()
+    folder = tmp_path / "capture"
+    folder.mkdir()
+    subprocess.run([nsys, "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none", "-f", "true",
+                    "-o", str(folder / "rep"), "/bin/true"], capture_output=True, timeout=300, check=False,
+                   stdin=subprocess.DEVNULL)
+    for name in ("rep.nsys-rep", "rep.qdstrm"):
+        if (folder / name).is_file():
+            return folder / name
+    pytest.fail(f"nsys profile wrote neither report: {sorted(p.name for p in folder.iterdir())}")
+
+
+def test_exported_reads_reports_through_nsys_and_writes_nothing_beside_them(tmp_path: Path) -> None:
+    report = _record_true(tmp_path)
+    before = _listing(report.parent)
+    with exported(report) as path:
+        assert Path(path).suffix == ".sqlite" and Path(path).parent != report.parent
+        assert int(str(raw(Path(path), "SELECT count(*) FROM StringIds")[0][0])) > 0
+        read_profile(path)
+    assert not Path(path).exists()  # the temporary export is gone
+    assert _listing(report.parent) == before
+
+
+def test_exported_passes_sqlite_through_and_names_the_install_step(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    with exported(GPU_SAMPLE) as path:
+        assert path == GPU_SAMPLE
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(b"not really a report")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nsys here
+    with pytest.raises(NotAProfileDatabase) as err, exported(report):
+        pass
+    assert str(err.value).startswith("run.nsys-rep is an Nsight Systems report and nsys is not on PATH; install "
+                                     "Nsight Systems (")
+
+
+def test_estimate_rows_is_the_event_tables_largest_rowids() -> None:
+    expected = sum(int(str(raw(GPU_SAMPLE, f"SELECT coalesce(max(rowid), 0) FROM {t}")[0][0]))
+                   for t in ("NVTX_EVENTS", K + "RUNTIME", K + "KERNEL", K + "MEMCPY"))
+    assert expected > 0 and estimate_rows(GPU_SAMPLE) == expected
+    assert estimate_rows("sqlite:///x.sqlite") == 0
+
+
+@pytest.mark.parametrize("name", ["nsys-2024.2-pyprof-markers.sqlite", "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"])
+def test_diagnostics_are_the_profilers_warnings_and_errors(name: str) -> None:
+    path = real_db(name)
+    texts = [str(r[0]).strip() for r in raw(path, "SELECT text FROM DIAGNOSTIC_EVENT WHERE severity IN (2, 3) "
+                                               "ORDER BY timestamp")]
+    info = read_profile(path).info
+    assert (info.diagnostics or "").splitlines() == list(dict.fromkeys(texts))
+    if name.startswith("nsys-2024.2"):  # this capture warned (no CPU sampling, no MMAP events)
+        assert info.diagnostics and len(texts) >= 2
