@@ -7,7 +7,7 @@ expressions for the rest; no Python per row):
 - torch 1.x:   ``embedding, seq = 65`` / ``NllLossBackward, seq = 128``
 - torch 2.x:   ``aten::addmm, seq = 5, op_id = 12, sizes = [[3], [2, 4]], input_op_ids = [(63,0)]``
                and ``autograd::engine::evaluate_function: AddmmBackward0``
-- nvbridge:    ``AddmmBackward0, stashed seq = 5, fwd_tid = 123``,
+- nvbridge:    ``AddmmBackward0, stashed seq = 5, fwd_tid = 123``, ``sizes = [[3], []], dtypes = [bf16, -]``,
                ``nn.Module: encoder.layers.0.attn (MultiheadAttention)``, ``ProfilerStep#3``
 - PyProf:      ``{'mod': 'torch', 'op': 'embedding', 'args': [...]}`` and ``{'traceMarker': [...]}``
                (rare, old captures: parsed per row with ``ast.literal_eval``)
@@ -19,6 +19,7 @@ A name never makes the parser fail; what it cannot read stays in ``op_name``.
 from __future__ import annotations
 
 import ast
+import json
 from typing import Any
 
 import numpy as np
@@ -30,12 +31,13 @@ from nvbridge.columns import one_chunk
 # The reference grammar (_decorations_regex; _decorations gives the same columns faster for
 # the simple names). Each field is found by its own small regular expression: RE2 runs these
 # about ten times faster over millions of names than one pattern with many optional groups.
-DECORATION = r"(?s), (?:(?:stashed )?seq ?= ?\d|op_id = \d|fwd_tid = \d|sizes = \[|input_op_ids = \[).*$"
+DECORATION = r"(?s), (?:(?:stashed )?seq ?= ?\d|op_id = \d|fwd_tid = \d|sizes = \[|dtypes = \[|input_op_ids = \[).*$"
 SEQ = r", (?P<stashed>stashed )?seq ?= ?(?P<v>\d+)"
 FIELDS = {
     "torch_op_id": (", op_id = ", r", op_id = (?P<v>\d+)"),
     "fwd_tid": (", fwd_tid = ", r", fwd_tid = (?P<v>\d+)"),
-    "input_shapes": (", sizes = ", r"(?s), sizes = (?P<v>\[.*?\])(?:, input_op_ids = \[|$)"),
+    "input_shapes": (", sizes = ", r"(?s), sizes = (?P<v>\[.*?\])(?:, dtypes = \[|, input_op_ids = \[|$)"),
+    "input_dtypes": (", dtypes = ", r", dtypes = (?P<v>\[[^\]]*\])"),
     "input_op_ids": (", input_op_ids = ", r", input_op_ids = (?P<v>\[.*?\])$"),
 }
 MODULE = r"^nn\.Module: (?P<path>\S*) ?\((?P<type>[^()]*)\)$"
@@ -44,7 +46,9 @@ EVALUATE = "autograd::engine::evaluate_function: "
 
 PARSED_SCHEMA = pa.schema([
     ("op_name", pa.string()), ("seq", pa.int64()), ("torch_op_id", pa.int64()),
-    ("input_shapes", pa.string()), ("input_op_ids", pa.string()), ("fwd_tid", pa.int64()),
+    ("input_shapes", pa.string()), ("input_dtypes", pa.string()), ("input_values", pa.string()),
+    ("input_op_ids", pa.string()),
+    ("fwd_tid", pa.int64()),
     ("is_backward", pa.bool_()), ("module", pa.string()), ("step", pa.int64()),
     ("stack", pa.list_(pa.string())),
 ])
@@ -105,6 +109,8 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
         "seq": seq,
         "torch_op_id": cols["torch_op_id"],
         "input_shapes": cols["input_shapes"],
+        "input_dtypes": cols["input_dtypes"],
+        "input_values": pa.nulls(n, pa.string()),
         "input_op_ids": cols["input_op_ids"],
         "fwd_tid": cols["fwd_tid"],
         "is_backward": is_backward,
@@ -244,6 +250,7 @@ def _decorations(names: pa.Array) -> dict[str, pa.Array]:
         cols[field] = pa.array(values[field], mask=~valid[field]) if valid[field].any() else pa.nulls(n, pa.int64())
     cols["stashed"] = pa.array(stashed)
     cols["input_shapes"] = pa.nulls(n, pa.string())
+    cols["input_dtypes"] = pa.nulls(n, pa.string())
     cols["input_op_ids"] = pa.nulls(n, pa.string())
     if complex_rows.any():
         rows = np.flatnonzero(complex_rows)
@@ -254,52 +261,68 @@ def _decorations(names: pa.Array) -> dict[str, pa.Array]:
     return cols
 
 
-def _shape_text(args: list[Any]) -> str:
-    """PyProf's argument list as torch's ``sizes`` text: tensors' shapes, ``[]`` otherwise."""
-    dims = []
+def _shape_text(args: list[Any]) -> tuple[str, str, str]:
+    """PyProf's argument list as torch's ``sizes`` text (tensors' shapes, ``[]`` otherwise),
+    nvbridge's ``dtypes`` text (tensors' dtypes, ``-`` otherwise) and the other arguments'
+    values as JSON (``null`` for tensors; a named argument as ``{"stride": [1, 1]}``)."""
+    dims, dtypes, values = [], [], []
     for arg in args:
-        shape = arg.get("shape") if isinstance(arg, dict) and arg.get("type") == "tensor" else None
+        tensor = isinstance(arg, dict) and arg.get("type") == "tensor"
+        shape = arg.get("shape") if tensor else None
         dims.append("[" + ", ".join(str(d) for d in shape) + "]" if shape is not None else "[]")
-    return "[" + ", ".join(dims) + "]"
+        dtypes.append(str(arg.get("dtype", "-")) if tensor else "-")
+        value = None if tensor or not isinstance(arg, dict) else arg.get("value")
+        values.append({arg["name"]: value} if isinstance(arg, dict) and arg.get("name") else value)
+    return "[" + ", ".join(dims) + "]", "[" + ", ".join(dtypes) + "]", json.dumps(values, default=str)
 
 
-def _marker_fields(text: str) -> tuple[str | None, str | None, list[str] | None]:
-    """(op_name, input_shapes, stack) of one PyProf dict marker; Nones where it is not one."""
+_NOT_A_MARKER: tuple[None, None, None, None, None] = (None, None, None, None, None)
+
+
+def _marker_fields(text: str) -> tuple[str | None, str | None, str | None, str | None, list[str] | None]:
+    """(op_name, input_shapes, input_dtypes, input_values, stack) of one PyProf dict marker;
+    Nones where it is not one."""
     try:
         marker = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None, None, None
+        return _NOT_A_MARKER
     if not isinstance(marker, dict):
-        return None, None, None
+        return _NOT_A_MARKER
     if "traceMarker" in marker and isinstance(marker["traceMarker"], list):
-        return "traceMarker", None, [str(frame) for frame in marker["traceMarker"]]
+        return "traceMarker", None, None, None, [str(frame) for frame in marker["traceMarker"]]
     if "op" in marker:
         mod = marker.get("mod")
-        shapes = _shape_text(marker["args"]) if isinstance(marker.get("args"), list) else None
-        return (f"{mod}.{marker['op']}" if mod else str(marker["op"])), shapes, None
-    return None, None, None
+        shapes, dtypes, values = (_shape_text(marker["args"]) if isinstance(marker.get("args"), list)
+                                  else (None, None, None))
+        return (f"{mod}.{marker['op']}" if mod else str(marker["op"])), shapes, dtypes, values, None
+    return _NOT_A_MARKER
 
 
 def _pyprof(names: pa.Array, rows: np.ndarray, cols: dict[str, Any]) -> None:
-    """Fill op_name / input_shapes / stack for NVIDIA PyProf's dict markers (old captures).
+    """Fill op_name / input_shapes / input_dtypes / input_values / stack for NVIDIA PyProf's
+    dict markers (old captures).
 
     Each distinct marker text is evaluated once: a training loop repeats the same markers
     every iteration (``literal_eval`` costs about 13 us a marker).
     """
     op_name = cols["op_name"].to_pylist()
     shapes = cols["input_shapes"].to_pylist()
+    dtypes = cols["input_dtypes"].to_pylist()
+    values = cols["input_values"].to_pylist()
     stack: list[list[str] | None] = [None] * len(names)
     texts = names.take(pa.array(rows)).dictionary_encode()
     fields = [_marker_fields(text) for text in texts.dictionary.to_pylist()]
     for i, which in zip(rows, texts.indices.to_pylist()):
-        name, shape, frames = fields[which]
+        name, shape, dtype, value, frames = fields[which]
         if name is None:
             continue
         op_name[i] = name
         if shape is not None:
-            shapes[i] = shape
+            shapes[i], dtypes[i], values[i] = shape, dtype, value
         if frames is not None:
             stack[i] = frames
     cols["op_name"] = pa.array(op_name, pa.string())
     cols["input_shapes"] = pa.array(shapes, pa.string())
+    cols["input_dtypes"] = pa.array(dtypes, pa.string())
+    cols["input_values"] = pa.array(values, pa.string())
     cols["stack"] = pa.array(stack, pa.list_(pa.string()))

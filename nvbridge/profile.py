@@ -19,7 +19,7 @@ Columns (see the readers for how each is read):
   registers_per_thread, static_shared_bytes, dynamic_shared_bytes, graph_node_id
 - syncs: start_ns, end_ns, sync_type, device_id, stream_id, process_key, correlation_id
 - threads: process_id, thread_id, thread_key, thread_name, process_name
-- devices: device_id, name
+- devices: device_id, name[, memory_gbps: the bandwidth the driver reports]
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ forward op with seq N on the forward thread: the top-most op with that seq (not 
 another op of the same seq) that started last before the backward node. Where nvbridge's own
 emit_nvtx recorded the forward thread (``fwd_tid``), the match uses it and is exact; otherwise
 the candidates are every thread of the process. Backward nodes inherit the forward op's input
-shapes and module path.
+shapes, dtypes and module path.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge import names
+from nvbridge import flops, names
 from nvbridge.columns import dense_ids, np_col, one_chunk
 
 # A forward op is keyed by (process, thread or "any", seq) packed into one int64: a dense
@@ -59,24 +59,27 @@ def _take_or_null(values: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.A
 
 @dataclass(frozen=True, slots=True)
 class Links:
-    """Per row: the linked forward op (-1 none), its module path and input shapes, and the
-    link the row's own seq gave (evaluate-function wrappers take their node's instead)."""
+    """Per row: the linked forward op (-1 none), its module path, input shapes and dtypes, and
+    the link the row's own seq gave (evaluate-function wrappers take their node's instead)."""
 
     op_id: np.ndarray
     module: pa.Array
     shapes: pa.Array
     own: np.ndarray
+    dtypes: pa.Array
 
     def take(self, rows: np.ndarray) -> Links:
         idx = pa.array(rows)
-        return Links(self.op_id[rows], self.module.take(idx), self.shapes.take(idx), self.own[rows])
+        return Links(self.op_id[rows], self.module.take(idx), self.shapes.take(idx), self.own[rows],
+                     self.dtypes.take(idx))
 
     @staticmethod
     def concat(parts: list[Links]) -> Links:
         return Links(np.concatenate([p.op_id for p in parts]),
                      pa.concat_arrays([p.module for p in parts]),
                      pa.concat_arrays([p.shapes for p in parts]),
-                     np.concatenate([p.own for p in parts]))
+                     np.concatenate([p.own for p in parts]),
+                     pa.concat_arrays([p.dtypes for p in parts]))
 
 
 class ForwardIndex:
@@ -136,9 +139,11 @@ class ForwardIndex:
         link = np.full(n, -1, np.int64)
         mod_id = np.full(n, -1, np.int64)
         shp_id = np.full(n, -1, np.int64)
+        dtp_id = np.full(n, -1, np.int64)
         if len(cand):
             cand_mod = self._intern(module.take(pa.array(cand)))
             cand_shp = self._intern(one_chunk(parsed.column("input_shapes")).take(pa.array(cand)))
+            cand_dtp = self._intern(one_chunk(parsed.column("input_dtypes")).take(pa.array(cand)))
         lo = int(start.min()) if n else 0
         span = int(start.max()) - lo + 1 if n else 1
         for exact in (True, False):
@@ -161,25 +166,27 @@ class ForwardIndex:
                     found[ok] = hit[ok]
                     link[q[ok]] = op_id[cand[hit[ok]]]
                     mod_id[q[ok]], shp_id[q[ok]] = cand_mod[hit[ok]], cand_shp[hit[ok]]
+                    dtp_id[q[ok]] = cand_dtp[hit[ok]]
                 # Earlier windows: every stored op started before this window.
                 miss = np.flatnonzero(found < 0)
                 if len(miss) and exact in self._store:
-                    s_keys, s_seq, s_op, s_mod, s_shp = self._store[exact]
+                    s_keys, s_seq, s_op, s_mod, s_shp, s_dtp = self._store[exact]
                     pos = np.minimum(np.searchsorted(s_keys, q_keys[miss]), max(len(s_keys) - 1, 0))
                     ok = (s_keys[pos] == q_keys[miss]) & (s_seq[pos] == seq[q[miss]])
                     rows, pos = q[miss[ok]], pos[ok]
                     link[rows], mod_id[rows], shp_id[rows] = s_op[pos], s_mod[pos], s_shp[pos]
+                    dtp_id[rows] = s_dtp[pos]
             if len(cand):
-                self._remember(exact, c_keys, seq[cand], start[cand], op_id[cand], cand_mod, cand_shp)
-        return Links(link, self._pooled(mod_id), self._pooled(shp_id), link)
+                self._remember(exact, c_keys, seq[cand], start[cand], op_id[cand], cand_mod, cand_shp, cand_dtp)
+        return Links(link, self._pooled(mod_id), self._pooled(shp_id), link, self._pooled(dtp_id))
 
     def _remember(self, exact: bool, keys: np.ndarray, seq: np.ndarray, start: np.ndarray, op_id: np.ndarray,
-                  mod: np.ndarray, shp: np.ndarray) -> None:
+                  mod: np.ndarray, shp: np.ndarray, dtp: np.ndarray) -> None:
         """Merge this window's candidates into the store, keeping the latest per key."""
         order = np.lexsort((start, keys))
         last = np.ones(len(order), bool)
         last[:-1] = keys[order][1:] != keys[order][:-1]
-        new = [a[order][last] for a in (keys, seq, op_id, mod, shp)]
+        new = [a[order][last] for a in (keys, seq, op_id, mod, shp, dtp)]
         if exact in self._store:
             # Older entries first: a stable sort keeps a key's newest entry last.
             merged = [np.concatenate([old, add]) for old, add in zip(self._store[exact], new)]
@@ -239,7 +246,7 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
         if take.any():
             src = np.where(take, child, np.arange(n))
             links = Links(links.op_id[src], links.module.take(pa.array(src)), links.shapes.take(pa.array(src)),
-                          links.own)
+                          links.own, links.dtypes.take(pa.array(src)))
             link = links.op_id
 
     fwd = pa.array(link >= 0)
@@ -260,6 +267,13 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
         name: parsed.column(name) for name in ("op_name", "seq", "torch_op_id", "input_op_ids", "fwd_tid",
                                                "is_backward")}
     cols["input_shapes"] = shapes
+    dtypes = one_chunk(parsed.column("input_dtypes"))
+    if dtypes.null_count < n or links.dtypes.null_count < n:
+        dtypes = pc.if_else(pc.and_(fwd, pc.is_null(dtypes)), links.dtypes, dtypes)
+    cols["input_dtypes"] = dtypes
+    cols["input_values"] = parsed.column("input_values")
+    cols.update(flops.cost_columns(one_chunk(op_name), one_chunk(shapes), one_chunk(dtypes),
+                                   one_chunk(cols["input_values"])))
     cols["module_path"] = module_path
     cols["fwd_op_id"] = pa.array(link, mask=link < 0)
     cols["step"] = step

@@ -37,7 +37,7 @@ if not (HAVE_CTYPES or HAVE_NVTX_PACKAGE):
 
 OP = re.compile(
     r"^(?P<op>[a-z_]+::\w+)(?:, seq = (?P<seq>\d+))?, op_id = (?P<op_id>\d+)"
-    r"(?:, sizes = (?P<sizes>\[.*\]))?$"
+    r"(?:, sizes = (?P<sizes>\[.*?\]), dtypes = (?P<dtypes>\[.*\]))?$"
 )
 BACKWARD = re.compile(r"^(?P<node>\w+), stashed seq = (?P<seq>\d+), fwd_tid = (?P<tid>\d+)$")
 MODULE = re.compile(r"^nn\.Module: (?:(?P<path>\S+) )?\((?P<cls>\w+)\)$")
@@ -99,6 +99,7 @@ def test_record_shapes_covers_every_schema_argument(runs: Any) -> None:
     addmm = [OP.match(r.name) for r in log.named("aten::addmm")]
     assert addmm and all(m is not None for m in addmm)
     assert {m["sizes"] for m in addmm if m} == {"[[3], [2, 72], [72, 3], [], []]"}
+    assert {m["dtypes"] for m in addmm if m} == {"[f32, f32, f32, -, -]"}
     conv = OP.match(log.named("aten::convolution")[0].name)
     assert conv is not None
     assert conv["sizes"] == "[[2, 1, 8, 8], [2, 1, 3, 3], [2], [], [], [], [], [], []]"

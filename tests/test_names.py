@@ -63,11 +63,17 @@ def one(name: str) -> dict[str, object]:
             {"op_name": "nn.Module: MultiheadAttention", "module": "encoder.layers.0.attn"},
         ),
         ("ProfilerStep#3", {"op_name": "ProfilerStep#3", "step": 3}),
+        (
+            "aten::mm, seq = 3, op_id = 4, sizes = [[2, 3], [3, 4]], dtypes = [bf16, bf16], input_op_ids = [(1,0)]",
+            {"op_name": "aten::mm", "seq": 3, "torch_op_id": 4, "input_shapes": "[[2, 3], [3, 4]]",
+             "input_dtypes": "[bf16, bf16]", "input_op_ids": "[(1,0)]"},
+        ),
         # PyProf dict markers
         (
             "{'mod': 'torch.nn.functional', 'op': 'embedding', 'args': [{'name': '', 'type': 'tensor', "
             "'shape': (35, 20), 'dtype': 'int64'}, {'name': '', 'type': 'float', 'value': 2.0}]}",
-            {"op_name": "torch.nn.functional.embedding", "input_shapes": "[[35, 20], []]"},
+            {"op_name": "torch.nn.functional.embedding", "input_shapes": "[[35, 20], []]",
+             "input_dtypes": "[int64, -]", "input_values": "[null, 2.0]"},
         ),
         ("{'traceMarker': ['a.py:1', 'b.py:2']}", {"op_name": "traceMarker", "stack": ["a.py:1", "b.py:2"]}),
         # pass-through: NCCL, user ranges, garbage

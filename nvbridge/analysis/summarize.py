@@ -7,17 +7,20 @@ per-report aggregates, however many ranks the run had.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from nvbridge.analysis.gpu import GpuHeader, gpu_header
 from nvbridge.analysis.ranks import RankFacts, StepSpread, rank_facts, step_spreads
 from nvbridge.analysis.summary import NO_OP, SUMMARY_COLUMNS, KeyAverages, merge_averages
+from nvbridge.analysis.throughput import device_peaks, mfu
 from nvbridge.columns import np_col
 from nvbridge.dataset import is_partitioned, load, report_dirs
 from nvbridge.engine import OPEN_AT_END
 from nvbridge.errors import OptionError
+from nvbridge.gpus import Peaks
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,8 @@ class Summary:
     steps: tuple[StepSpread, ...]
     ops: int  # ops over all reports
     open_at_end: int  # ops clamped to the capture end (never closed)
+    peaks: Peaks | None = None  # the GPU's (first report's device), with the user's overrides
+    flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (report label, throughput.mfu)
 
     @property
     def several(self) -> bool:
@@ -51,7 +56,8 @@ class Summary:
 
 def summarize(path: str | os.PathLike[str], *, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
               group_by_module: bool = False, top_level_events_only: bool = False,
-              device: int | None = None) -> Summary:
+              device: int | None = None, peak_tflops: float | None = None,
+              peak_gbps: float | None = None) -> Summary:
     """Summarize a report, a dataset or a partitioned dataset (reports merged, rows adding up).
 
     Raises:
@@ -59,7 +65,8 @@ def summarize(path: str | os.PathLike[str], *, group_by_input_shape: bool = Fals
         OptionError: ``device`` names a GPU no report has.
     """
     sources = report_dirs(path) if is_partitioned(path) else [path]
-    parts, facts, gpus = [], [], []
+    parts, facts, gpus, flops = [], [], [], []
+    peaks: Peaks | None = None
     devices: set[int] = set()
     ops = open_at_end = 0
     for source in sources:
@@ -72,6 +79,9 @@ def summarize(path: str | os.PathLike[str], *, group_by_input_shape: bool = Fals
         if len(sources) > 1:
             facts.append(rank_facts(report.rank, report.meta.get("source"), report.ops, header))
         gpus += header
+        # FLOPs figures (nvbridge.analysis.throughput): the peaks, then MFU per step of this report.
+        peaks = peaks or device_peaks(report.devices, report.gpu_ops, device, peak_tflops, peak_gbps)
+        flops.append((facts[-1].label if len(sources) > 1 else "", mfu(report.ops, report.gpu_ops, peaks)))
         devices.update(d.device_id for d in header)
         ops += report.ops.num_rows
         open_at_end += int(np.count_nonzero(np_col(report.ops, "flags", fill=0) & OPEN_AT_END))
@@ -80,4 +90,5 @@ def summarize(path: str | os.PathLike[str], *, group_by_input_shape: bool = Fals
         have = f"GPUs {', '.join(map(str, sorted(devices)))}" if devices else "no GPU ops"
         raise OptionError(f"there is no GPU {device} in {os.fspath(path)}: it has {have}")
     averages = parts[0] if len(parts) == 1 else merge_averages(parts)
-    return Summary(averages, tuple(gpus), tuple(facts), tuple(step_spreads(facts)), ops, open_at_end)
+    return Summary(averages, tuple(gpus), tuple(facts), tuple(step_spreads(facts)), ops, open_at_end, peaks,
+                   tuple(flops))

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.analysis.throughput import COST_AGGREGATES, COST_COLUMNS, cost_inputs
 from nvbridge.columns import np_col, roll_up, sum_by
 
 SORT_KEYS = {
@@ -34,7 +35,7 @@ NO_OP = "[no op]"  # the row of GPU ops launched outside every op
 # the ops columns, without the range names (unique per row; op_name is what they group by).
 SUMMARY_COLUMNS: dict[str, list[str]] = {
     "ops": ["op_id", "parent_id", "depth", "op_name", "start_ns", "end_ns", "self_cpu_ns", "total_cpu_ns",
-            "self_gpu_ns", "total_gpu_ns", "input_shapes", "module_path", "stack", "flags"],
+            "self_gpu_ns", "total_gpu_ns", "input_shapes", "module_path", "stack", "flags", *COST_COLUMNS],
     "gpu_ops": ["op_id", "kind", "device_id", "start_ns", "end_ns", "bytes", "copy_kind"],
     # API calls only for the check that no interval ends before it starts (dataset.load)
     "api_calls": ["start_ns", "end_ns"], "marks": [], "syncs": [], "threads": [],
@@ -74,8 +75,8 @@ def format_time(us: float, unit: str | None = None) -> str:
 
 
 def plural(n: int, noun: str) -> str:
-    """``1 kernel``, ``2 kernels``, ``1,234 GPU ops``: counts read as English."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+    """``1 kernel``, ``2 kernels``, ``1,234 GPU ops``, ``3 processes``: counts read as English."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}es" if noun.endswith("s") else f"{n:,} {noun}s"
 
 
 def sort_column(sort_by: str) -> str:
@@ -193,6 +194,7 @@ def key_averages(ops: pa.Table, gpu_ops: pa.Table, *, group_by_input_shape: bool
         "cpu_total_ns": ops.column("total_cpu_ns"),
         "self_gpu_ns": pa.array(self_gpu),
         "gpu_total_ns": pa.array(total_gpu),
+        **cost_inputs(ops),
     }
     keys = ["name"]
     if group_by_input_shape:
@@ -211,8 +213,9 @@ def key_averages(ops: pa.Table, gpu_ops: pa.Table, *, group_by_input_shape: bool
         table = table.filter(ops.column("parent_id").is_null())
     agg = table.group_by(keys, use_threads=False).aggregate([
         ("self_cpu_ns", "sum"), ("cpu_total_ns", "sum"), ("self_gpu_ns", "sum"), ("gpu_total_ns", "sum"),
-        ("name", "count")])
-    agg = agg.rename_columns([c.replace("_sum", "").replace("name_count", "calls") for c in agg.column_names])
+        ("name", "count"), *COST_AGGREGATES])
+    agg = agg.rename_columns([c.replace("_sum", "").replace("_min", "").replace("name_count", "calls")
+                              for c in agg.column_names])
     gpu_total = int(self_gpu.sum())
     if unattributed:
         no_op = _no_op_row(agg.schema, gpu_ops, device)
@@ -231,6 +234,8 @@ def _no_op_row(schema: pa.Schema, gpu_ops: pa.Table, device: int | None) -> pa.T
     ns = int((np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns"))[outside].sum())
     row: dict[str, object] = dict.fromkeys(schema.names, "")  # the other grouping keys
     row.update(name=NO_OP, self_cpu_ns=0, cpu_total_ns=0, self_gpu_ns=ns, gpu_total_ns=ns, calls=int(outside.sum()))
+    # No op, no cost: every call unknown (nvbridge.analysis.throughput).
+    row.update(flops=0, bytes=0, unknown_calls=row["calls"], compute_dtype=None)
     return pa.table({f.name: pa.array([row[f.name]], f.type) for f in schema})
 
 
@@ -245,7 +250,8 @@ def merge_averages(parts: list[KeyAverages]) -> KeyAverages:
     rows = pa.concat_tables([p.rows.select(list(parts[0].rows.column_names)) for p in parts])
     keys = list(parts[0].group_by)
     agg = rows.group_by(keys, use_threads=False).aggregate([
-        (c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")])
-    agg = agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
+        *((c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")),
+        *COST_AGGREGATES])
+    agg = agg.rename_columns([c.removesuffix("_sum").removesuffix("_min") for c in agg.column_names])
     return KeyAverages(_with_averages(agg), sum(p.self_cpu_total_ns for p in parts),
                        sum(p.self_gpu_total_ns for p in parts), parts[0].group_by)

@@ -1,7 +1,9 @@
 """Range names in torch 2.x's NVTX grammar, so one parser reads torch's ranges and ours.
 
 torch (``torch/csrc/profiler/util.cpp`` getNvtxStr) writes
-``<name>[, seq = N][, op_id = K][, sizes = [[d0, d1], [], ...]]``. For backward nodes nvbridge
+``<name>[, seq = N][, op_id = K][, sizes = [[d0, d1], [], ...]]``; with shapes nvbridge adds each
+argument's dtype, ``dtypes = [bf16, f32, -]`` (``-``: not a tensor), so bytes moved and the
+precision-specific peak are known (nvbridge.flops). For backward nodes nvbridge
 writes the form torch's emit_nvtx documents (and torch 1.0 emitted) plus the forward thread:
 ``AddmmBackward0, stashed seq = 5, fwd_tid = 123``, so a backward range is recognisable without
 guessing from its name and links to its forward op exactly. Module and step ranges use
@@ -12,12 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["backward_name", "forward_name", "module_name", "sizes_text", "step_name"]
+__all__ = ["backward_name", "dtypes_text", "forward_name", "module_name", "sizes_text", "step_name"]
+
+# torch dtype -> the short name nvbridge writes (nvbridge.flops.DTYPE_BYTES reads both).
+_SHORT_DTYPE = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64", "int64": "i64",
+                "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "b8",
+                "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2", "complex64": "c64", "complex128": "c128"}
 
 
 def sizes_text(sizes: Sequence[Sequence[int]]) -> str:
     """``[[3], [2, 4], []]``: one shape per schema argument, as torch prints them."""
     return "[" + ", ".join("[" + ", ".join(map(str, shape)) + "]" for shape in sizes) + "]"
+
+
+def dtypes_text(values: Sequence[object]) -> str:
+    """``[bf16, f32, -]``: one dtype per schema argument, ``-`` for what is not a tensor."""
+    names = []
+    for value in values:
+        dtype = getattr(value, "dtype", None) if hasattr(value, "shape") else None
+        text = str(dtype).removeprefix("torch.") if dtype is not None else "-"
+        names.append(_SHORT_DTYPE.get(text, text))
+    return "[" + ", ".join(names) + "]"
 
 
 def forward_name(op: str, seq: int | None, op_id: int, sizes: Sequence[Sequence[int]] | None = None) -> str:

@@ -32,7 +32,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nvbridge.annotate._names import sizes_text
+from nvbridge.annotate._names import dtypes_text, sizes_text
 
 __all__ = ["OpDispatchMode", "next_op_id"]
 
@@ -171,6 +171,8 @@ class OpDispatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             name = b"%s%d" % (info.plain_prefix, next_op_id())
         if self._record_shapes:
             name += b", sizes = " + sizes_text(info.sizes(args, kwargs or {})).encode()
+            values = [*args, *((kwargs or {}).get(arg) for arg in info.arg_names[len(args):])]
+            name += b", dtypes = " + dtypes_text(values).encode()
         self._push(name)
         try:
             return info.call(*args, **kwargs) if kwargs else info.call(*args)

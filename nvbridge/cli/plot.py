@@ -19,8 +19,15 @@ from nvbridge.dataset import load
               help="Window start, from the first event (1.5s, 200ms; a bare number is microseconds).")
 @click.option("--end", "end", default=None, help="Window end, from the first event.")
 @click.option("--force", is_flag=True, help="Replace the picture if it exists.")
-def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end: str | None, force: bool) -> None:
+@click.option("--roofline", is_flag=True, help="Draw the roofline instead: ops by arithmetic intensity and TFLOP/s.")
+@click.option("--peak-tflops", type=float, default=None, help="Roofline: peak TFLOP/s (default: the GPU table).")
+@click.option("--peak-gbps", type=float, default=None, help="Roofline: peak memory bandwidth in GB/s.")
+def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end: str | None, force: bool,
+             roofline: bool, peak_tflops: float | None, peak_gbps: float | None) -> None:
     """Draw one step or window as a timeline picture: host threads above GPU streams, idle GPU shaded."""
+    if roofline and (step is not None or start or end):
+        raise click.BadParameter("the roofline covers the whole report; drop --step/--start/--end",
+                                 param_hint="--roofline")
     if step is not None and (start or end):
         raise click.BadParameter("give either --step or --start/--end, not both", param_hint="--step")
     with errors():
@@ -30,6 +37,14 @@ def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end:
         if output.exists() and not force:
             raise click.ClickException(f"{output} exists; pass --force to replace it.")
         report = load(path)
+        if roofline:
+            from nvbridge import roofline as roof
+            from nvbridge.analysis.throughput import device_peaks
+
+            peaks = device_peaks(report.devices, report.gpu_ops, None, peak_tflops, peak_gbps)
+            drawn = roof.render(report, output, peaks)
+            click.echo(f"Wrote {output} ({drawn} ops).")
+            return
         start_ns, end_ns = window(report, start, end)
         written = plot.render(report, output, step=step, start_ns=start_ns, end_ns=end_ns)
     click.echo(f"Wrote {written}.")

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+import nvbridge.analysis.throughput as throughput
 from nvbridge.analysis import (
     GpuHeader,
     Summary,
@@ -54,7 +55,8 @@ def _json(summary: Summary, rows: list[dict[str, Any]]) -> str:
                             "gpu_busy_ns": dict(r.gpu_busy_ns)} for r in summary.ranks],
                  "steps": [dataclasses.asdict(s) for s in summary.steps]}
     gpu = [dict(dataclasses.asdict(d), several=summary.several) for d in summary.gpus]
-    return json.dumps({"gpu": gpu, "ranks": ranks, "rows": rows}, indent=1)
+    flops = dict(summary.flops) if summary.several else summary.flops[0][1] if summary.flops else None
+    return json.dumps({"gpu": gpu, "ranks": ranks, "flops": flops, "rows": rows}, indent=1)
 
 
 def _check_options(sort_by: str, limit: int, group_by: str, stack_depth: int | None, min_time: str,
@@ -103,8 +105,12 @@ def _check_options(sort_by: str, limit: int, group_by: str, stack_depth: int | N
 @click.option("--top-level", is_flag=True, help="Only ops without a parent range.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows and the GPU header as JSON.")
+@click.option("--peak-tflops", type=float, default=None,
+              help="Peak TFLOP/s for %% of peak and MFU (default: the GPU table, by the report's device name).")
+@click.option("--peak-gbps", type=float, default=None, help="Peak memory bandwidth in GB/s for %% of peak.")
 def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth: int | None, min_time: str,
-                name_regex: str | None, device: int | None, top_level: bool, as_csv: bool, as_json: bool) -> None:
+                name_regex: str | None, device: int | None, top_level: bool, as_csv: bool, as_json: bool,
+                peak_tflops: float | None, peak_gbps: float | None) -> None:
     """Print a torch-style key_averages table for a report or a converted dataset.
 
     GPU time no op launched is the row [no op], so Self CUDA adds up to all GPU time; notes
@@ -115,11 +121,12 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
         try:
             summary = summarize(path, group_by_input_shape=group_by == "shape", group_by_module=group_by == "module",
                                 group_by_stack_n=(stack_depth or 1) if group_by == "stack" else 0,
-                                top_level_events_only=top_level, device=device)
+                                top_level_events_only=top_level, device=device, peak_tflops=peak_tflops,
+                                peak_gbps=peak_gbps)
         except OptionError as exc:
             raise click.BadParameter(str(exc), param_hint="--device") from exc
         averages = summary.averages
-        rows = averages.sorted(sort_by, limit, name_regex, min_us)
+        rows = throughput.rates(averages.sorted(sort_by, limit, name_regex, min_us), summary.peaks)
     notes = summary.notes()
     if averages.sort_column(sort_by) != sort_column(sort_by) and averages.rows.num_rows:
         notes.append(f"no GPU time was recorded: rows are sorted by {CPU_LABELS[averages.sort_column(sort_by)]} "
@@ -141,3 +148,7 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
         for d in summary.gpus:
             click.echo(gpu_line(d, summary.several))
         click.echo(averages.table(sort_by, limit, name_regex, min_us), nl=False)
+        for line in throughput.header_lines(summary.peaks, list(summary.flops)):
+            click.echo(line)
+        if any(r < c for r, c in zip(rows.column("unknown_calls").to_pylist(), rows.column("calls").to_pylist())):
+            click.echo(throughput.cost_table(rows, averages.group_by), nl=False)

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.analysis.summary import plural
 from nvbridge.columns import np_col
 from nvbridge.profile import SourceInfo
 
@@ -62,11 +63,6 @@ class ConversionResult:
             note += " The profiler reported: " + " ".join(line.rstrip(".") + "." for line in
                                                           self.info.diagnostics.splitlines())
         return note
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 kernel``, ``2 kernels``, ``3 processes``, with thousands separators."""
-    return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith("s") else "s")
 
 
 def rank_from_name(source: str) -> int | None:

@@ -78,7 +78,10 @@ def devices_table(engine: Correlator, devices: pa.Table) -> pa.Table:
     (known once the engine is set up: a streamed trace's header needs it before the windows)."""
     seen = set(np_col(devices, "device_id", fill=-1).tolist())
     extra = sorted({int(d) for d in np.unique(np_col(engine.gpu, "device_id", fill=-1)) if d >= 0} - seen)
-    extra_t = pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())})
+    if "memory_gbps" not in devices.column_names:  # a reader that knows no bandwidth
+        devices = devices.append_column("memory_gbps", pa.nulls(devices.num_rows, pa.float64()))
+    extra_t = pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string()),
+                        "memory_gbps": pa.nulls(len(extra), pa.float64())})
     return pa.concat_tables([devices.cast(extra_t.schema), extra_t]).sort_by([("device_id", "ascending")])
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge import flops
 from nvbridge.columns import levels_deepest_first, one_chunk, sum_by
 from nvbridge.engine.keys import BIG, through
 from nvbridge.engine.model import CROSSING
@@ -166,7 +167,7 @@ def ops_table(rows: Rows, tree: Tree, sums: Sums, self_cpu: np.ndarray, parent_i
     """Every ops column over the whole window, zero-copy from NumPy where it can be."""
     raw, s = rows.raw, sums.values
     has_gpu = s["total_count"] > 0
-    return pa.table({
+    return flops.with_rates(pa.table({
         "op_id": pa.array(rows.op_id),
         "parent_id": pa.array(parent_id, mask=parent_id < 0),
         "depth": pa.array(tree.depth),
@@ -190,4 +191,4 @@ def ops_table(rows: Rows, tree: Tree, sums: Sums, self_cpu: np.ndarray, parent_i
         "end_thread_id": pc.bit_wise_and(raw.column("end_thread_key"), pa.scalar(end_thread_mask)),
         "flags": pa.array(rows.flags),
         **torch_cols,
-    })
+    }))

@@ -389,9 +389,13 @@ def device_table(db: Database) -> pa.Table:
     for table, id_col in (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_GPU", "deviceId"),
                           ("TARGET_INFO_CUDA_GPU", "deviceId")):
         if id_col in db.columns(table) and "name" in db.columns(table):
-            rows = db.scalar_rows(f"SELECT DISTINCT {id_col}, name FROM {table} ORDER BY {id_col}")
+            # memoryBandwidth: bytes/s as the driver reports it (for % of peak, nvbridge.gpus).
+            bw = "memoryBandwidth" if "memoryBandwidth" in db.columns(table) else "NULL"
+            rows = db.scalar_rows(f"SELECT DISTINCT {id_col}, name, {bw} FROM {table} ORDER BY {id_col}")
             return pa.table({
                 "device_id": pa.array([int(r[0]) for r in rows], pa.int64()),
                 "name": pa.array([r[1] for r in rows], pa.string()),
+                "memory_gbps": pa.array([float(r[2]) / 1e9 if r[2] else None for r in rows], pa.float64()),
             })
-    return pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
+    return pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string()),
+                     "memory_gbps": pa.array([], pa.float64())})

@@ -308,8 +308,10 @@ def _threads(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Table) -
 
 
 def _devices(db: Database, strings: pa.Table) -> pa.Table:
-    t = db.read_table(K + "DEVICE", [Column("device_id", "id"), Column("name_id", "name")])
+    t = db.read_table(K + "DEVICE", [Column("device_id", "id"), Column("name_id", "name"),
+                                     Column("bandwidth_kbps", "globalMemoryBandwidth")])  # KB/s
     return pa.table({
         "device_id": t.column("device_id"),
         "name": resolve_strings(strings, np_col(t, "name_id", fill=0)).cast(pa.string()),
+        "memory_gbps": pc.divide(t.column("bandwidth_kbps").cast(pa.float64()), 1e6),
     })

@@ -1,0 +1,214 @@
+"""Achieved TFLOP/s and GB/s, arithmetic intensity, % of peak, bound, and MFU per step.
+
+Formulas (docs/flops.md):
+
+- achieved TFLOP/s = FLOPs / GPU time; GB/s = bytes / GPU time, over the op's total GPU time
+  (the kernels it and its children launched: a PyProf ``linear`` launches through ``matmul``);
+- arithmetic intensity = FLOPs / bytes; ridge = peak TFLOP/s / peak GB/s (FLOP per byte);
+- bound = compute where intensity >= ridge, else memory;
+- % of peak = achieved TFLOP/s / min(peak TFLOP/s, intensity x peak GB/s): the share of the
+  roofline at that intensity, i.e. of peak FLOP/s when compute-bound, of bandwidth when memory-bound;
+- MFU of a step = model FLOPs / (step wall time x peak TFLOP/s x GPUs that ran kernels), where
+  model FLOPs are those of matmuls, convolutions and attention (FlopCounterMode's families),
+  each counted once: ops nested in a counted op (``aten::mm`` inside ``aten::linear`` or
+  inside ``AddmmBackward0``) are not added again.
+
+Unknown costs stay unknown: a group's FLOPs sum the calls whose cost is known and
+``unknown_calls`` says how many were not.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nvbridge import flops as costs
+from nvbridge.columns import np_col
+from nvbridge.gpus import Peaks, resolve
+
+# Ops columns these figures read (beside the summary's own).
+COST_COLUMNS = ["flops", "bytes", "compute_dtype", "dtype_assumed", "step"]
+# key_averages aggregates these per group: summed, and the group's precision.
+COST_AGGREGATES = [("flops", "sum"), ("bytes", "sum"), ("unknown_calls", "sum"), ("compute_dtype", "min")]
+
+
+def cost_inputs(ops: pa.Table) -> dict[str, pa.Array | pa.ChunkedArray]:
+    """Per op: flops and bytes (0 where unknown), unknown_calls (1 where unknown) and the
+    compute dtype, for key_averages to aggregate; unknown everywhere for a dataset written
+    before cost columns existed."""
+    n = ops.num_rows
+    if "flops" not in ops.column_names:
+        return {"flops": pa.array(np.zeros(n, np.int64)), "bytes": pa.array(np.zeros(n, np.int64)),
+                "unknown_calls": pa.array(np.ones(n, np.int64)), "compute_dtype": pa.nulls(n, pa.string())}
+    known = np.asarray(ops.column("flops").is_valid().to_numpy(zero_copy_only=False))
+    return {"flops": pa.array(np_col(ops, "flops", fill=0)), "bytes": pa.array(np_col(ops, "bytes", fill=0)),
+            "unknown_calls": pa.array((~known).astype(np.int64)),
+            "compute_dtype": ops.column("compute_dtype").cast(pa.string())}
+
+
+def device_peaks(devices: pa.Table, gpu_ops: pa.Table, device: int | None = None, peak_tflops: float | None = None,
+                 peak_gbps: float | None = None) -> Peaks | None:
+    """The peaks of ``device`` (default: the device that ran the most GPU ops), from its name
+    and the user's overrides."""
+    if device is None:
+        ids = np_col(gpu_ops, "device_id", fill=-1)
+        ids = ids[ids >= 0]
+        device = int(np.bincount(ids).argmax()) if len(ids) else None
+    ids = np_col(devices, "device_id", fill=-1).tolist()
+    names = dict(zip(ids, devices.column("name").to_pylist()))
+    recorded = dict(zip(ids, devices.column("memory_gbps").to_pylist())) if "memory_gbps" in devices.column_names \
+        else {}
+    return resolve(names.get(device), peak_tflops, peak_gbps, recorded.get(device))
+
+
+def rates(rows: pa.Table, peaks: Peaks | None) -> pa.Table:
+    """``rows`` (key_averages rows with COST_AGGREGATES) plus achieved_tflops, achieved_gbps,
+    intensity, pct_of_peak and bound; null where FLOPs, bytes, GPU time or peaks are missing."""
+    f = np_col(rows, "flops", fill=0).astype(np.float64)
+    b = np_col(rows, "bytes", fill=0).astype(np.float64)
+    t = np_col(rows, "gpu_total_ns", fill=0).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tflops = np.where(t > 0, f / t / 1e3, np.nan)
+        gbps = np.where(t > 0, b / t, np.nan)
+        intensity = np.where(b > 0, f / b, np.nan)
+    unknown = np_col(rows, "unknown_calls", fill=0) >= np_col(rows, "calls", fill=0)
+    for column in (tflops, gbps, intensity):
+        column[unknown] = np.nan
+    pct = np.full(len(f), np.nan)
+    bound = np.full(len(f), None, dtype=object)
+    if peaks is not None:
+        kinds = zip(rows.column("name").to_pylist(), rows.column("compute_dtype").to_pylist())
+        peak_f = np.array([peaks.tflops(costs.precision(str(n), d)) or np.nan for n, d in kinds])
+        ridge = peak_f * 1e3 / peaks.gbps if peaks.gbps else np.full(len(f), np.nan)
+        with np.errstate(invalid="ignore"):
+            roof = np.minimum(peak_f, intensity * peaks.gbps / 1e3)
+            pct = 100 * tflops / roof
+            ok = ~np.isnan(intensity) & ~np.isnan(ridge)
+        bound[ok] = np.where(intensity[ok] >= ridge[ok], "compute", "memory")
+    for name, values in (("achieved_tflops", tflops), ("achieved_gbps", gbps), ("intensity", intensity),
+                         ("pct_of_peak", pct)):
+        rows = rows.append_column(name, pa.array(values, pa.float64(), from_pandas=True))
+    return rows.append_column("bound", pa.array(bound.tolist(), pa.string()))
+
+
+def counted_once(ops: pa.Table) -> np.ndarray:
+    """Rows whose FLOPs count toward model FLOPs: a model op (flops.is_model_op) with known
+    FLOPs and no such op among its ancestors."""
+    n = ops.num_rows
+    names = ops.column("op_name").cast(pa.string()).fill_null("").combine_chunks().dictionary_encode()
+    model = np.array([costs.is_model_op(name) for name in names.dictionary.to_pylist()], bool)
+    known = np.asarray(ops.column("flops").is_valid().to_numpy(zero_copy_only=False)) if n else np.zeros(0, bool)
+    known &= model[np.asarray(names.indices.to_numpy(zero_copy_only=False), np.int64)] if n else known
+    row = np.full(n + 1, -1, np.int64)
+    row[np_col(ops, "op_id")] = np.arange(n)
+    parent, depth = row[np_col(ops, "parent_id", fill=-1)], np_col(ops, "depth")
+    covered = np.zeros(n, bool)  # some ancestor has a known cost
+    order = np.argsort(depth, kind="stable")
+    for d in range(1, int(depth.max(initial=0)) + 1):
+        at = order[depth[order] == d]
+        p = parent[at]
+        ok = p >= 0
+        covered[at[ok]] = known[p[ok]] | covered[p[ok]]
+    return known & ~covered
+
+
+def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]:
+    """Model FLOPs, their precision and MFU per ``ProfilerStep#N`` (docs/flops.md)."""
+    if "flops" not in ops.column_names:
+        return {"flops": None, "unknown": "the dataset has no cost columns; convert the report again", "steps": []}
+    once = counted_once(ops) if ops.num_rows else np.zeros(0, bool)
+    if not once.any():
+        return {"flops": None, "unknown": "no matmul, convolution or attention op records its shapes", "steps": []}
+    f = np_col(ops, "flops", fill=0)
+    names = ops.column("op_name").cast(pa.string()).fill_null("")
+    dtypes = ops.column("compute_dtype").cast(pa.string()).fill_null("")
+    kind = pc.binary_join_element_wise(names, dtypes, "\x1f").combine_chunks().dictionary_encode()
+    index = np.asarray(kind.indices.to_numpy(zero_copy_only=False))
+    per_kind = np.bincount(index[once], weights=f[once].astype(np.float64), minlength=len(kind.dictionary))
+    by_precision: Counter[str] = Counter()
+    for key, total in zip(kind.dictionary.to_pylist(), per_kind.tolist()):
+        name, dtype = key.split("\x1f")
+        by_precision[costs.precision(name, dtype)] += total
+    precision = by_precision.most_common(1)[0][0] if by_precision else None
+    gpus = max(len(set(np_col(gpu_ops, "device_id", fill=-1).tolist()) - {-1}), 1)
+    peak = peaks.tflops(precision) if peaks is not None and precision else None
+    assumed = int((np.asarray(ops.column("dtype_assumed").fill_null(False).to_numpy(zero_copy_only=False))
+                   & once).sum())
+    steps = []
+    step_rows = np.flatnonzero(np.asarray(pc.starts_with(names, "ProfilerStep#").to_numpy(zero_copy_only=False)))
+    step_of = np_col(ops, "step", fill=-1)
+    durations = np_col(ops, "end_ns") - np_col(ops, "start_ns")
+    for row in step_rows:
+        n = int(step_of[row])
+        wall = int(durations[row])
+        model = int(f[once & (step_of == n)].sum())
+        value = 100 * model / (wall * 1e-9 * peak * 1e12 * gpus) if peak and wall > 0 else None
+        steps.append({"step": n, "flops": model, "wall_ns": wall, "mfu_pct": value})
+    return {"flops": int(f[once].sum()), "precision": precision, "peak_tflops": peak, "gpus": gpus,
+            "assumed_dtype_ops": assumed, "steps": sorted(steps, key=lambda s: s["step"])}
+
+
+def _si(value: float | None, unit: str) -> str:
+    """1.23 GFLOP-style text; empty for a missing value."""
+    if value is None or value != value:
+        return ""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {prefix}{unit}"
+    return f"{value:.0f} {unit}"
+
+
+def cost_table(rows: pa.Table, keys: tuple[str, ...]) -> str:
+    """The cost columns of ``rates`` rows, one line per row in their order (beside the torch table)."""
+    headers = ["Name", "FLOPs", "Bytes", "Unknown calls", "TFLOP/s", "GB/s", "FLOP/B", "% of peak", "Bound",
+               "Dtype"]
+    extra = [k for k in keys if k != "name"]
+    body = []
+    for r in rows.to_pylist():
+        some = r["unknown_calls"] < r["calls"]
+        body.append([r["name"], _si(r["flops"], "FLOP") if some else "", _si(r["bytes"], "B") if some else "",
+                     str(r["unknown_calls"] or ""),
+                     "" if r["achieved_tflops"] is None else f"{r['achieved_tflops']:.3f}",
+                     "" if r["achieved_gbps"] is None else f"{r['achieved_gbps']:.1f}",
+                     "" if r["intensity"] is None else f"{r['intensity']:.2f}",
+                     "" if r["pct_of_peak"] is None else f"{r['pct_of_peak']:.1f}%", r["bound"] or "",
+                     r["compute_dtype"] or ""] + [str(r[k] or "") for k in extra])
+    headers += extra
+    widths = [min(max([len(h)] + [len(b[i]) for b in body]), 60) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        out = [(c if len(c) <= w else c[: w - 3] + "...").ljust(w) if i in (0, 8, 9) or i >= 10
+               else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        return "  ".join(out).rstrip()
+
+    rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
+    return "\n".join([rule, line(headers), rule, *(line(b) for b in body), rule]) + "\n"
+
+
+def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The summary's FLOPs header: the peaks used, then model FLOPs and MFU per step per report."""
+    lines = []
+    if peaks is None:
+        lines.append("Peaks: unknown GPU; give --peak-tflops and --peak-gbps for % of peak and MFU")
+    else:
+        rates_text = ", ".join(f"{p} {getattr(peaks, p):g}" for p in ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
+                               if getattr(peaks, p) is not None)
+        lines.append(f"Peaks ({peaks.name}): {rates_text} TFLOP/s; {peaks.gbps:.0f} GB/s ({peaks.gbps_source})")
+    for label, fig in figures:
+        where = f"{label}: " if label else ""
+        if fig["flops"] is None:
+            lines.append(f"{where}model FLOPs unknown: {fig['unknown']}")
+            continue
+        assumed = (f"; {fig['assumed_dtype_ops']:,} ops without recorded dtypes assume {costs.ASSUMED_DTYPE}"
+                   if fig["assumed_dtype_ops"] else "")
+        lines.append(f"{where}model FLOPs {_si(fig['flops'], 'FLOP')} ({fig['precision'] or 'no known'} precision, "
+                     f"{fig['gpus']} GPU){assumed}")
+        for st in fig["steps"]:
+            value = "unknown peak" if st["mfu_pct"] is None else f"{st['mfu_pct']:.3g}%"
+            lines.append(f"{where}  step {st['step']}: MFU {value} ({_si(st['flops'], 'FLOP')} in "
+                         f"{st['wall_ns'] / 1e6:.3f} ms)")
+    return lines

@@ -1,0 +1,315 @@
+"""FLOPs and bytes moved by one op, from its name, input shapes and (where recorded) dtypes.
+
+The FLOP formulas are torch.utils.flop_counter's (FlopCounterMode), so nvbridge's counts equal
+torch's for every op torch counts: a multiply-add is 2 FLOPs, convolution counts its
+multiply-adds only (no bias), attention counts its two batched matmuls (four plus the recompute
+backward) and counts a causal mask as full. Beyond torch's registry: ``matmul``/``linear``
+(torch counts them as the mm/bmm they dispatch to), elementwise ops (``ELEMENTWISE_FLOPS`` per
+output element), reductions (one per input element), softmax, norms; embeddings and copies move
+bytes and do no FLOPs; views do neither. Anything else is unknown (None), never zero.
+
+Backward nodes (``AddmmBackward0``) carry their forward op's shapes (nvbridge.semantics); they
+are counted as torch counts the backward of that op when every tensor input needs a gradient:
+twice the forward for matmuls, grad-input plus grad-weight for convolution.
+
+Bytes are the tensors an op reads and writes once each: the sum of its input and output
+tensor sizes (a copy reads its source and writes its destination; a reduction counts its input).
+Element sizes come from the recorded dtypes, else ``ASSUMED_DTYPE`` (reported as assumed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from math import prod
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Shape = tuple[int, ...]
+
+ASSUMED_DTYPE = "float32"
+DTYPE_BYTES = {
+    "float64": 8, "double": 8, "f64": 8, "float32": 4, "float": 4, "f32": 4, "tf32": 4,
+    "float16": 2, "half": 2, "f16": 2, "bfloat16": 2, "bf16": 2,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8": 1,
+    "int64": 8, "long": 8, "i64": 8, "int32": 4, "int": 4, "i32": 4, "int16": 2, "i16": 2,
+    "int8": 1, "i8": 1, "uint8": 1, "u8": 1, "bool": 1, "b8": 1,
+    "complex64": 8, "c64": 8, "complex128": 16, "c128": 16,
+}
+# Short names for the precisions the GPU table lists (nvbridge.gpus.Peaks fields).
+PRECISION = {
+    "float64": "fp64", "double": "fp64", "f64": "fp64", "float32": "fp32", "float": "fp32", "f32": "fp32",
+    "tf32": "tf32", "float16": "fp16", "half": "fp16", "f16": "fp16", "bfloat16": "bf16", "bf16": "bf16",
+    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "f8e4m3": "fp8", "f8e5m2": "fp8", "fp8": "fp8",
+    "int8": "int8", "i8": "int8",
+}
+
+_MATMUL_FWD = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm", "matmul", "linear"}
+_CONV_FWD = {"convolution", "_convolution", "convolution_overrideable", "cudnn_convolution",
+             "_slow_conv2d_forward", "conv1d", "conv2d", "conv3d", "cudnn_convolution_transpose",
+             "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "mkldnn_convolution"}
+_SDPA_FWD = {"_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_cudnn_attention", "_flash_attention_forward",
+             "_efficient_attention_forward", "scaled_dot_product_attention", "flex_attention"}
+_SDPA_BWD = {"_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_flash_attention_backward",
+             "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_backward",
+             "_efficient_attention_backward", "flex_attention_backward"}
+# FLOPs per output element (a convention: torch counts none of these).
+ELEMENTWISE_FLOPS = dict.fromkeys(
+    ("add", "sub", "rsub", "mul", "div", "neg", "abs", "relu", "threshold", "threshold_backward", "pow",
+     "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh", "gelu", "silu", "erf", "clamp",
+     "clamp_min", "clamp_max", "maximum", "minimum", "where", "masked_fill", "leaky_relu", "hardtanh",
+     "sin", "cos", "square", "lerp", "eq", "ne", "lt", "le", "gt", "ge", "dropout", "native_dropout",
+     "sigmoid_backward", "tanh_backward", "gelu_backward", "silu_backward", "addcmul", "addcdiv",
+     "fused_dropout", "_fused_dropout", "mish", "softplus", "hardswish", "elu"), 1)
+_COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+_REDUCE = {"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "var", "std", "argmax", "argmin",
+           "logsumexp", "all", "any", "linalg_vector_norm"}
+# Per element of the input: max, subtract, exp, sum, divide (softmax); mean, variance,
+# normalize, scale, shift (norms).
+_SOFTMAX = {"softmax": 5, "_softmax": 5, "log_softmax": 5, "_log_softmax": 5}
+_NORM = {"layer_norm": 5, "native_layer_norm": 5, "batch_norm": 5, "native_batch_norm": 5,
+         "_batch_norm_impl_index": 5, "cudnn_batch_norm": 5, "group_norm": 5, "native_group_norm": 5,
+         "rms_norm": 4, "_fused_rms_norm": 4}
+_COPY = {"copy_", "copy", "clone", "contiguous", "_to_copy", "to", "type_as", "float", "half", "bfloat16"}
+_VIEW = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "unsqueeze", "squeeze", "expand",
+         "as_strided", "slice", "select", "narrow", "chunk", "split", "detach", "alias", "unbind",
+         "view_as", "expand_as", "flatten", "unflatten", "numpy_T", "lift_fresh", "split_with_sizes"}
+_BACKWARD_NODE = re.compile(r"^(?:torch::autograd::)?(?P<node>[A-Za-z]+?)Backwards?\d*$")
+_NODE_FORWARD = {
+    "Mm": "mm", "Addmm": "addmm", "Bmm": "bmm", "Baddbmm": "baddbmm", "Addbmm": "addbmm",
+    "Convolution": "convolution", "ConvolutionBackward": "convolution",
+    "ScaledDotProductEfficientAttention": "_scaled_dot_product_efficient_attention",
+    "ScaledDotProductFlashAttention": "_scaled_dot_product_flash_attention",
+    "ScaledDotProductCudnnAttention": "_scaled_dot_product_cudnn_attention",
+}
+_DUNDER = {"add": "add", "radd": "add", "iadd": "add", "sub": "sub", "rsub": "rsub", "isub": "sub",
+           "mul": "mul", "rmul": "mul", "imul": "mul", "truediv": "div", "rtruediv": "div", "itruediv": "div",
+           "div": "div", "matmul": "matmul", "rmatmul": "matmul", "pow": "pow", "neg": "neg"}
+_PREFIXES = ("autograd::engine::evaluate_function: ", "aten::", "torch.nn.functional.", "torch.", "Tensor.")
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What one op does: FLOPs and bytes (None: unknown), and the dtype its bytes assumed."""
+
+    flops: int | None
+    bytes: int | None
+    dtype: str | None
+    dtype_assumed: bool
+
+
+def base_name(op_name: str) -> tuple[str, bool]:
+    """(torch's base op name, is a backward node): ``aten::add_`` -> add, ``Tensor.__iadd__`` ->
+    add, ``AddmmBackward0`` -> (addmm, True), ``convolution_backward`` stays."""
+    name = op_name
+    for prefix in _PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    node = _BACKWARD_NODE.match(name)
+    if node and node.group("node") in _NODE_FORWARD:
+        return _NODE_FORWARD[node.group("node")], True
+    if node:
+        return name, True
+    if name.startswith("__") and name.endswith("__"):
+        name = _DUNDER.get(name[2:-2], name)
+    if name.endswith("_") and not name.endswith("__") and name != "copy_":
+        name = name[:-1]
+    return name, False
+
+
+def precision(op_name: str, dtype: str | None) -> str:
+    """The peak an op's FLOPs compare with (nvbridge.gpus.Peaks fields): its dtype's, except
+    that float32 convolutions use TF32, as cuDNN does by default (torch.backends.cudnn.allow_tf32;
+    float32 matmuls do not: torch.backends.cuda.matmul.allow_tf32 is False by default)."""
+    name = PRECISION.get(dtype or "", "fp32")
+    base, _ = base_name(op_name)
+    return "tf32" if name == "fp32" and (base in _CONV_FWD or base == "convolution_backward") else name
+
+
+def is_model_op(op_name: str) -> bool:
+    """Whether an op counts toward model FLOPs (MFU): matmuls, convolutions, attention and their
+    backward, the families torch's FlopCounterMode counts."""
+    base, _ = base_name(op_name)
+    return base in _MATMUL_FWD or base in _CONV_FWD or base in _SDPA_FWD or base in _SDPA_BWD or \
+        base == "convolution_backward"
+
+
+def op_cost(op_name: str, shapes: list[Shape] | None, dtypes: list[str | None] | None = None,
+            args: dict[str, Any] | None = None) -> Cost:
+    """FLOPs and bytes of one op.
+
+    Args:
+        op_name: the op or backward node name, as in the dataset's ``op_name``.
+        shapes: one shape per argument (``()`` for a non-tensor), as in ``input_shapes``.
+        dtypes: one dtype name per argument (None or ``-`` for a non-tensor); None: not recorded.
+        args: non-tensor arguments by name where known (``stride``, ``padding``, ``dilation``,
+            ``transposed``, ``output_padding``, ``groups``, ``output_mask``); convolutions need them.
+
+    Returns:
+        The op's Cost; flops/bytes None where the op or its shapes are not understood.
+    """
+    base, backward = base_name(op_name)
+    known = [d for d in (dtypes or []) if d and d != "-"]
+    # The compute precision: the first floating-point input's (embedding indices are int64).
+    floating = [d for d in known if PRECISION.get(d, "int8") != "int8"]
+    dtype = floating[0] if floating else known[0] if known else None
+    assumed = dtype is None
+    elt = DTYPE_BYTES.get(dtype or ASSUMED_DTYPE, 4)
+    if shapes is None:
+        return Cost(None, None, dtype, assumed)
+    if op_name.startswith("torch.nn.functional.embedding") and len(shapes) >= 2:
+        # PyProf's functional form takes (indices, weight); aten's embedding (weight, indices).
+        shapes = [shapes[1], shapes[0], *shapes[2:]]
+        dtypes = None if dtypes is None else [*dtypes[1:2], *dtypes[0:1], *dtypes[2:]]
+    sizes = [_elt(dtypes, i, elt) for i in range(len(shapes))]
+    try:
+        flops, moved = _cost(base, backward, shapes, sizes, elt, args or {})
+    except (ValueError, IndexError, TypeError, ZeroDivisionError):
+        flops, moved = None, None
+    if flops is None and moved is None:
+        return Cost(None, None, None, True)
+    return Cost(flops, moved, dtype or ASSUMED_DTYPE, assumed)
+
+
+def _elt(dtypes: list[str | None] | None, i: int, default: int) -> int:
+    """Element size of argument ``i``: its recorded dtype, else ``default``."""
+    if dtypes is None or i >= len(dtypes) or not dtypes[i]:
+        return default
+    return DTYPE_BYTES.get(str(dtypes[i]), default)
+
+
+def _nbytes(shapes: list[Shape], sizes: list[int]) -> int:
+    """Bytes of every tensor argument (non-tensors are ``()``, and count as nothing)."""
+    return sum(prod(s) * b for s, b in zip(shapes, sizes) if s)
+
+
+def _cost(base: str, backward: bool, shapes: list[Shape], sizes: list[int], elt: int,
+          args: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(flops, bytes) by op family; raises ValueError on shapes the formula cannot read."""
+    from nvbridge import flop_formulas as f
+
+    if base in _MATMUL_FWD:
+        flops, out = f.matmul(base, shapes)
+        moved = _nbytes(shapes, sizes) + prod(out) * elt
+        # The backward reads the inputs and the output's gradient and writes the inputs' gradients.
+        return (2 * flops, 2 * moved) if backward else (flops, moved)
+    if base in _CONV_FWD:
+        return f.convolution(base, backward, shapes, args, elt)
+    if base == "convolution_backward":
+        return f.convolution_backward(shapes, args, elt)
+    if base in _SDPA_FWD:
+        return f.attention(base, shapes, backward, elt)
+    if base in _SDPA_BWD:
+        return f.attention_backward(base, shapes, elt)
+    if backward:
+        return None, None
+    tensors = [s for s in shapes if s]
+    if base in _VIEW:
+        return 0, 0
+    if base in ELEMENTWISE_FLOPS or base in _COPY:
+        out = f.broadcast([s for s in shapes if s] or [()])
+        if base == "copy_" and len(shapes) >= 2:
+            return 0, prod(shapes[0]) * sizes[0] + prod(shapes[1]) * sizes[1]
+        out_elt = 1 if base in _COMPARE else sizes[next(i for i, s in enumerate(shapes) if s)] if tensors else elt
+        flops = 0 if base in _COPY else ELEMENTWISE_FLOPS[base] * prod(out)
+        return flops, _nbytes(shapes, sizes) + prod(out) * out_elt
+    if not tensors:
+        return None, None
+    first = next(i for i, s in enumerate(shapes) if s)
+    x = shapes[first]
+    if base in _REDUCE:
+        return prod(x), prod(x) * sizes[first]
+    if base in _SOFTMAX:
+        return _SOFTMAX[base] * prod(x), 2 * prod(x) * sizes[first]
+    if base in _NORM:
+        return _NORM[base] * prod(x), _nbytes(shapes, sizes) + prod(x) * sizes[first]
+    if base in ("embedding", "embedding_bag") and len(tensors) >= 2:
+        return f.embedding(shapes, sizes)
+    return None, None
+
+
+COST_SCHEMA = pa.schema([("flops", pa.int64()), ("bytes", pa.int64()), ("compute_dtype", pa.string()),
+                         ("dtype_assumed", pa.bool_())])
+
+
+# Non-tensor parameters by position (from the first), with defaults where the signature has
+# them: what PyProf's recorded argument values mean for the ops whose cost needs them.
+_CONV_ND = (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))
+_CONV_T = (("stride", 1), ("padding", 0), ("output_padding", 0), ("groups", 1), ("dilation", 1))
+_CONV_ATEN = (("stride", None), ("padding", None), ("dilation", None), ("transposed", None),
+              ("output_padding", None), ("groups", None))
+_PARAMETERS = {**dict.fromkeys(("conv1d", "conv2d", "conv3d"), (3, _CONV_ND)),
+               **dict.fromkeys(("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"), (3, _CONV_T)),
+               **dict.fromkeys(("convolution", "_convolution"), (3, _CONV_ATEN))}
+
+
+def call_args(op_name: str, values: list[Any]) -> dict[str, Any]:
+    """Named parameters from recorded argument values (``{"name": value}`` items by name, the
+    others by position), defaults filled in; empty for ops whose cost needs none."""
+    base, _ = base_name(op_name)
+    first, params = _PARAMETERS.get(base, (0, ()))
+    out = {name: default for name, default in params if default is not None}
+    for i, value in enumerate(values):
+        if isinstance(value, dict):
+            out.update(value)
+        elif first <= i < first + len(params) and value is not None:
+            out[params[i - first][0]] = value
+    return out
+
+
+@lru_cache(maxsize=1 << 16)
+def _cost_of_text(op_name: str, shapes: str | None, dtypes: str | None, values: str | None = None) -> Cost:
+    """op_cost of one distinct (name, sizes, dtypes, values text): a training loop repeats them."""
+    if shapes is None:
+        return Cost(None, None, None, True)
+    try:
+        parsed = json.loads(shapes)
+        dims = [tuple(int(d) for d in s) for s in parsed]
+        args = call_args(op_name, json.loads(values)) if values else None
+    except (ValueError, TypeError):
+        return Cost(None, None, None, True)
+    types: list[str | None] | None = None if dtypes is None else [d.strip() for d in dtypes.strip("[]").split(",")]
+    return op_cost(op_name, dims, types, args)
+
+
+def cost_columns(op_name: pa.Array, shapes: pa.Array, dtypes: pa.Array,
+                 values: pa.Array | None = None) -> dict[str, pa.Array]:
+    """The ops table's cost columns (COST_SCHEMA) from its op_name, input_shapes, input_dtypes
+    and input_values: each distinct combination is costed once, then taken back to the rows."""
+    n = len(op_name)
+    cols = {field.name: pa.nulls(n, field.type) for field in COST_SCHEMA}
+    if shapes.null_count == n:
+        return cols
+    values = pa.nulls(n, pa.string()) if values is None else values
+    keys = pc.binary_join_element_wise(op_name.cast(pa.string()).fill_null(""), shapes.fill_null(_NULL),
+                                       dtypes.fill_null(_NULL), values.fill_null(_NULL), _SEP).dictionary_encode()
+    values = [_cost_of_text(*(None if part == _NULL else part for part in key.split(_SEP)))
+              for key in keys.dictionary.to_pylist()]
+    index = keys.indices
+    cols["flops"] = pa.array([v.flops for v in values], pa.int64()).take(index)
+    cols["bytes"] = pa.array([v.bytes for v in values], pa.int64()).take(index)
+    cols["compute_dtype"] = pa.array([v.dtype for v in values], pa.string()).take(index)
+    cols["dtype_assumed"] = pa.array([v.dtype_assumed if v.dtype else None for v in values], pa.bool_()).take(index)
+    return cols
+
+
+_SEP, _NULL = "\x1f", "\x00"
+
+
+def with_rates(ops: pa.Table) -> pa.Table:
+    """``ops`` plus achieved_tflops, achieved_gbps (over total_gpu_ns) and intensity (FLOP per
+    byte); null where the cost or the GPU time is unknown or zero."""
+    t = np.asarray(ops.column("total_gpu_ns").to_numpy(zero_copy_only=False), np.float64)
+    f = np.asarray(ops.column("flops").to_numpy(zero_copy_only=False), np.float64)  # NaN: unknown
+    b = np.asarray(ops.column("bytes").to_numpy(zero_copy_only=False), np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rates = {"achieved_tflops": f / t / 1e3, "achieved_gbps": b / t, "intensity": f / b}
+    for name, values in rates.items():
+        ops = ops.append_column(name, pa.array(values, mask=~np.isfinite(values)))
+    return ops
