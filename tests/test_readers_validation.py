@@ -7,6 +7,7 @@ never committed): the damage is synthetic, the expected answer follows from the 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -319,3 +320,24 @@ def test_diagnostics_are_the_profilers_warnings_and_errors(name: str) -> None:
     assert (info.diagnostics or "").splitlines() == list(dict.fromkeys(texts))
     if name.startswith("nsys-2024.2"):  # this capture warned (no CPU sampling, no MMAP events)
         assert info.diagnostics and len(texts) >= 2
+
+
+REGRESS = sorted((Path(__file__).parent / "regress").glob("*.json"))
+
+
+@pytest.mark.parametrize("case", REGRESS, ids=[p.stem for p in REGRESS])
+def test_fuzz_regressions_read_or_refuse_in_one_line(tmp_path: Path, case: Path) -> None:
+    """Each file is a crash scripts/fuzz_readers.py found (a sample_db/ seed and SQL edits): reading
+    the edited copy must succeed or raise an NvbridgeError, never anything else."""
+    spec = json.loads(case.read_text())
+    sys.path.insert(0, str(SAMPLE_DB.parent / "scripts"))
+    try:
+        from fuzz_readers import apply
+    finally:
+        sys.path.pop(0)
+    path = tmp_path / spec["seed"]
+    assert apply(SAMPLE_DB / spec["seed"], spec["sql"], path) == spec["sql"]  # every edit still applies
+    try:
+        read_profile(path)
+    except nvbridge.NvbridgeError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(path.name)

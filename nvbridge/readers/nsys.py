@@ -32,6 +32,7 @@ from nvbridge.readers.nsys_tables import (
     RANGE_TYPES,
     SYNC,
     WHOLE_TABLES,
+    checked_strings,
     device_table,
     domain_names,
     gpu_ops,
@@ -66,7 +67,7 @@ def read(db: Database) -> RawProfile:
     }) as raw:
         # The metadata, then API calls and GPU ops, are processed while NVTX_EVENTS is read.
         info = source_info(db)
-        strings = raw["strings"]
+        strings = checked_strings(raw["strings"])
         api = normalize_api_calls(raw["runtime"], strings)
         gpu = gpu_ops(raw, strings)
         syncs = normalize_syncs(raw["sync"])
@@ -111,7 +112,7 @@ class Stream:
         # them. The NVTX windows follow on whichever reader is free.
         # Each is normalized on its reader thread as soon as it is read; the string table, which
         # they need, first.
-        self._strings = strings = db.submit(*WHOLE_TABLES["strings"])
+        self._strings = strings = db.submit(*WHOLE_TABLES["strings"], then=checked_strings)
         api = db.submit(*WHOLE_TABLES["runtime"], then=lambda t: normalize_api_calls(t, strings.result()))
         gpu = {key: db.submit(*WHOLE_TABLES[key], then=functools.partial(gpu_part, key, strings=strings))
                for key in GPU_TABLES}

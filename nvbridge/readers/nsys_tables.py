@@ -118,6 +118,12 @@ WHOLE_TABLES: dict[str, tuple[str, list[Column]]] = {
 _NVTX_RAW = raw_names(NVTX)
 
 
+def checked_strings(strings: pa.Table, table: str = "StringIds") -> pa.Table:
+    """The string table, refused when an id or a value is NULL (every name lookup needs both)."""
+    no_nulls(table, strings, {"id": "_id_" if table == "StringTable" else "id"}, ["id", "value"])
+    return strings
+
+
 def _process_id(global_ids: np.ndarray) -> np.ndarray:
     return (global_ids >> 24) & _TID_BITS
 
