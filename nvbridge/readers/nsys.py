@@ -25,11 +25,16 @@ from nvbridge.readers._arrow import concat_gpu_ops
 from nvbridge.readers._db import Database
 from nvbridge.readers.nsys_tables import (
     GPU_TABLES,
+    GRAPH_TRACE,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
     NVTX,
     NVTX_DOMAIN_CREATE,
     NVTX_MARK,
     NVTX_THREAD_NAME,
     RANGE_TYPES,
+    RUNTIME,
     SYNC,
     WHOLE_TABLES,
     checked_strings,
@@ -46,7 +51,8 @@ from nvbridge.readers.nsys_tables import (
 )
 
 # bench_convert reads the raw tables as these declarations say.
-__all__ = ["NVTX", "NVTX_DOMAIN_CREATE", "NVTX_MARK", "NVTX_THREAD_NAME", "RANGE_TYPES", "SYNC", "Stream", "read"]
+__all__ = ["GRAPH_TRACE", "KERNEL", "MEMCPY", "MEMSET", "NVTX", "NVTX_DOMAIN_CREATE", "NVTX_MARK", "NVTX_THREAD_NAME",
+           "RANGE_TYPES", "RUNTIME", "SYNC", "Stream", "read"]
 
 
 def read(db: Database) -> RawProfile:
