@@ -341,3 +341,14 @@ def test_fuzz_regressions_read_or_refuse_in_one_line(tmp_path: Path, case: Path)
         read_profile(path)
     except nvbridge.NvbridgeError as exc:
         assert "\n" not in str(exc) and str(exc).startswith(path.name)
+
+
+def test_optional_columns_an_exporter_lacks_still_read(tmp_path: Path) -> None:
+    """Absent columns read as their defaults (older exporters); only NULLs stored in a present
+    column are damage."""
+    path = edited(tmp_path, f"ALTER TABLE {K}KERNEL DROP COLUMN streamId",
+                  f"ALTER TABLE {K}RUNTIME DROP COLUMN globalTid")
+    profile = read_profile(path)
+    assert profile.gpu_ops.num_rows == raw(GPU_SAMPLE, f"SELECT (SELECT count(*) FROM {K}KERNEL) + "
+                                                       f"(SELECT count(*) FROM {K}MEMCPY)")[0][0]
+    assert profile.api_calls.num_rows == raw(GPU_SAMPLE, f"SELECT count(*) FROM {K}RUNTIME")[0][0]

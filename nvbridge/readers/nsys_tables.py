@@ -219,7 +219,7 @@ def nvtx_others(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, di
     """
     no_nulls("NVTX_EVENTS", ev, _NVTX_RAW, ["event_type", "global_tid"])
     etype = np_col(ev, "event_type")
-    gtid = np_col(ev, "global_tid")
+    gtid = np_col(ev, "global_tid", fill=0)  # absent in the table: 0
     times("NVTX_EVENTS", ev.filter(pa.array(etype == NVTX_MARK)), _NVTX_RAW, end=None)
     pid = _process_id(gtid)
     domain_id = np_col(ev, "domain_id", fill=0)
@@ -249,7 +249,7 @@ def normalize_ranges(ev: pa.Table, strings: pa.Table, domains: dict[tuple[int, i
     no_nulls("NVTX_EVENTS", ev, _NVTX_RAW, ["global_tid"])
     times("NVTX_EVENTS", ev, _NVTX_RAW, open_ok=True)
     etype = np_col(ev, "event_type")
-    gtid = np_col(ev, "global_tid")
+    gtid = np_col(ev, "global_tid", fill=0)  # absent in the table: 0
     pid = _process_id(gtid)
     domain_id = np_col(ev, "domain_id", fill=0)
     end_gtid = np_col(ev, "end_global_tid", fill=0)
@@ -289,8 +289,8 @@ def domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, 
 
 def normalize_syncs(syncs: pa.Table) -> pa.Table:
     times(WHOLE_TABLES["sync"][0], syncs, raw_names(SYNC))
-    syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
-    return syncs.drop_columns(["sync_type_id"])
+    syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id", fill=0), SYNC_TYPES))
+    return syncs.drop_columns(["sync_type_id"]).replace_schema_metadata(None)
 
 
 def normalize_api_calls(api: pa.Table, strings: pa.Table) -> pa.Table:
@@ -298,7 +298,7 @@ def normalize_api_calls(api: pa.Table, strings: pa.Table) -> pa.Table:
     no_nulls(table, api, raw, ["global_tid", "correlation_id", "name_id"])
     times(table, api, raw)
     unique(table, api, ["global_tid", "start_ns", "end_ns", "correlation_id", "name_id"], "same thread, times and call")
-    gtid = np_col(api, "global_tid")
+    gtid = np_col(api, "global_tid", fill=0)  # absent in the table: 0
     cls = np_col(api, "event_class", fill=0)
     names = resolve_strings(strings, np_col(api, "name_id"))
     names_found(table, "nameId", np_col(api, "name_id"), names, "StringIds")

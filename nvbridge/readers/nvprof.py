@@ -120,7 +120,7 @@ def read(db: Database) -> RawProfile:
     syncs = db.read_table(K + "SYNCHRONIZATION", SYNC)
     check_times(K + "SYNCHRONIZATION", syncs, raw_names(SYNC))
     syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id", fill=0), SYNC_TYPES))
-    syncs = syncs.drop_columns(["sync_type_id"])
+    syncs = syncs.drop_columns(["sync_type_id"]).replace_schema_metadata(None)
     for name in ("device_id", "process_key"):
         syncs = set_column(syncs, name, pa.array(np.zeros(syncs.num_rows, np.int64)) if name == "process_key"
                            else pa.nulls(syncs.num_rows, pa.int64()))
