@@ -390,7 +390,7 @@ def device_table(db: Database) -> pa.Table:
         if id_col in db.columns(table) and "name" in db.columns(table):
             rows = db.scalar_rows(f"SELECT DISTINCT {id_col}, name FROM {table} ORDER BY {id_col}")
             return pa.table({
-                "device_id": pa.array([int(r[0]) for r in rows], pa.int64()),
-                "name": pa.array([r[1] for r in rows], pa.string()),
+                "device_id": pa.array([_meta_int([r], f"{table}.{id_col}") for r in rows], pa.int64()),
+                "name": pa.array([None if r[1] is None else str(r[1]) for r in rows], pa.string()),
             })
     return pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
