@@ -352,3 +352,16 @@ def test_optional_columns_an_exporter_lacks_still_read(tmp_path: Path) -> None:
     assert profile.gpu_ops.num_rows == raw(GPU_SAMPLE, f"SELECT (SELECT count(*) FROM {K}KERNEL) + "
                                                        f"(SELECT count(*) FROM {K}MEMCPY)")[0][0]
     assert profile.api_calls.num_rows == raw(GPU_SAMPLE, f"SELECT count(*) FROM {K}RUNTIME")[0][0]
+
+
+def test_a_schema_that_is_not_utf8_reads_or_refuses_without_a_panic(tmp_path: Path) -> None:
+    """A byte flip inside a column declaration made ConnectorX panic (pyo3's PanicException, a
+    BaseException that slipped past every handler as a traceback); the cursor path reads it."""
+    data = bytearray(DOMAINS.read_bytes())
+    data[206610] ^= 0xFF  # found by scripts/hostile_inputs.py (flip/nvtx_domains/206610)
+    path = tmp_path / "flipped.sqlite"
+    path.write_bytes(bytes(data))
+    try:
+        read_profile(path)
+    except nvbridge.NvbridgeError as exc:
+        assert str(exc).startswith("flipped.sqlite") and "\n" not in str(exc)

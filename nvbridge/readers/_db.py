@@ -349,4 +349,8 @@ class Database:
             table: pa.Table = cx.read_sql(url, sql, return_type="arrow")
         except RuntimeError as exc:  # ConnectorX reports every failure as RuntimeError
             raise _FastPathFailed from exc
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a Rust panic (pyo3's PanicException): e.g. a schema that is not UTF-8
+            raise _FastPathFailed from exc
         return table
