@@ -207,16 +207,18 @@ def _tables(folder: Path) -> dict[str, object]:
     return {p.name: pq.read_table(p) for p in sorted(folder.glob("*.parquet")) if p.name != "meta.parquet"}
 
 
-def test_nvtx_rowid_gap_converts_to_the_same_dataset(tmp_path: Path) -> None:
-    """The last NVTX row moved to rowid 2^62: windows follow rows (the rowid span would be 2^45
-    windows), and the dataset is the original's."""
-    path = edited(tmp_path, "UPDATE NVTX_EVENTS SET rowid = 4611686018427387904 "
-                            "WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS)")
+def test_nvtx_rowid_gap_converts_to_the_same_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rowids with gaps (rows past 100 moved up by 2^40, the last row to 2^62): windows follow rows
+    (the rowid span would be 2^45 windows), so with 64-row windows the dataset is the original's."""
+    monkeypatch.setattr(sys.modules["nvbridge.convert"], "WINDOW_ROWS", 64)
+    path = edited(tmp_path, "UPDATE NVTX_EVENTS SET rowid = rowid + 1099511627776 WHERE rowid > 100",
+                  "UPDATE NVTX_EVENTS SET rowid = 4611686018427387904 "
+                  "WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS)")
     result: list[object] = []
     worker = threading.Thread(target=lambda: result.append(nvbridge.convert(path, tmp_path / "gap")), daemon=True)
     worker.start()
     worker.join(60)
-    assert result, "converting an export with an NVTX rowid gap did not finish in 60 s"
+    assert result, "converting an export with NVTX rowid gaps did not finish in 60 s"
     nvbridge.convert(GPU_SAMPLE, tmp_path / "ref")
     assert _tables(tmp_path / "gap") == _tables(tmp_path / "ref")
 

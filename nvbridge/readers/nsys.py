@@ -168,17 +168,17 @@ class Stream:
     def _submit_window(self) -> None:
         if self._next > self._last:
             return
-        # Windows follow rows, not the rowid span: skip any gap to the next row (a b-tree seek),
-        # so a row moved to rowid 2^62 costs one window, not 2^45 empty ones.
-        (found,), = self.db.scalar_rows(f"SELECT min(rowid) FROM NVTX_EVENTS WHERE rowid >= {self._next}")
-        if found is None:
-            self._next = self._last + 1
-            return
-        self._next = int(found)
+        # A window is the next window_rows rows, not a span of rowids: a row moved to rowid 2^62
+        # would otherwise cost 2^45 empty windows, and windows (hence the dataset) would depend on
+        # rowid gaps. Dense rowids give the same windows as arithmetic would; the OFFSET walk costs
+        # about 3 ms per 131,072 rows.
+        end = self.db.scalar_rows(f"SELECT rowid FROM NVTX_EVENTS WHERE rowid >= {self._next} ORDER BY rowid "
+                                  f"LIMIT 1 OFFSET {self.window_rows}")
+        stop = int(end[0][0]) if end else self._last + 1
         rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
-        where = sa.and_(self._types, rowid >= self._next, rowid < self._next + self.window_rows)
+        where = sa.and_(self._types, rowid >= self._next, rowid < stop)
         self._pending.append(self.db.submit("NVTX_EVENTS", NVTX, where, then=self._split))
-        self._next += self.window_rows
+        self._next = stop
 
     def _split(self, ev: pa.Table) -> _Window:
         """On a reader thread: a window's ranges, normalized and ``prepare``d, with domain names
