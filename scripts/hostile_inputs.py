@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="cases run at once")
     ap.add_argument("--only", help="run the cases whose name contains this")
     ap.add_argument("--shard", help="K/N: run the K-th of N equal parts of the corpus")
-    ap.add_argument("--save", type=Path, help="also write each verdict to this JSON-lines file")
+    ap.add_argument("--save", type=Path, help="append each verdict to this JSON-lines file (and skip the cases "
+                    "it already holds: an interrupted run resumes)")
     ap.add_argument("--table", type=Path, nargs="+", help="print the table of saved verdicts and stop")
     ap.add_argument("--code", type=Path, help="run the nvbridge of this checkout (default: this one)")
     args = ap.parse_args(argv)
@@ -127,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.shard:
         k, n = map(int, args.shard.split("/"))
         cases = cases[k - 1::n]
+    if args.save and args.save.exists():  # resume: skip the cases already saved there
+        done = {json.loads(line)["name"] for line in args.save.read_text().splitlines() if line}
+        cases = [c for c in cases if c.name not in done]
     t0 = time.monotonic()
     results = []
     with tempfile.TemporaryDirectory(prefix="nvbridge-hostile-") as tmp, ThreadPoolExecutor(args.jobs) as pool:

@@ -7,6 +7,7 @@ never committed): the damage is synthetic, the expected answer follows from the 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -206,16 +207,18 @@ def _tables(folder: Path) -> dict[str, object]:
     return {p.name: pq.read_table(p) for p in sorted(folder.glob("*.parquet")) if p.name != "meta.parquet"}
 
 
-def test_nvtx_rowid_gap_converts_to_the_same_dataset(tmp_path: Path) -> None:
-    """The last NVTX row moved to rowid 2^62: windows follow rows (the rowid span would be 2^45
-    windows), and the dataset is the original's."""
-    path = edited(tmp_path, "UPDATE NVTX_EVENTS SET rowid = 4611686018427387904 "
-                            "WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS)")
+def test_nvtx_rowid_gap_converts_to_the_same_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rowids with gaps (rows past 100 moved up by 2^40, the last row to 2^62): windows follow rows
+    (the rowid span would be 2^45 windows), so with 64-row windows the dataset is the original's."""
+    monkeypatch.setattr(sys.modules["nvbridge.conversion.report"], "WINDOW_ROWS", 64)
+    path = edited(tmp_path, "UPDATE NVTX_EVENTS SET rowid = rowid + 1099511627776 WHERE rowid > 100",
+                  "UPDATE NVTX_EVENTS SET rowid = 4611686018427387904 "
+                  "WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS)")
     result: list[object] = []
     worker = threading.Thread(target=lambda: result.append(nvbridge.convert(path, tmp_path / "gap")), daemon=True)
     worker.start()
     worker.join(60)
-    assert result, "converting an export with an NVTX rowid gap did not finish in 60 s"
+    assert result, "converting an export with NVTX rowid gaps did not finish in 60 s"
     nvbridge.convert(GPU_SAMPLE, tmp_path / "ref")
     assert _tables(tmp_path / "gap") == _tables(tmp_path / "ref")
 
@@ -319,3 +322,48 @@ def test_diagnostics_are_the_profilers_warnings_and_errors(name: str) -> None:
     assert (info.diagnostics or "").splitlines() == list(dict.fromkeys(texts))
     if name.startswith("nsys-2024.2"):  # this capture warned (no CPU sampling, no MMAP events)
         assert info.diagnostics and len(texts) >= 2
+
+
+REGRESS = sorted((Path(__file__).parent / "regress").glob("*.json"))
+
+
+@pytest.mark.parametrize("case", REGRESS, ids=[p.stem for p in REGRESS])
+def test_fuzz_regressions_read_or_refuse_in_one_line(tmp_path: Path, case: Path) -> None:
+    """Each file is a crash scripts/fuzz_readers.py found (a sample_db/ seed and SQL edits): reading
+    the edited copy must succeed or raise an NvbridgeError, never anything else."""
+    spec = json.loads(case.read_text())
+    sys.path.insert(0, str(SAMPLE_DB.parent / "scripts"))
+    try:
+        from fuzz_readers import apply
+    finally:
+        sys.path.pop(0)
+    path = tmp_path / spec["seed"]
+    assert apply(SAMPLE_DB / spec["seed"], spec["sql"], path) == spec["sql"]  # every edit still applies
+    try:
+        read_profile(path)
+    except nvbridge.NvbridgeError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(path.name)
+
+
+def test_optional_columns_an_exporter_lacks_still_read(tmp_path: Path) -> None:
+    """Absent columns read as their defaults (older exporters); only NULLs stored in a present
+    column are damage."""
+    path = edited(tmp_path, f"ALTER TABLE {K}KERNEL DROP COLUMN streamId",
+                  f"ALTER TABLE {K}RUNTIME DROP COLUMN globalTid")
+    profile = read_profile(path)
+    assert profile.gpu_ops.num_rows == raw(GPU_SAMPLE, f"SELECT (SELECT count(*) FROM {K}KERNEL) + "
+                                                       f"(SELECT count(*) FROM {K}MEMCPY)")[0][0]
+    assert profile.api_calls.num_rows == raw(GPU_SAMPLE, f"SELECT count(*) FROM {K}RUNTIME")[0][0]
+
+
+def test_a_schema_that_is_not_utf8_reads_or_refuses_without_a_panic(tmp_path: Path) -> None:
+    """A byte flip inside a column declaration made ConnectorX panic (pyo3's PanicException, a
+    BaseException that slipped past every handler as a traceback); the cursor path reads it."""
+    data = bytearray(DOMAINS.read_bytes())
+    data[206610] ^= 0xFF  # found by scripts/hostile_inputs.py (flip/nvtx_domains/206610)
+    path = tmp_path / "flipped.sqlite"
+    path.write_bytes(bytes(data))
+    try:
+        read_profile(path)
+    except nvbridge.NvbridgeError as exc:
+        assert str(exc).startswith("flipped.sqlite") and "\n" not in str(exc)

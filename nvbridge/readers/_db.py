@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from nvbridge.columns import one_chunk
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
-from nvbridge.readers.validate import BadRows, non_integers
+from nvbridge.readers.validate import BadRows, mark_absent, non_integers
 
 ColumnType = Literal["int", "str", "float", "bytes"]
 _SA_TYPES: dict[str, Any] = {
@@ -236,9 +236,10 @@ class Database:
             empty = pa.table({c.field: pa.array([], _ARROW_TYPES[c.type]) for c in columns})
             return lambda: empty
         generic = self.select(table, columns, where)
-        if self.path is None:
-            return lambda: self._read_generic(generic, columns)
         present = self.columns(table)
+        absent = [c.field for c in columns if c.raw not in present]
+        if self.path is None:
+            return lambda: mark_absent(self._read_generic(generic, columns), absent)
         sql = str(self.select(table, columns, where, plain=True).compile(
             self.engine, compile_kwargs={"literal_binds": True}))
 
@@ -248,7 +249,7 @@ class Database:
                     raw = self._fetch_sqlite(sql)
                 except _FastPathFailed:  # rare: the slower cursor path reads it or names the damage
                     self._check_integers(table, columns, where)
-                    return self._read_generic(generic, columns)
+                    return mark_absent(self._read_generic(generic, columns), absent)
             arrays: list[pa.Array | pa.ChunkedArray] = []
             for col in columns:
                 typ = _ARROW_TYPES[col.type]
@@ -262,7 +263,7 @@ class Database:
                     arr = raw.column(col.field)
                     arr = one_chunk(arr) if col.type != "str" else arr
                     arrays.append(arr if arr.type == typ else arr.cast(typ))
-            return pa.table(arrays, names=[c.field for c in columns])
+            return mark_absent(pa.table(arrays, names=[c.field for c in columns]), absent)
 
         return fetch
 
@@ -347,5 +348,9 @@ class Database:
         try:
             table: pa.Table = cx.read_sql(url, sql, return_type="arrow")
         except RuntimeError as exc:  # ConnectorX reports every failure as RuntimeError
+            raise _FastPathFailed from exc
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # a Rust panic (pyo3's PanicException): e.g. a schema that is not UTF-8
             raise _FastPathFailed from exc
         return table

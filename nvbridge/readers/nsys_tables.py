@@ -123,6 +123,12 @@ WHOLE_TABLES: dict[str, tuple[str, list[Column]]] = {
 _NVTX_RAW = raw_names(NVTX)
 
 
+def checked_strings(strings: pa.Table, table: str = "StringIds") -> pa.Table:
+    """The string table, refused when an id or a value is NULL (every name lookup needs both)."""
+    no_nulls(table, strings, {"id": "_id_" if table == "StringTable" else "id"}, ["id", "value"])
+    return strings
+
+
 def _process_id(global_ids: np.ndarray) -> np.ndarray:
     return (global_ids >> 24) & _TID_BITS
 
@@ -218,7 +224,7 @@ def nvtx_others(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, di
     """
     no_nulls("NVTX_EVENTS", ev, _NVTX_RAW, ["event_type", "global_tid"])
     etype = np_col(ev, "event_type")
-    gtid = np_col(ev, "global_tid")
+    gtid = np_col(ev, "global_tid", fill=0)  # absent in the table: 0
     times("NVTX_EVENTS", ev.filter(pa.array(etype == NVTX_MARK)), _NVTX_RAW, end=None)
     pid = _process_id(gtid)
     domain_id = np_col(ev, "domain_id", fill=0)
@@ -248,7 +254,7 @@ def normalize_ranges(ev: pa.Table, strings: pa.Table, domains: dict[tuple[int, i
     no_nulls("NVTX_EVENTS", ev, _NVTX_RAW, ["global_tid"])
     times("NVTX_EVENTS", ev, _NVTX_RAW, open_ok=True)
     etype = np_col(ev, "event_type")
-    gtid = np_col(ev, "global_tid")
+    gtid = np_col(ev, "global_tid", fill=0)  # absent in the table: 0
     pid = _process_id(gtid)
     domain_id = np_col(ev, "domain_id", fill=0)
     end_gtid = np_col(ev, "end_global_tid", fill=0)
@@ -288,8 +294,8 @@ def domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, 
 
 def normalize_syncs(syncs: pa.Table) -> pa.Table:
     times(WHOLE_TABLES["sync"][0], syncs, raw_names(SYNC))
-    syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id"), SYNC_TYPES))
-    return syncs.drop_columns(["sync_type_id"])
+    syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id", fill=0), SYNC_TYPES))
+    return syncs.drop_columns(["sync_type_id"]).replace_schema_metadata(None)
 
 
 def normalize_api_calls(api: pa.Table, strings: pa.Table) -> pa.Table:
@@ -297,7 +303,7 @@ def normalize_api_calls(api: pa.Table, strings: pa.Table) -> pa.Table:
     no_nulls(table, api, raw, ["global_tid", "correlation_id", "name_id"])
     times(table, api, raw)
     unique(table, api, ["global_tid", "start_ns", "end_ns", "correlation_id", "name_id"], "same thread, times and call")
-    gtid = np_col(api, "global_tid")
+    gtid = np_col(api, "global_tid", fill=0)  # absent in the table: 0
     cls = np_col(api, "event_class", fill=0)
     names = resolve_strings(strings, np_col(api, "name_id"))
     names_found(table, "nameId", np_col(api, "name_id"), names, "StringIds")
@@ -393,9 +399,10 @@ def device_table(db: Database) -> pa.Table:
             bw = "memoryBandwidth" if "memoryBandwidth" in db.columns(table) else "NULL"
             rows = db.scalar_rows(f"SELECT DISTINCT {id_col}, name, {bw} FROM {table} ORDER BY {id_col}")
             return pa.table({
-                "device_id": pa.array([int(r[0]) for r in rows], pa.int64()),
-                "name": pa.array([r[1] for r in rows], pa.string()),
-                "memory_gbps": pa.array([float(r[2]) / 1e9 if r[2] else None for r in rows], pa.float64()),
+                "device_id": pa.array([_meta_int([r], f"{table}.{id_col}") for r in rows], pa.int64()),
+                "name": pa.array([None if r[1] is None else str(r[1]) for r in rows], pa.string()),
+                "memory_gbps": pa.array([float(r[2]) / 1e9 if isinstance(r[2], (int, float)) and r[2] else None
+                                         for r in rows], pa.float64()),
             })
     return pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string()),
                      "memory_gbps": pa.array([], pa.float64())})

@@ -20,7 +20,7 @@ from nvbridge.columns import np_col, set_column
 from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import align_gpu_ops, blob_u32, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
 from nvbridge.readers._db import Column, Database
-from nvbridge.readers.nsys_tables import COPY_KINDS, MEM_KINDS, SYNC_TYPES
+from nvbridge.readers.nsys_tables import COPY_KINDS, MEM_KINDS, SYNC_TYPES, checked_strings
 from nvbridge.readers.validate import BadRows, names_found, no_nulls, raw_names, unique
 from nvbridge.readers.validate import times as check_times
 
@@ -114,13 +114,14 @@ def read(db: Database) -> RawProfile:
     version = db.scalar_rows("SELECT version FROM Version LIMIT 1") if db.has("Version") else []
     strings = db.read_table("StringTable", [Column("id", "_id_", required=True),
                                            Column("value", "value", "str", required=True)])
+    strings = checked_strings(strings, "StringTable")
     ranges, marks = _markers(db, strings)
     api = _api_calls(db)
     gpu = _gpu_ops(db, strings)
     syncs = db.read_table(K + "SYNCHRONIZATION", SYNC)
     check_times(K + "SYNCHRONIZATION", syncs, raw_names(SYNC))
     syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id", fill=0), SYNC_TYPES))
-    syncs = syncs.drop_columns(["sync_type_id"])
+    syncs = syncs.drop_columns(["sync_type_id"]).replace_schema_metadata(None)
     for name in ("device_id", "process_key"):
         syncs = set_column(syncs, name, pa.array(np.zeros(syncs.num_rows, np.int64)) if name == "process_key"
                            else pa.nulls(syncs.num_rows, pa.int64()))

@@ -38,10 +38,21 @@ def _rows(n: int) -> str:
     return f"{n:,} row" + ("" if n == 1 else "s")
 
 
+_ABSENT = b"nvbridge.absent"
+
+
+def mark_absent(t: pa.Table, fields: Sequence[str]) -> pa.Table:
+    """Record which fields the database lacks (read as their defaults): an optional column an older
+    exporter does not write is NULL by design, not damage."""
+    return t.replace_schema_metadata({_ABSENT: ",".join(fields).encode()}) if fields else t
+
+
 def no_nulls(table: str, t: pa.Table, raw: Mapping[str, str], fields: Sequence[str]) -> None:
-    """Refuse NULLs in ``fields`` (``raw`` maps each to its column name in ``table``)."""
+    """Refuse NULLs in ``fields`` (``raw`` maps each to its column name in ``table``), except in
+    columns the database lacks (:func:`mark_absent`)."""
+    absent = set((t.schema.metadata or {}).get(_ABSENT, b"").decode().split(","))
     for name in fields:
-        if name in t.column_names and (n := t.column(name).null_count):
+        if name in t.column_names and name not in absent and (n := t.column(name).null_count):
             raise BadRows(f"{table}.{raw.get(name, name)} is empty (NULL) in {_rows(n)}; {_FIX}.")
 
 
