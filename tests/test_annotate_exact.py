@@ -1,0 +1,67 @@
+"""emit_nvtx's observer backend against torch.profiler runs that have no nvbridge in them.
+
+Each workload runs twice in fresh interpreters: once under torch.profiler alone (the reference),
+once under emit_nvtx(backend="observer") with the test NVTX collector attached (torch.profiler
+also runs there, only to record which aten ops the annotated program ran). Checked (issue #15):
+the forward (op, seq) multiset and the forward -> backward pairs equal torch's own (fwdbwd flows),
+no backward node links to a forward op of another name class, and the annotated run ran exactly
+the aten ops of the reference run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="emit_nvtx needs torch (pip install 'nvbridge[torch]')")
+
+from nvbridge.annotate import _observer  # noqa: E402
+from tests.nvtx_inject import exact  # noqa: E402
+from tests.nvtx_inject.exact_workloads import WORKLOADS  # noqa: E402
+
+if _observer.load() is None:
+    pytest.skip(f"observer unavailable: {_observer.unavailable_reason()}", allow_module_level=True)
+
+CUSTOM_FUNCTIONS = {"Scale"}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("exact")
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_observer_matches_torch_profiler(injection: Path, workdir: Path, workload: str) -> None:
+    reference = exact.run(injection, workload, "reference", workdir)
+    ours = exact.run(injection, workload, "observer", workdir)
+    assert ours.log is not None and not ours.log.unclosed
+
+    theirs_fwd, ours_fwd = exact.reference_forward(reference.ops), exact.our_forward(ours.log)
+    assert ours_fwd == theirs_fwd
+    assert sum(theirs_fwd.values()) >= 10
+
+    theirs_pairs, ours_pairs = exact.reference_pairs(reference.ops), exact.our_pairs(ours.log)
+    assert exact.agreement(ours_pairs, theirs_pairs) >= 0.99, (ours_pairs - theirs_pairs, theirs_pairs - ours_pairs)
+    assert sum(theirs_pairs.values()) >= 10
+    assert not exact.foreign_links(ours_pairs, CUSTOM_FUNCTIONS)
+
+    assert exact.aten_ops(ours.ops) == exact.aten_ops(reference.ops)
+
+
+def test_observer_emits_torch_grammar_plus_forward_thread(injection: Path, workdir: Path) -> None:
+    """Spot-check the names: list arguments flattened (cause 5), custom Functions get sizes,
+    backward nodes carry seq and the forward thread, CopySlices gets its range (cause 4)."""
+    ours = exact.run(injection, "function_copyslices", "observer", workdir)
+    assert ours.log is not None
+    names = [r.name for r in ours.log.ranges]
+    assert any(n.startswith("aten::stack, seq = ") and ", sizes = [[4, 6], [4, 6], []]" in n for n in names)
+    assert any(n.startswith("Scale, seq = ") and ", sizes = [[4, 6], [6]]" in n for n in names)
+    main_tid = ours.log.ranges[0].tid
+    nodes = [r for r in ours.log.ranges if ", fwd_tid = " in r.name]
+    assert nodes and [r.name for r in nodes if not r.name.endswith(f", fwd_tid = {main_tid}")] == []
+    assert any(r.name.startswith("torch::autograd::CopySlices, seq = ") for r in nodes)
+    assert any(r.name.startswith("ScaleBackward, seq = ") for r in nodes)
+    modules = [n for n in names if n.startswith("nn.Module: ")]
+    assert "nn.Module: (Linear)" in modules
+    assert [n for n in names if n.startswith("ProfilerStep#")] == ["ProfilerStep#0", "ProfilerStep#1"]
