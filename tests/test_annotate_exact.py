@@ -10,6 +10,7 @@ the aten ops of the reference run.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ if _observer.load() is None:
     pytest.skip(f"observer unavailable: {_observer.unavailable_reason()}", allow_module_level=True)
 
 CUSTOM_FUNCTIONS = {"Scale"}
+THREADED = {"dp_threads", "two_threads"}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("exact")
 
 
-@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+@pytest.mark.parametrize("workload", sorted(set(WORKLOADS) - THREADED))
 def test_observer_matches_torch_profiler(injection: Path, workdir: Path, workload: str) -> None:
     reference = exact.run(injection, workload, "reference", workdir)
     ours = exact.run(injection, workload, "observer", workdir)
@@ -65,3 +67,29 @@ def test_observer_emits_torch_grammar_plus_forward_thread(injection: Path, workd
     modules = [n for n in names if n.startswith("nn.Module: ")]
     assert "nn.Module: (Linear)" in modules
     assert [n for n in names if n.startswith("ProfilerStep#")] == ["ProfilerStep#0", "ProfilerStep#1"]
+
+
+@pytest.mark.parametrize("workload", sorted(THREADED))
+def test_observer_threads_match_torch_profiler(injection: Path, workdir: Path, workload: str) -> None:
+    """Threads: torch.profiler sees only the thread that started it (its backward nodes still carry
+    torch's forward thread), so that is what is compared; every node on every thread must link,
+    to its forward thread, and never to an op of another name class."""
+    reference = exact.run(injection, workload, "reference", workdir)
+    ours = exact.run(injection, workload, "observer", workdir)
+    assert ours.log is not None and not ours.log.unclosed
+    main, workers = ours.facts["main_tid"], set(ours.facts["workers"])
+    assert len(workers) >= 1 and main not in workers
+
+    assert exact.our_forward(ours.log, on=main) == exact.reference_forward(reference.ops)
+    theirs_nodes = exact.reference_nodes(reference.ops)
+    assert exact.per_thread(exact.our_nodes(ours.log, on=main)) == exact.per_thread(theirs_nodes)
+    assert sum(theirs_nodes.values()) >= 10
+    linked_by_torch = +Counter({p: n for p, n in exact.reference_pairs(reference.ops).items() if p[0] is not None})
+    assert exact.our_pairs(ours.log, on=main, made_on=main) == linked_by_torch
+
+    pairs = exact.our_pairs(ours.log)
+    assert sum(pairs.values()) >= 20 and not [p for p in pairs if p[0] is None]
+    assert not exact.foreign_links(pairs, CUSTOM_FUNCTIONS)
+    made_on = {int(r.name.rsplit(" ", 1)[1]) for r in ours.log.ranges if ", fwd_tid = " in r.name}
+    assert made_on & workers and made_on <= workers | {main}
+    assert exact.aten_ops(ours.ops) == exact.aten_ops(reference.ops)

@@ -36,6 +36,7 @@ class Run:
 
     ops: list[dict[str, Any]]
     log: NvtxLog | None
+    facts: dict[str, Any]
 
 
 def run(injection: Path, workload: str, mode: str, workdir: Path) -> Run:
@@ -54,7 +55,7 @@ def run(injection: Path, workload: str, mode: str, workdir: Path) -> Run:
     if proc.returncode != 0:
         raise AssertionError(f"{workload} {mode} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
     facts = json.loads(out.read_text())
-    return Run(facts["ops"], parse_log(log_path) if mode != "reference" else None)
+    return Run(facts["ops"], parse_log(log_path) if mode != "reference" else None, facts)
 
 
 def is_node(op: dict[str, Any]) -> bool:
@@ -81,24 +82,49 @@ def _parsed(log: NvtxLog) -> list[tuple[Any, re.Match[str]]]:
     return [(r, m) for r in log.ranges if (m := NAME.match(r.name)) is not None]
 
 
-def our_forward(log: NvtxLog) -> Counter[tuple[str, int]]:
-    """Our forward op ranges with a seq: (name, seq) multiset."""
-    return Counter((m["name"], int(m["seq"])) for _, m in _parsed(log) if m["seq"] and not m["tid"])
+def our_forward(log: NvtxLog, on: int | None = None) -> Counter[tuple[str, int]]:
+    """Our forward op ranges with a seq (on thread ``on`` if given): (name, seq) multiset."""
+    return Counter(
+        (m["name"], int(m["seq"])) for r, m in _parsed(log)
+        if m["seq"] and not m["tid"] and (on is None or r.tid == on)
+    )
 
 
-def our_pairs(log: NvtxLog) -> Counter[Pair]:
-    """(forward op name, seq, node) per backward node range, linked on (fwd_tid, seq) as torch does."""
+def our_pairs(log: NvtxLog, on: int | None = None, made_on: int | None = None) -> Counter[Pair]:
+    """(forward op name, seq, node) per backward node range, linked on (fwd_tid, seq) as torch does.
+
+    ``on``: only nodes run on that thread; ``made_on``: only nodes whose fwd_tid is that thread.
+    """
     latest: dict[tuple[int, int], str] = {}
     pairs: Counter[Pair] = Counter()
     for r, m in _parsed(log):  # push order = start order per thread
         if not m["seq"]:
             continue
         seq = int(m["seq"])
-        if m["tid"]:
-            pairs[(latest.get((int(m["tid"]), seq)), seq, m["name"])] += 1
-        else:
+        if not m["tid"]:
             latest[(r.tid, seq)] = m["name"]
+        elif (on is None or r.tid == on) and (made_on is None or int(m["tid"]) == made_on):
+            pairs[(latest.get((int(m["tid"]), seq)), seq, m["name"])] += 1
     return pairs
+
+
+def reference_nodes(ops: list[dict[str, Any]]) -> Counter[tuple[str, int, int]]:
+    """torch.profiler's backward nodes: (node, seq, torch's logical forward thread)."""
+    return Counter((op["name"], op["seq"], op["fwd_thread"]) for op in ops if is_node(op))
+
+
+def our_nodes(log: NvtxLog, on: int) -> Counter[tuple[str, int, int]]:
+    """Our backward node ranges run on thread ``on``: (node, seq, fwd_tid)."""
+    return Counter((m["name"], int(m["seq"]), int(m["tid"])) for r, m in _parsed(log) if m["tid"] and r.tid == on)
+
+
+def per_thread(nodes: Counter[tuple[str, int, int]]) -> Counter[tuple[tuple[str, int, int], ...]]:
+    """Nodes grouped by forward thread, thread names dropped: equal when both sides attribute the
+    same nodes to the same (however numbered) threads."""
+    groups: dict[int, list[tuple[str, int, int]]] = {}
+    for (name, seq, thread), count in nodes.items():
+        groups.setdefault(thread, []).append((name, seq, count))
+    return Counter(tuple(sorted(group)) for group in groups.values())
 
 
 def agreement(ours: Counter[Any], theirs: Counter[Any]) -> float:

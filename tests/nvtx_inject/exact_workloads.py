@@ -24,6 +24,9 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils.checkpoint import checkpoint
 
 STEPS = 2
+Annotate = Callable[[], contextlib.AbstractContextManager[Any]]
+# Native ids of the worker threads a workload started (the reference cannot see their ops).
+WORKER_TIDS: list[int] = []
 
 
 class Scale(torch.autograd.Function):
@@ -129,12 +132,64 @@ def compiled(step: Callable[[], None]) -> None:
     _train(net, fn, torch.randn(3, 6), step)
 
 
-WORKLOADS: dict[str, Callable[[Callable[[], None]], None]] = {
-    "inplace": inplace,
-    "checkpoint": checkpointed,
-    "rnn": rnn,
-    "function_copyslices": function_copyslices,
-    "compiled": compiled,
+def _in_threads(count: int, target: Callable[[int], None], annotate: Annotate) -> None:
+    """Run ``target(i)`` on ``count`` new threads at once, each annotated as emit_nvtx requires."""
+    barrier = threading.Barrier(count)
+
+    def body(i: int) -> None:
+        WORKER_TIDS.append(threading.get_native_id())
+        with annotate():
+            barrier.wait()
+            target(i)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def dp_threads(step: Callable[[], None], annotate: Annotate) -> None:
+    """DataParallel-style: replicas' forwards run on two worker threads, backward on the main one."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    chunks = torch.randn(2, 4, 6).unbind(0)
+    for _ in range(STEPS):
+        step()
+        opt.zero_grad()
+        outputs: list[torch.Tensor] = [torch.empty(0)] * len(chunks)
+
+        def replica(i: int, outputs: list[torch.Tensor] = outputs) -> None:
+            outputs[i] = net(chunks[i])
+
+        _in_threads(len(chunks), replica, annotate)
+        loss = torch.cat(outputs).sum()
+        loss.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+
+
+def two_threads(step: Callable[[], None], annotate: Annotate) -> None:
+    """Two threads train their own models at the same time (seq numbers collide across threads)."""
+    def train(i: int) -> None:
+        torch.manual_seed(i)
+        net = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2))
+        _train(net, net, torch.randn(3, 6), lambda: None)
+
+    worker = threading.Thread(target=lambda: _in_threads(1, train, annotate))
+    worker.start()
+    train(1)  # the main thread trains too: the reference profiler sees this thread
+    worker.join()
+
+
+WORKLOADS: dict[str, Callable[[Callable[[], None], Annotate], None]] = {
+    "inplace": lambda step, _: inplace(step),
+    "checkpoint": lambda step, _: checkpointed(step),
+    "rnn": lambda step, _: rnn(step),
+    "function_copyslices": lambda step, _: function_copyslices(step),
+    "compiled": lambda step, _: compiled(step),
+    "dp_threads": dp_threads,
+    "two_threads": two_threads,
 }
 
 
@@ -180,16 +235,19 @@ def main() -> None:
     trace_path = out + ".trace.json"
     if mode == "reference":
         with _profiled(trace_path):
-            workload(lambda: None)
+            workload(lambda: None, contextlib.nullcontext)
     else:
         from nvbridge.annotate import emit_nvtx
 
+        def annotate() -> contextlib.AbstractContextManager[Any]:
+            return emit_nvtx(backend=mode, record_shapes=True)  # type: ignore[arg-type]
+
         with _profiled(trace_path), emit_nvtx(backend=mode, record_shapes=True) as nv:  # type: ignore[arg-type]
             assert nv.active_backend == mode, nv.active_backend
-            workload(nv.step)
+            workload(nv.step, annotate)
     with open(trace_path) as f:
         trace = json.load(f)
-    facts = {"ops": profiler_ops(trace), "main_tid": threading.get_native_id()}
+    facts = {"ops": profiler_ops(trace), "main_tid": threading.get_native_id(), "workers": WORKER_TIDS}
     with open(out, "w") as f:
         json.dump(facts, f)
 
