@@ -5,11 +5,13 @@ hands over one window of ops at a time (the ranges still open from earlier windo
 and :class:`ForwardIndex` remembers the forward ops of earlier windows.
 
 Forward -> backward (DESIGN.md): a backward node carrying sequence number N is linked to the
-forward op with seq N on the forward thread: the top-most op with that seq (not one nested in
-another op of the same seq) that started last before the backward node. Where nvbridge's own
-emit_nvtx recorded the forward thread (``fwd_tid``), the match uses it and is exact; otherwise
-the candidates are every thread of the process. Backward nodes inherit the forward op's input
-shapes and module path.
+forward op with seq N on the forward thread that started last before the node, as torch.profiler
+links them (AddmmBackward0 -> aten::addmm, not the aten::linear holding it). Where nvbridge's
+emit_nvtx recorded the forward thread (``fwd_tid``), that thread is used and the link is exact.
+Otherwise (torch's own names) seq numbers of different threads collide, so a link is made only
+where the evidence decides (:meth:`ForwardIndex._decide`: names that fit, the node's own thread)
+and is left empty where it does not. Backward nodes inherit the forward op's input shapes and
+module path.
 """
 
 from __future__ import annotations

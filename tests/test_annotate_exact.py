@@ -10,6 +10,8 @@ the aten ops of the reference run.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +21,10 @@ pytest.importorskip("torch", reason="emit_nvtx needs torch (pip install 'nvbridg
 
 from nvbridge.annotate import _observer  # noqa: E402
 from tests.nvtx_inject import exact  # noqa: E402
+from nvbridge.engine import correlate  # noqa: E402
 from tests.nvtx_inject.exact_workloads import WORKLOADS  # noqa: E402
+from tests.nvtx_inject.nvtx_log import NvtxLog  # noqa: E402
+from tests.test_correlate import _range, profile  # noqa: E402
 
 if _observer.load() is None:
     pytest.skip(f"observer unavailable: {_observer.unavailable_reason()}", allow_module_level=True)
@@ -33,10 +38,13 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("exact")
 
 
+_run = functools.cache(exact.run)  # each (workload, mode) runs once per session
+
+
 @pytest.mark.parametrize("workload", sorted(set(WORKLOADS) - THREADED))
 def test_observer_matches_torch_profiler(injection: Path, workdir: Path, workload: str) -> None:
-    reference = exact.run(injection, workload, "reference", workdir)
-    ours = exact.run(injection, workload, "observer", workdir)
+    reference = _run(injection, workload, "reference", workdir)
+    ours = _run(injection, workload, "observer", workdir)
     assert ours.log is not None and not ours.log.unclosed
 
     theirs_fwd, ours_fwd = exact.reference_forward(reference.ops), exact.our_forward(ours.log)
@@ -54,7 +62,7 @@ def test_observer_matches_torch_profiler(injection: Path, workdir: Path, workloa
 def test_observer_emits_torch_grammar_plus_forward_thread(injection: Path, workdir: Path) -> None:
     """Spot-check the names: list arguments flattened (cause 5), custom Functions get sizes,
     backward nodes carry seq and the forward thread, CopySlices gets its range (cause 4)."""
-    ours = exact.run(injection, "function_copyslices", "observer", workdir)
+    ours = _run(injection, "function_copyslices", "observer", workdir)
     assert ours.log is not None
     names = [r.name for r in ours.log.ranges]
     assert any(n.startswith("aten::stack, seq = ") and ", sizes = [[4, 6], [4, 6], []]" in n for n in names)
@@ -74,8 +82,8 @@ def test_observer_threads_match_torch_profiler(injection: Path, workdir: Path, w
     """Threads: torch.profiler sees only the thread that started it (its backward nodes still carry
     torch's forward thread), so that is what is compared; every node on every thread must link,
     to its forward thread, and never to an op of another name class."""
-    reference = exact.run(injection, workload, "reference", workdir)
-    ours = exact.run(injection, workload, "observer", workdir)
+    reference = _run(injection, workload, "reference", workdir)
+    ours = _run(injection, workload, "observer", workdir)
     assert ours.log is not None and not ours.log.unclosed
     main, workers = ours.facts["main_tid"], set(ours.facts["workers"])
     assert len(workers) >= 1 and main not in workers
@@ -93,3 +101,58 @@ def test_observer_threads_match_torch_profiler(injection: Path, workdir: Path, w
     made_on = {int(r.name.rsplit(" ", 1)[1]) for r in ours.log.ranges if ", fwd_tid = " in r.name}
     assert made_on & workers and made_on <= workers | {main}
     assert exact.aten_ops(ours.ops) == exact.aten_ops(reference.ops)
+
+
+_FWD_TID = re.compile(r", fwd_tid = \d+$")
+
+
+Place = tuple[int, int]  # (thread, start_ns): names a range in the log and in the converted ops
+
+
+def _converted_links(log: NvtxLog, strip_fwd_tid: bool) -> dict[Place, Place | None]:
+    """Convert the logged ranges; each backward node -> the forward op it was linked to."""
+    ranges = [
+        _range(r.start_ns, r.end_ns, _FWD_TID.sub("", r.name) if strip_fwd_tid else r.name, tid=r.tid)
+        for r in log.ranges
+    ]
+    rows = correlate(profile(ranges, [], [])).ops.to_pylist()
+    place = {r["op_id"]: (r["thread_id"], r["start_ns"]) for r in rows}
+    return {place[r["op_id"]]: place.get(r["fwd_op_id"]) for r in rows if r["is_backward"]
+            and r["seq"] is not None and not r["name"].startswith("autograd::engine::")}
+
+
+@pytest.mark.parametrize("workload", sorted(THREADED))
+def test_converter_on_torch_names_never_links_wrong(injection: Path, workdir: Path, workload: str) -> None:
+    """The recorded threads with fwd_tid removed, as torch's own NVTX names come (CUDA builds):
+    0 links that differ from the fwd_tid ones (checked above against torch.profiler), and every
+    node whose seq names exactly one fitting op (latest per thread, by the harness's own name
+    rule) is linked."""
+    log = _run(injection, workload, "observer", workdir).log
+    assert log is not None
+    truth = _converted_links(log, strip_fwd_tid=False)
+    assert truth and all(v is not None for v in truth.values())
+    guessed = _converted_links(log, strip_fwd_tid=True)
+    wrong = {k: (v, truth[k]) for k, v in guessed.items() if v is not None and v != truth[k]}
+    assert wrong == {}
+
+    unique = _nodes_with_one_fitting_op(log)
+    assert len(unique) >= 4  # dp_threads: the main thread's own nodes; the replicas' collide
+    linked = [k for k in unique if guessed[k] is not None]
+    assert len(linked) >= 0.99 * len(unique)
+
+
+def _nodes_with_one_fitting_op(log: NvtxLog) -> list[Place]:
+    """Backward nodes for which exactly one thread's latest op with the node's seq, started
+    before it, fits the node's name (exact.compatible)."""
+    latest: dict[tuple[int, int], str] = {}
+    out = []
+    for r in log.ranges:
+        m = exact.NAME.match(r.name)
+        if m is None or not m["seq"]:
+            continue
+        seq = int(m["seq"])
+        if not m["tid"]:
+            latest[(r.tid, seq)] = m["name"]
+        elif sum(exact.compatible(op, m["name"]) for (_, s), op in latest.items() if s == seq) == 1:
+            out.append((r.tid, r.start_ns))
+    return out
