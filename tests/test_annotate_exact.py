@@ -20,8 +20,8 @@ import pytest
 pytest.importorskip("torch", reason="emit_nvtx needs torch (pip install 'nvbridge[torch]')")
 
 from nvbridge.annotate import _observer  # noqa: E402
-from tests.nvtx_inject import exact  # noqa: E402
 from nvbridge.engine import correlate  # noqa: E402
+from tests.nvtx_inject import exact  # noqa: E402
 from tests.nvtx_inject.exact_workloads import WORKLOADS  # noqa: E402
 from tests.nvtx_inject.nvtx_log import NvtxLog  # noqa: E402
 from tests.test_correlate import _range, profile  # noqa: E402
