@@ -243,7 +243,7 @@ class _Window:
             for i, col in enumerate(self.vals):
                 out[i, ok] = col[hit[ok]]
             miss = np.flatnonzero(~ok)
-        if len(miss) and self.store:
+        if len(miss) and self.store and len(self.store[0]):
             s_keys, s_seq, *s_vals = self.store
             pos = np.minimum(np.searchsorted(s_keys, q_keys[miss]), max(len(s_keys) - 1, 0))
             ok = (s_keys[pos] == q_keys[miss]) & (s_seq[pos] == q_seq[miss])
@@ -283,14 +283,20 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
     parent_seq = np.where(parent >= 0, seq[np.maximum(parent, 0)], -1)
     parent_tid = np.where(parent >= 0, tid[np.maximum(parent, 0)], -1)
     top = ~((parent_seq == seq) & (parent_tid == tid))
+    # A node torch's engine runs sits in its evaluate_function range, whatever its class name
+    # (torch::autograd::CopySlices): backward, so never a forward candidate.
+    is_eval = np.asarray(pc.starts_with(parsed.column("op_name"), names.EVALUATE).to_numpy(zero_copy_only=False))
+    in_eval = (parent >= 0) & is_eval[np.maximum(parent, 0)] & (seq >= 0)
+    if in_eval.any():
+        at = parsed.schema.get_field_index("is_backward")
+        is_bwd = np.asarray(parsed.column(at).to_numpy(zero_copy_only=False)) | in_eval
+        parsed = parsed.set_column(at, "is_backward", pa.array(is_bwd))
     links = index.link(pid, tid, start, op_id, parsed, seq, top, module, k)
     if carried is not None and k:
         links = Links.concat([carried, links.take(np.arange(k, n))])
 
     # Evaluate-function wrappers carry no seq: they take their node's link (the last node
     # child with one; a carried wrapper keeps its earlier node's unless a new one arrives).
-    op_name = parsed.column("op_name")
-    is_eval = np.asarray(pc.starts_with(op_name, names.EVALUATE).to_numpy(zero_copy_only=False))
     link = links.op_id
     if is_eval.any():
         child = np.full(n, -1, np.int64)
