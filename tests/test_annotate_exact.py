@@ -156,3 +156,31 @@ def _nodes_with_one_fitting_op(log: NvtxLog) -> list[Place]:
         elif sum(exact.compatible(op, m["name"]) for (_, s), op in latest.items() if s == seq) == 1:
             out.append((r.tid, r.start_ns))
     return out
+
+
+_SHAPES = """
+import sys, torch
+from nvbridge.annotate import emit_nvtx
+from tests.nvtx_inject.exact_workloads import Scale
+x, w = torch.randn(4, 6, requires_grad=True), torch.ones(6, requires_grad=True)
+with emit_nvtx(backend=sys.argv[2], record_shapes=True):
+    torch.stack([x, x * 2]).sum().backward()
+    Scale.apply(x, w).sum().backward()
+open(sys.argv[1], "w").write("null")
+"""
+
+
+def test_python_fallback_sizes_equal_torchs(injection: Path, tmp_path: Path) -> None:
+    """Issue #15 cause 5 in the fallback: tensor lists flattened, custom Functions sized, as
+    torch's own inputSizes gives them through the observer."""
+    from tests.nvtx_inject.nvtx_log import run_scenario
+
+    def sizes(backend: str) -> dict[str, str]:
+        code = _SHAPES.replace("sys.argv[2]", repr(backend))
+        log, _ = run_scenario(injection, f"shapes_{backend}", tmp_path, code=code)
+        return {r.name.split(",")[0]: r.name.split(", sizes = ")[1].split(", fwd_tid")[0]
+                for r in log.ranges if r.name.startswith(("aten::stack,", "Scale,"))}
+
+    theirs = sizes("observer")
+    assert theirs == {"aten::stack": "[[4, 6], [4, 6], []]", "Scale": "[[4, 6], [6]]"}
+    assert sizes("python") == theirs

@@ -24,7 +24,7 @@ from nvbridge.annotate import _nvtx_lib, _observer
 from nvbridge.annotate._backward import run_backward_with_ranges
 from nvbridge.annotate._modules import ModuleRanges
 from nvbridge.annotate._names import forward_name, step_name
-from nvbridge.annotate._ops import BackwardCallMode, OpDispatchMode, next_op_id
+from nvbridge.annotate._ops import BackwardCallMode, OpDispatchMode, input_sizes, next_op_id
 
 __all__ = ["Backend", "emit_nvtx", "nvtx_range"]
 
@@ -124,7 +124,8 @@ def _wrapped_apply(apply: Any, emitter: _nvtx_lib.Emitter, thread_modes: threadi
         mode = getattr(thread_modes, "dispatch", None)
         if mode is None:  # thread not annotated by the python backend (native emits its own)
             return bind(None, cls)(*args, **kwargs)
-        emitter.push(forward_name(cls.__name__, peek(), next_op_id()))
+        sizes = input_sizes(args) if mode.record_shapes else None  # torch records every argument
+        emitter.push(forward_name(cls.__name__, peek(), next_op_id(), sizes))
         try:
             return bind(None, cls)(*args, **kwargs)
         finally:
