@@ -184,3 +184,35 @@ def test_python_fallback_sizes_equal_torchs(injection: Path, tmp_path: Path) -> 
     theirs = sizes("observer")
     assert theirs == {"aten::stack": "[[4, 6], [4, 6], []]", "Scale": "[[4, 6], [6]]"}
     assert sizes("python") == theirs
+
+
+_NO_COMPILER = """
+import json, os, sys
+os.environ["PATH"] = ""                        # no c++, no ninja
+os.environ["NVBRIDGE_CACHE_DIR"] = sys.argv[1] + ".cache"   # nothing built before
+import torch
+from nvbridge.annotate import _observer, emit_nvtx
+with emit_nvtx() as nv:
+    torch.ones(2, requires_grad=True).sum().backward()
+    auto = nv.active_backend
+try:
+    with emit_nvtx(backend="observer"):
+        pass
+    error = None
+except ValueError as exc:
+    error = str(exc)
+json.dump([auto, error], open(sys.argv[1], "w"))
+"""
+
+
+def test_without_a_compiler_auto_falls_back_and_observer_says_why(injection: Path, tmp_path: Path) -> None:
+    from tests.nvtx_inject.nvtx_log import run_scenario
+
+    log, (auto, error) = run_scenario(injection, "no_compiler", tmp_path, code=_NO_COMPILER)
+    assert auto == "python"
+    # the NVTX header check comes first: a machine without the nvidia-nvtx wheel stops there
+    assert error in (
+        "backend='observer' is unavailable: no C++ compiler (install g++); use 'auto'",
+        "backend='observer' is unavailable: no NVTX3 header (pip install nvidia-nvtx-cu12); use 'auto'",
+    )
+    assert any(r.name.startswith("SumBackward0, stashed seq = ") for r in log.ranges)

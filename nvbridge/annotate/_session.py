@@ -1,6 +1,9 @@
 """``emit_nvtx``: turn annotation on for a block, on the entering thread, and off again cleanly.
 
-What is per thread and what is global: TorchDispatchMode/TorchFunctionMode stacks are
+Backends: the C++ RecordFunction observer (``_observer.py``; ``auto``'s first choice), torch's
+native NVTX state (CUDA builds), or the python modes and hooks (``_ops.py``, ``_backward.py``).
+
+What is per thread and what is global: the observer's callback and TorchDispatchMode stacks are
 thread-local, so each thread that should be annotated enters its own ``emit_nvtx`` (a second
 Python thread does ``with nvbridge.emit_nvtx(): ...`` in its body). The ``Module.__call__``,
 ``autograd.Function.apply`` and backward-engine wrappers are process-wide; they are
