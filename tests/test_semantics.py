@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import nvbridge
@@ -186,7 +187,7 @@ def test_nodes_named_by_the_observer_are_backward_whatever_their_class() -> None
 
 OBSERVER_SAMPLES = sorted(p.name for p in SAMPLE_DB.glob("observer_*.sqlite"))
 _NAME = re.compile(
-    r"^(?P<name>.*?)(?:, seq = (?P<seq>\d+))?, op_id = \d+(?:, sizes = \[.*\])?(?:, fwd_tid = (?P<tid>\d+))?$"
+    r"^(?P<name>.*?)(?:, seq = (?P<seq>\d+))?, op_id = \d+(?:, fwd_tid = (?P<tid>\d+))?(?:, sizes = \[.*\])?$"
 )
 
 
@@ -239,7 +240,7 @@ def test_observer_recordings_link_as_torch_does(sample: str) -> None:
            for r in nodes.itertuples()}
     assert got == expected
 
-    stripped = [_range(a, b, re.sub(r", fwd_tid = \d+$", "", name), tid=tid) for tid, a, b, name in ranges]
+    stripped = [_range(a, b, re.sub(r", fwd_tid = \d+", "", name), tid=tid) for tid, a, b, name in ranges]
     guessed = _converted(stripped)
     assert set(guessed) == set(expected)
     assert {k: v for k, v in guessed.items() if v is not None and v != expected[k]} == {}
@@ -262,3 +263,18 @@ def _one_fitting_op(ranges: list[tuple[int, int, int, str]]) -> list[tuple[int, 
         elif sum(compatible(op, m["name"]) for (_, s), op in latest.items() if s == seq) == 1:
             out.append((tid, start))
     return out
+
+
+def test_observer_names_parse_whole() -> None:
+    """The observer's backward node name: seq, fwd_tid and sizes all read, and it is backward."""
+    table = names.parse(pa.array([
+        "AddmmBackward0, seq = 1, op_id = 61, fwd_tid = 23949, sizes = [[4, 6]]",
+        "torch::autograd::CopySlices, seq = 11, op_id = 81, fwd_tid = 23949, sizes = [[4, 6]]",
+        "aten::stack, seq = 2, op_id = 11, sizes = [[2, 3], [2, 3], []]",
+    ])).to_pylist()
+    assert [(r["op_name"], r["seq"], r["torch_op_id"], r["fwd_tid"], r["input_shapes"], r["is_backward"])
+            for r in table] == [
+        ("AddmmBackward0", 1, 61, 23949, "[[4, 6]]", True),
+        ("torch::autograd::CopySlices", 11, 81, 23949, "[[4, 6]]", True),
+        ("aten::stack", 2, 11, None, "[[2, 3], [2, 3], []]", False),
+    ]

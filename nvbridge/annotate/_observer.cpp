@@ -3,7 +3,8 @@
 // The same hook torch's own NVTX observer uses (torch/csrc/profiler/standalone/nvtx_observer.cpp),
 // so it sees exactly the ops torch.profiler sees and changes nothing in dispatch. Names follow
 // torch's getNvtxStr (torch/csrc/profiler/util.cpp, not exported, hence rebuilt here):
-//   <name>[, seq = N][, op_id = K][, sizes = [[..], ..]][, fwd_tid = T]
+//   <name>[, seq = N][, op_id = K][, fwd_tid = T][, sizes = [[..], ..]]
+// (fwd_tid before sizes: a parser reads sizes as the bracketed text running to the end).
 // op_id is RecordFunction's process-wide handle. fwd_tid is nvbridge's addition on backward nodes:
 // RecordFunction's forwardThreadId() is torch's logical thread number, mapped here to the Linux
 // thread id Nsight Systems records (each thread registers its pair on its first annotated op).
@@ -56,16 +57,16 @@ std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
   if (fn.handle() > 0) {
     name += ", op_id = " + std::to_string(fn.handle());
   }
-  if (shapes) {
-    auto sizes = torch::profiler::impl::inputSizes(fn, /*flatten_list_enabled=*/true);
-    if (!sizes.empty()) {
-      name += ", sizes = " + torch::profiler::impl::shapesToStr(sizes);
-    }
-  }
   if (seq >= 0 && fn.forwardThreadId() != 0) {
     const int64_t tid = os_tid(fn.forwardThreadId());
     if (tid >= 0) {
       name += ", fwd_tid = " + std::to_string(tid);
+    }
+  }
+  if (shapes) {
+    auto sizes = torch::profiler::impl::inputSizes(fn, /*flatten_list_enabled=*/true);
+    if (!sizes.empty()) {
+      name += ", sizes = " + torch::profiler::impl::shapesToStr(sizes);
     }
   }
   nvtxRangePushA(name.c_str());

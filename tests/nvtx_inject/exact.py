@@ -23,8 +23,8 @@ from tests.nvtx_inject.nvtx_log import REPO, NvtxLog, parse_log
 
 HERE = Path(__file__).resolve().parent
 NAME = re.compile(
-    r"^(?P<name>.*?)(?:, seq = (?P<seq>\d+))?, op_id = (?P<op_id>\d+)(?:, sizes = \[.*\])?"
-    r"(?:, fwd_tid = (?P<tid>\d+))?$",
+    r"^(?P<name>.*?)(?:, seq = (?P<seq>\d+))?, op_id = (?P<op_id>\d+)(?:, fwd_tid = (?P<tid>\d+))?"
+    r"(?:, sizes = \[.*\])?$",
     re.S,
 )
 Pair = tuple[str | None, int, str]
