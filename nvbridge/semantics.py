@@ -30,6 +30,9 @@ from nvbridge.columns import dense_ids, np_col, one_chunk
 # a larger seq still links, checked against the stored seq).
 SEQ_BITS = 40
 _SEQ_MASK = (1 << SEQ_BITS) - 1
+# A forward candidate's looked-up values: op_id, then pool ids of module path, input shapes and
+# op name; more columns to carry to backward rows go after these.
+_NAME_ROW = 3
 
 
 def _inherit_down(parent: np.ndarray, depth: np.ndarray, own: list[object | None]) -> list[object | None]:
@@ -134,23 +137,23 @@ class ForwardIndex:
         is_new = np.arange(n) >= new_from
         cand = np.flatnonzero((seq >= 0) & ~is_bwd & is_new)
         query = np.flatnonzero((seq >= 0) & is_bwd & is_new)
-        names = one_chunk(parsed.column("op_name"))
+        op_names = one_chunk(parsed.column("op_name"))
         c_keys = self._keys(pid[cand], tid[cand], seq[cand])
         c_vals = (op_id[cand], self._intern(module.take(pa.array(cand))),
                   self._intern(one_chunk(parsed.column("input_shapes")).take(pa.array(cand))),
-                  self._intern(names.take(pa.array(cand))))
+                  self._intern(op_names.take(pa.array(cand))))
         window = _Window(c_keys, start[cand], seq[cand], c_vals, self._store[False])
         is_top = top[cand]
         top_window = _Window(c_keys[is_top], start[cand][is_top], seq[cand][is_top],
                              tuple(v[is_top] for v in c_vals), self._store[True])
-        found = np.full((4, n), -1, np.int64)  # op_id, module, shapes, name of the linked op
+        found = np.full((len(c_vals), n), -1, np.int64)  # c_vals' columns of the linked op
         exact = query[fwd_tid[query] >= 0]
         if len(exact):  # the forward thread is named: torch's own rule on that thread
             found[:, exact] = window.latest(self._keys(pid[exact], fwd_tid[exact], seq[exact]), start[exact],
                                             seq[exact])
         guess = query[fwd_tid[query] < 0]
         if len(guess):
-            found[:, guess] = self._decide(guess, pid, tid, start, seq, names, (window, top_window))
+            found[:, guess] = self._decide(guess, pid, tid, start, seq, op_names, (window, top_window))
         if len(cand):
             self._remember(False, c_keys, seq[cand], start[cand], c_vals)
             self._remember(True, c_keys[is_top], seq[cand][is_top], start[cand][is_top],
@@ -158,17 +161,18 @@ class ForwardIndex:
         return Links(found[0], self._pooled(found[1]), self._pooled(found[2]), found[0])
 
     def _decide(self, q: np.ndarray, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, seq: np.ndarray,
-                names: pa.Array, windows: tuple[_Window, _Window]) -> np.ndarray:
+                op_names: pa.Array, windows: tuple[_Window, _Window]) -> np.ndarray:
         """Backward nodes that do not name their forward thread (torch's own names): on each thread
         of the process, the latest op with their seq (torch's rule) or else the top-most op of
         that seq (torch 1.x nests ops sharing a seq: ``contiguous`` holds ``empty``), kept only if
         its name fits the node (AddmmBackward0 <-> addmm). One fitting thread links; several link
         only if one of them is the node's own thread; otherwise the link stays empty."""
+        width = len(windows[0].vals)
         groups = [(g, p, t) for (p, t), g in self._groups.items()]
         if not groups:
-            return np.full((4, len(q)), -1, np.int64)
-        per_thread = np.full((len(groups), 4, len(q)), -1, np.int64)
-        node_ids = self._intern(names.take(pa.array(q)))
+            return np.full((width, len(q)), -1, np.int64)
+        per_thread = np.full((len(groups), width, len(q)), -1, np.int64)
+        node_ids = self._intern(op_names.take(pa.array(q)))
         for row, (g, p, _) in enumerate(groups):
             at = np.flatnonzero(pid[q] == p)
             if not len(at):
@@ -176,13 +180,13 @@ class ForwardIndex:
             keys = (np.int64(g) << SEQ_BITS) | (seq[q[at]] & _SEQ_MASK)
             for window in windows[::-1]:  # the latest op wins over the top-most one
                 hit = window.latest(keys, start[q[at]], seq[q[at]])
-                ok = self._fits(node_ids[at], hit[3]) & (hit[0] >= 0)
+                ok = self._fits(node_ids[at], hit[_NAME_ROW]) & (hit[0] >= 0)
                 per_thread[row][:, at[ok]] = hit[:, ok]
         fits = per_thread[:, 0, :] >= 0
         own = np.array([[t for _, _, t in groups]], np.int64).T == tid[q][None, :]
         count = fits.sum(0)
         choice = np.where(count == 1, fits.argmax(0), np.where((fits & own).any(0), (fits & own).argmax(0), -1))
-        out = np.full((4, len(q)), -1, np.int64)
+        out = np.full((width, len(q)), -1, np.int64)
         ok = np.flatnonzero(choice >= 0)
         out[:, ok] = per_thread[choice[ok], :, ok].T
         return out
@@ -225,7 +229,7 @@ class _Window:
     def latest(self, q_keys: np.ndarray, q_start: np.ndarray, q_seq: np.ndarray) -> np.ndarray:
         """(op_id, module, shapes, name) of the latest candidate with each key that started by
         the query's start (this window first, then earlier windows); -1 where none."""
-        out = np.full((4, len(q_keys)), -1, np.int64)
+        out = np.full((len(self.vals), len(q_keys)), -1, np.int64)
         miss = np.arange(len(q_keys))
         if len(self.keys):
             # One sort key per (key, start): a dense key number above the start's offset.
