@@ -89,7 +89,8 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     trimmed = pc.utf8_rtrim(op, "0123456789")
     node = pc.or_(pc.ends_with(trimmed, "Backward"), pc.ends_with(trimmed, "Backwards"))
     node = pc.and_(node, pc.is_valid(seq))
-    is_backward = pc.or_(pc.or_(stashed, node), evaluate)
+    # fwd_tid marks a backward node of nvbridge's observer whatever its class name (CopySlices).
+    is_backward = pc.or_(pc.or_(pc.or_(stashed, node), evaluate), pc.is_valid(cols["fwd_tid"]))
 
     first_bytes = _first_bytes(names)
     module_path = pa.nulls(n, pa.string())
@@ -326,3 +327,40 @@ def _pyprof(names: pa.Array, rows: np.ndarray, cols: dict[str, Any]) -> None:
     cols["input_dtypes"] = pa.array(dtypes, pa.string())
     cols["input_values"] = pa.array(values, pa.string())
     cols["stack"] = pa.array(stack, pa.list_(pa.string()))
+
+
+def _stem(name: str) -> str:
+    """``aten::_native_layer_norm_`` -> ``nativelayernorm``: what a node's class name is built from."""
+    base = name.rsplit("::", 1)[-1].lower().replace("_", "")
+    trimmed = base.rstrip("0123456789")
+    for suffix in ("backwards", "backward"):
+        if trimmed.endswith(suffix):
+            return trimmed[: -len(suffix)]
+    return base
+
+
+# Nodes whose forward op is named otherwise: CopySlices wraps the in-place op on a view it
+# replaces; CopyBackwards comes from copy_; the rest are views or copies torch makes inside ops.
+_NODE_OPS = {
+    "copyslices": ("", "copy"),  # "" = any in-place op (name ending in "_")
+    "copybackwards": ("copy", "contiguous", "to", "clone", "type"),  # ops that call copy_
+    "unsafeview": ("reshape", "view", "flatten", "matmul", "linear", "einsum"),
+    "expand": ("expandas", "broadcastto", "matmul", "linear"),
+}
+
+
+def fits(node: str, forward: str) -> bool:
+    """Could the forward op ``forward`` have made the backward node ``node``?
+
+    ``AddmmBackward0`` fits ``aten::addmm``; ``NativeLayerNormBackward0`` fits
+    ``aten::native_layer_norm``; ``MyFnBackward`` fits the custom Function ``MyFn``; a node
+    without a ``Backward`` class name fits only the ops listed for it. Used where a backward
+    node does not name its forward thread, to refuse links a colliding seq would make.
+    """
+    op, stem = _stem(forward), _stem(node)
+    if op in (stem, stem + "forward"):  # torch 1.x: NllLossBackward <- nll_loss_forward
+        return True
+    for allowed in _NODE_OPS.get(stem if stem in _NODE_OPS else node.rsplit("::", 1)[-1].lower(), ()):
+        if (allowed == "" and forward.endswith("_")) or (allowed and op == allowed):
+            return True
+    return False

@@ -5,11 +5,13 @@ hands over one window of ops at a time (the ranges still open from earlier windo
 and :class:`ForwardIndex` remembers the forward ops of earlier windows.
 
 Forward -> backward (DESIGN.md): a backward node carrying sequence number N is linked to the
-forward op with seq N on the forward thread: the top-most op with that seq (not one nested in
-another op of the same seq) that started last before the backward node. Where nvbridge's own
-emit_nvtx recorded the forward thread (``fwd_tid``), the match uses it and is exact; otherwise
-the candidates are every thread of the process. Backward nodes inherit the forward op's input
-shapes, dtypes and module path.
+forward op with seq N on the forward thread that started last before the node, as torch.profiler
+links them (AddmmBackward0 -> aten::addmm, not the aten::linear holding it). Where nvbridge's
+emit_nvtx recorded the forward thread (``fwd_tid``), that thread is used and the link is exact.
+Otherwise (torch's own names) seq numbers of different threads collide, so a link is made only
+where the evidence decides (:meth:`ForwardIndex._decide`: names that fit, the node's own thread)
+and is left empty where it does not. Backward nodes inherit the forward op's input shapes,
+dtypes and module path.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from nvbridge.columns import dense_ids, np_col, one_chunk
 # a larger seq still links, checked against the stored seq).
 SEQ_BITS = 40
 _SEQ_MASK = (1 << SEQ_BITS) - 1
-_ANY_THREAD = -1
+# A forward candidate's looked-up values: op_id, then pool ids of module path, input shapes and
+# op name; more columns to carry to backward rows go after these (input dtypes).
+_NAME_ROW = 3
 
 
 def _inherit_down(parent: np.ndarray, depth: np.ndarray, own: list[object | None]) -> list[object | None]:
@@ -94,7 +98,7 @@ class ForwardIndex:
         self._strings: dict[str, int] = {}
         self._values: list[str] = []
         self._pool = pa.array([], pa.string())  # _values as Arrow, rebuilt only when it grows
-        self._store: dict[bool, tuple[np.ndarray, ...]] = {}
+        self._store: dict[bool, tuple[np.ndarray, ...]] = {True: (), False: ()}  # top-most ops only?
 
     def _keys(self, pid: np.ndarray, thread: np.ndarray, seq: np.ndarray) -> np.ndarray:
         ids, count = dense_ids(pid, thread)
@@ -129,73 +133,131 @@ class ForwardIndex:
              parsed: pa.Table, seq: np.ndarray, top: np.ndarray, module: pa.Array, new_from: int) -> Links:
         """Links for rows ``new_from:`` (rows before it are carried, already linked), then remember
         this window's forward ops. ``seq`` is parsed's seq column (-1 for none); ``module`` is
-        each row's inherited module path."""
+        each row's inherited module path; ``top``: the op is not nested in one with its seq."""
         n = len(pid)
         is_bwd = np.asarray(parsed.column("is_backward").to_numpy(zero_copy_only=False))
         fwd_tid = np_col(parsed, "fwd_tid", fill=-1)
         is_new = np.arange(n) >= new_from
-        cand = np.flatnonzero((seq >= 0) & ~is_bwd & top & is_new)
+        cand = np.flatnonzero((seq >= 0) & ~is_bwd & is_new)
         query = np.flatnonzero((seq >= 0) & is_bwd & is_new)
-        link = np.full(n, -1, np.int64)
-        mod_id = np.full(n, -1, np.int64)
-        shp_id = np.full(n, -1, np.int64)
-        dtp_id = np.full(n, -1, np.int64)
+        op_names = one_chunk(parsed.column("op_name"))
+        c_keys = self._keys(pid[cand], tid[cand], seq[cand])
+        c_vals = (op_id[cand], self._intern(module.take(pa.array(cand))),
+                  self._intern(one_chunk(parsed.column("input_shapes")).take(pa.array(cand))),
+                  self._intern(op_names.take(pa.array(cand))),
+                  self._intern(one_chunk(parsed.column("input_dtypes")).take(pa.array(cand))))
+        window = _Window(c_keys, start[cand], seq[cand], c_vals, self._store[False])
+        is_top = top[cand]
+        top_window = _Window(c_keys[is_top], start[cand][is_top], seq[cand][is_top],
+                             tuple(v[is_top] for v in c_vals), self._store[True])
+        found = np.full((len(c_vals), n), -1, np.int64)  # c_vals' columns of the linked op
+        exact = query[fwd_tid[query] >= 0]
+        if len(exact):  # the forward thread is named: torch's own rule on that thread
+            found[:, exact] = window.latest(self._keys(pid[exact], fwd_tid[exact], seq[exact]), start[exact],
+                                            seq[exact])
+        guess = query[fwd_tid[query] < 0]
+        if len(guess):
+            found[:, guess] = self._decide(guess, pid, tid, start, seq, op_names, (window, top_window))
         if len(cand):
-            cand_mod = self._intern(module.take(pa.array(cand)))
-            cand_shp = self._intern(one_chunk(parsed.column("input_shapes")).take(pa.array(cand)))
-            cand_dtp = self._intern(one_chunk(parsed.column("input_dtypes")).take(pa.array(cand)))
-        lo = int(start.min()) if n else 0
-        span = int(start.max()) - lo + 1 if n else 1
-        for exact in (True, False):
-            c_keys = self._keys(pid[cand], tid[cand] if exact else np.full(len(cand), _ANY_THREAD), seq[cand])
-            q = query[(fwd_tid[query] >= 0) == exact]
-            if len(q):
-                q_keys = self._keys(pid[q], fwd_tid[q] if exact else np.full(len(q), _ANY_THREAD), seq[q])
-                found = np.full(len(q), -1, np.int64)
-                if len(cand):
-                    # This window: the latest candidate with the key that started by the node's start.
-                    gid, ngroups = dense_ids(np.concatenate([c_keys, q_keys]))
-                    if ngroups * span >= 2**62:
-                        raise OverflowError("time span too wide to key forward candidates")
-                    g_c, g_q = gid[: len(cand)], gid[len(cand):]
-                    keys = g_c * span + (start[cand] - lo)
-                    order = np.argsort(keys, kind="stable")
-                    pos = np.searchsorted(keys[order], g_q * span + (start[q] - lo), "right") - 1
-                    hit = order[np.maximum(pos, 0)]
-                    ok = (pos >= 0) & (g_c[hit] == g_q) & (seq[cand[hit]] == seq[q])
-                    found[ok] = hit[ok]
-                    link[q[ok]] = op_id[cand[hit[ok]]]
-                    mod_id[q[ok]], shp_id[q[ok]] = cand_mod[hit[ok]], cand_shp[hit[ok]]
-                    dtp_id[q[ok]] = cand_dtp[hit[ok]]
-                # Earlier windows: every stored op started before this window.
-                miss = np.flatnonzero(found < 0)
-                if len(miss) and exact in self._store:
-                    s_keys, s_seq, s_op, s_mod, s_shp, s_dtp = self._store[exact]
-                    pos = np.minimum(np.searchsorted(s_keys, q_keys[miss]), max(len(s_keys) - 1, 0))
-                    ok = (s_keys[pos] == q_keys[miss]) & (s_seq[pos] == seq[q[miss]])
-                    rows, pos = q[miss[ok]], pos[ok]
-                    link[rows], mod_id[rows], shp_id[rows] = s_op[pos], s_mod[pos], s_shp[pos]
-                    dtp_id[rows] = s_dtp[pos]
-            if len(cand):
-                self._remember(exact, c_keys, seq[cand], start[cand], op_id[cand], cand_mod, cand_shp, cand_dtp)
-        return Links(link, self._pooled(mod_id), self._pooled(shp_id), link, self._pooled(dtp_id))
+            self._remember(False, c_keys, seq[cand], start[cand], c_vals)
+            self._remember(True, c_keys[is_top], seq[cand][is_top], start[cand][is_top],
+                           tuple(v[is_top] for v in c_vals))
+        return Links(found[0], self._pooled(found[1]), self._pooled(found[2]), found[0], self._pooled(found[4]))
 
-    def _remember(self, exact: bool, keys: np.ndarray, seq: np.ndarray, start: np.ndarray, op_id: np.ndarray,
-                  mod: np.ndarray, shp: np.ndarray, dtp: np.ndarray) -> None:
-        """Merge this window's candidates into the store, keeping the latest per key."""
+    def _decide(self, q: np.ndarray, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, seq: np.ndarray,
+                op_names: pa.Array, windows: tuple[_Window, _Window]) -> np.ndarray:
+        """Backward nodes that do not name their forward thread (torch's own names): on each thread
+        of the process, the latest op with their seq (torch's rule) or else the top-most op of
+        that seq (torch 1.x nests ops sharing a seq: ``contiguous`` holds ``empty``), kept only if
+        its name fits the node (AddmmBackward0 <-> addmm). One fitting thread links; several link
+        only if one of them is the node's own thread; otherwise the link stays empty."""
+        width = len(windows[0].vals)
+        groups = [(g, p, t) for (p, t), g in self._groups.items()]
+        if not groups:
+            return np.full((width, len(q)), -1, np.int64)
+        per_thread = np.full((len(groups), width, len(q)), -1, np.int64)
+        node_ids = self._intern(op_names.take(pa.array(q)))
+        for row, (g, p, _) in enumerate(groups):
+            at = np.flatnonzero(pid[q] == p)
+            if not len(at):
+                continue
+            keys = (np.int64(g) << SEQ_BITS) | (seq[q[at]] & _SEQ_MASK)
+            for window in windows[::-1]:  # the latest op wins over the top-most one
+                hit = window.latest(keys, start[q[at]], seq[q[at]])
+                ok = self._fits(node_ids[at], hit[_NAME_ROW]) & (hit[0] >= 0)
+                per_thread[row][:, at[ok]] = hit[:, ok]
+        fits = per_thread[:, 0, :] >= 0
+        own = np.array([[t for _, _, t in groups]], np.int64).T == tid[q][None, :]
+        count = fits.sum(0)
+        choice = np.where(count == 1, fits.argmax(0), np.where((fits & own).any(0), (fits & own).argmax(0), -1))
+        out = np.full((width, len(q)), -1, np.int64)
+        ok = np.flatnonzero(choice >= 0)
+        out[:, ok] = per_thread[choice[ok], :, ok].T
+        return out
+
+    def _fits(self, node_ids: np.ndarray, fwd_ids: np.ndarray) -> np.ndarray:
+        """names.fits for each (node, forward op) pair, evaluated once per distinct pair."""
+        if not len(node_ids):
+            return np.zeros(0, bool)
+        pairs = np.stack([node_ids, fwd_ids], 1)
+        distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        ok = np.array([f >= 0 and names.fits(self._values[b], self._values[f]) for b, f in distinct.tolist()], bool)
+        result: np.ndarray = ok[inverse.ravel()].reshape(fwd_ids.shape)
+        return result
+
+    def _remember(self, top: bool, keys: np.ndarray, seq: np.ndarray, start: np.ndarray,
+                  vals: tuple[np.ndarray, ...]) -> None:
+        """Merge this window's candidates into a store, keeping the latest per key."""
         order = np.lexsort((start, keys))
         last = np.ones(len(order), bool)
         last[:-1] = keys[order][1:] != keys[order][:-1]
-        new = [a[order][last] for a in (keys, seq, op_id, mod, shp, dtp)]
-        if exact in self._store:
+        new = [a[order][last] for a in (keys, seq, *vals)]
+        if self._store[top]:
             # Older entries first: a stable sort keeps a key's newest entry last.
-            merged = [np.concatenate([old, add]) for old, add in zip(self._store[exact], new)]
+            merged = [np.concatenate([old, add]) for old, add in zip(self._store[top], new)]
             order = np.argsort(merged[0], kind="stable")
             k = merged[0][order]
             last = np.ones(len(k), bool)
             last[:-1] = k[1:] != k[:-1]
             new = [a[order][last] for a in merged]
-        self._store[exact] = tuple(new)
+        self._store[top] = tuple(new)
+
+
+class _Window:
+    """Forward candidates of this window (by key and start) over the store of earlier ones."""
+
+    def __init__(self, keys: np.ndarray, start: np.ndarray, seq: np.ndarray, vals: tuple[np.ndarray, ...],
+                 store: tuple[np.ndarray, ...]) -> None:
+        self.keys, self.start, self.seq, self.vals, self.store = keys, start, seq, vals, store
+
+    def latest(self, q_keys: np.ndarray, q_start: np.ndarray, q_seq: np.ndarray) -> np.ndarray:
+        """(op_id, module, shapes, name) of the latest candidate with each key that started by
+        the query's start (this window first, then earlier windows); -1 where none."""
+        out = np.full((len(self.vals), len(q_keys)), -1, np.int64)
+        miss = np.arange(len(q_keys))
+        if len(self.keys):
+            # One sort key per (key, start): a dense key number above the start's offset.
+            gid, ngroups = dense_ids(np.concatenate([self.keys, q_keys]))
+            g_c, g_q = gid[: len(self.keys)], gid[len(self.keys):]
+            lo = int(min(self.start.min(), q_start.min()))
+            span = int(max(self.start.max(), q_start.max())) - lo + 1
+            if ngroups * span >= 2**62:
+                raise OverflowError("time span too wide to key forward candidates")
+            composite = g_c * span + (self.start - lo)
+            order = np.argsort(composite, kind="stable")
+            pos = np.searchsorted(composite[order], g_q * span + (q_start - lo), "right") - 1
+            hit = order[np.maximum(pos, 0)]
+            ok = (pos >= 0) & (g_c[hit] == g_q) & (self.seq[hit] == q_seq)
+            for i, col in enumerate(self.vals):
+                out[i, ok] = col[hit[ok]]
+            miss = np.flatnonzero(~ok)
+        if len(miss) and self.store and len(self.store[0]):
+            s_keys, s_seq, *s_vals = self.store
+            pos = np.minimum(np.searchsorted(s_keys, q_keys[miss]), max(len(s_keys) - 1, 0))
+            ok = (s_keys[pos] == q_keys[miss]) & (s_seq[pos] == q_seq[miss])
+            for i, col in enumerate(s_vals):
+                out[i, miss[ok]] = col[pos[ok]]
+        return out
 
 
 def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.ndarray, start: np.ndarray,
@@ -217,9 +279,6 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
     n = len(parent)
     k = 0 if carried is None else len(carried.op_id)
     seq = np_col(parsed, "seq", fill=-1)
-    parent_seq = np.where(parent >= 0, seq[np.maximum(parent, 0)], -1)
-    parent_tid = np.where(parent >= 0, tid[np.maximum(parent, 0)], -1)
-    top = ~((parent_seq == seq) & (parent_tid == tid))
 
     # Module path from the op or its ancestors (before backward rows take their forward op's).
     module_col = one_chunk(parsed.column("module"))
@@ -229,14 +288,23 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
     else:
         module = module_col
 
+    parent_seq = np.where(parent >= 0, seq[np.maximum(parent, 0)], -1)
+    parent_tid = np.where(parent >= 0, tid[np.maximum(parent, 0)], -1)
+    top = ~((parent_seq == seq) & (parent_tid == tid))
+    # A node torch's engine runs sits in its evaluate_function range, whatever its class name
+    # (torch::autograd::CopySlices): backward, so never a forward candidate.
+    is_eval = np.asarray(pc.starts_with(parsed.column("op_name"), names.EVALUATE).to_numpy(zero_copy_only=False))
+    in_eval = (parent >= 0) & is_eval[np.maximum(parent, 0)] & (seq >= 0)
+    if in_eval.any():
+        at = parsed.schema.get_field_index("is_backward")
+        is_bwd = np.asarray(parsed.column(at).to_numpy(zero_copy_only=False)) | in_eval
+        parsed = parsed.set_column(at, "is_backward", pa.array(is_bwd))
     links = index.link(pid, tid, start, op_id, parsed, seq, top, module, k)
     if carried is not None and k:
         links = Links.concat([carried, links.take(np.arange(k, n))])
 
     # Evaluate-function wrappers carry no seq: they take their node's link (the last node
     # child with one; a carried wrapper keeps its earlier node's unless a new one arrives).
-    op_name = parsed.column("op_name")
-    is_eval = np.asarray(pc.starts_with(op_name, names.EVALUATE).to_numpy(zero_copy_only=False))
     link = links.op_id
     if is_eval.any():
         child = np.full(n, -1, np.int64)
@@ -272,7 +340,7 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
         dtypes = pc.if_else(pc.and_(fwd, pc.is_null(dtypes)), links.dtypes, dtypes)
     cols["input_dtypes"] = dtypes
     cols["input_values"] = parsed.column("input_values")
-    cols.update(flops.cost_columns(one_chunk(op_name), one_chunk(shapes), one_chunk(dtypes),
+    cols.update(flops.cost_columns(one_chunk(parsed.column("op_name")), one_chunk(shapes), one_chunk(dtypes),
                                    one_chunk(cols["input_values"])))
     cols["module_path"] = module_path
     cols["fwd_op_id"] = pa.array(link, mask=link < 0)

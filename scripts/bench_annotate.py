@@ -5,7 +5,9 @@ process, in two phases:
 
 1. No collector: ``baseline`` (no annotation), ``emit_nvtx, no collector`` (what a run pays when
    nsys is not attached: nothing is installed) and ``torch.profiler (CPU)``, for scale.
-2. Collector attached: ``emit_nvtx python, <collector>`` and ``baseline, collector phase`` again.
+2. Collector attached: ``emit_nvtx observer, <collector>`` (the C++ RecordFunction observer),
+   ``emit_nvtx python, <collector>``, ``emit_nvtx native`` on CUDA builds of torch (torch's own
+   NVTX ranges, the reference the observer is held to), and ``baseline, collector phase`` again.
    Under ``nsys profile`` the collector is Nsight Systems itself; otherwise the test collector
    (tests/nvtx_inject/inject.c) is compiled and attached here, writing its log to /dev/null.
 
@@ -97,9 +99,16 @@ def timed(
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def count_ranges(body: Callable[[], None]) -> int:
-    """How many NVTX ranges one call of ``body`` emits (counted through the emitter)."""
+def count_ranges(body: Callable[[], None], backend: str = "python") -> int:
+    """How many NVTX ranges one call of ``body`` emits: those through the Python emitter, plus
+    for the C++ backends one per RecordFunction (torch.profiler counts the same records)."""
     from nvbridge.annotate import _nvtx_lib
+
+    records = 0
+    if backend != "python":
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            body()
+        records = len(prof.events())
 
     counter = [0]
     real = _nvtx_lib.load_emitter()
@@ -108,11 +117,12 @@ def count_ranges(body: Callable[[], None]) -> int:
     )
     _nvtx_lib._cached = counting
     try:
-        with emit_nvtx(backend="python"):
+        with emit_nvtx(backend="python" if backend == "python" else "observer"):
+            # observer: its own ranges bypass the emitter; only modules are counted here
             body()
     finally:
         _nvtx_lib._cached = real
-    return counter[0]
+    return counter[0] + records
 
 
 def main() -> None:
@@ -158,9 +168,11 @@ def main() -> None:
         os.environ["NVTX_INJECTION64_PATH"] = str(lib)
         os.environ["NVBRIDGE_NVTX_LOG"] = os.devnull
     with_collector = f"emit_nvtx python, {collector}"
+    observer = f"emit_nvtx observer, {collector}"
     rebase = "baseline, collector phase"
     collector_modes: dict[str, Callable[[], AbstractContextManager[object]]] = {
         rebase: nullcontext,
+        observer: lambda: emit_nvtx(backend="observer"),
         with_collector: lambda: emit_nvtx(backend="python"),
     }
     # The native backend exists only where torch was built with CUDA (no GPU needed to run it).
@@ -171,6 +183,7 @@ def main() -> None:
         for mname, seconds in timed(collector_modes, body, args.repeat).items():
             results[(wname, mname)] = seconds
     ranges_per_step = count_ranges(train_step())
+    observer_ranges = count_ranges(train_step(), "observer")
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, median of {args.repeat} runs")
     print(f"{'workload':<20} {'mode':<42} {'us/unit':>10} {'added us/unit':>14}")
@@ -180,9 +193,15 @@ def main() -> None:
             for mname in phase:
                 per = results[(wname, mname)] / units * 1e6
                 print(f"{wname:<20} {mname:<42} {per:>10.2f} {per - base:>14.2f}")
-    step_added = (results[("training step", with_collector)] - results[("training step", rebase)]) / args.steps
-    print(f"training step: {ranges_per_step} ranges/step, {step_added / ranges_per_step * 1e6:.2f} us added per range")
-    if not native:
+    per_range: dict[str, float] = {}
+    counted = [(with_collector, ranges_per_step), (observer, observer_ranges)]
+    for mname, count in counted + ([(native, observer_ranges)] if native else []):
+        added = (results[("training step", mname)] - results[("training step", rebase)]) / args.steps
+        per_range[mname] = added / count * 1e6
+        print(f"training step, {mname}: {count} ranges/step, {per_range[mname]:.2f} us added per range")
+    if native:
+        print(f"observer / native per range: {per_range[observer] / per_range[native]:.2f}x")
+    else:
         print(
             f"native backend: not measured, torch {torch.__version__} is a CPU build (docs/annotate.md "
             "gives numbers measured with torch 2.14.1+cu130)"

@@ -31,6 +31,25 @@ for name in cnn transformer_shapes threads; do
   ls -l "$OUT/${name}_cpu.sqlite"
 done
 
+# Workloads the C++ observer backend is checked on against torch.profiler (tests/nvtx_inject/
+# exact_workloads.py), recorded under emit_nvtx(backend="observer", record_shapes=True): torch's
+# exact names plus fwd_tid. The observer is built into $HOME/.cache/nvbridge ($TMP here) first.
+for name in function_copyslices two_threads dp_threads; do
+  rep="$TMP/observer_${name}_cpu"
+  env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 "$PYTHON" -c \
+    'from nvbridge.annotate import _observer; assert _observer.load(), _observer.unavailable_reason()'
+  env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 \
+    nsys profile -t nvtx,osrt --sample=none --cpuctxsw=none \
+      --osrt-threshold=100000 --osrt-backtrace-threshold=10000000000 \
+      -f true -o "$rep" "$PYTHON" scripts/sample_workloads.py exact "$name" || true
+  if [ ! -f "$rep.nsys-rep" ]; then
+    "$IMPORTER" -i "$rep.qdstrm"
+  fi
+  rm -f "$OUT/observer_${name}_cpu.sqlite"
+  nsys export --type sqlite -o "$OUT/observer_${name}_cpu.sqlite" "$rep.nsys-rep" >/dev/null
+  ls -l "$OUT/observer_${name}_cpu.sqlite"
+done
+
 # nvtx_domains.sqlite: NVTX domains through the C API (scripts/nvtx_domains.c): a "cuBLAS" domain
 # with registered strings, an "NCCL" domain with inline text, beside default-domain ranges.
 record_nvtx_domains() {

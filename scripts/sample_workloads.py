@@ -3,6 +3,10 @@
 Usage: ``python scripts/sample_workloads.py {cnn,transformer_shapes,threads}``. Each runs two
 training steps (forward, backward, optimizer step) under ``nvbridge.emit_nvtx`` with a
 ``ProfilerStep#N`` range per step. Models are tiny so the exported SQLite stays a few hundred KB.
+
+``python scripts/sample_workloads.py exact WORKLOAD`` runs one of the workloads the observer is
+checked on against torch.profiler (tests/nvtx_inject/exact_workloads.py) under
+``emit_nvtx(backend="observer", record_shapes=True)``, every thread it starts annotated too.
 """
 
 from __future__ import annotations
@@ -105,6 +109,17 @@ def train_threads() -> None:
     thread.join()
 
 
+def run_exact(workload: str) -> None:
+    """One of test_annotate_exact's workloads under the observer backend."""
+    from tests.nvtx_inject.exact_workloads import WORKLOADS
+
+    with emit_nvtx(backend="observer", record_shapes=True) as nv:
+        WORKLOADS[workload](nv.step, lambda: emit_nvtx(backend="observer", record_shapes=True))
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)  # fewer intra-op threads: smaller, easier-to-read reports
-    {"cnn": train_cnn, "transformer_shapes": train_transformer, "threads": train_threads}[sys.argv[1]]()
+    if sys.argv[1] == "exact":
+        run_exact(sys.argv[2])
+    else:
+        {"cnn": train_cnn, "transformer_shapes": train_transformer, "threads": train_threads}[sys.argv[1]]()

@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from nvbridge.annotate._names import dtypes_text, sizes_text
 
-__all__ = ["OpDispatchMode", "next_op_id"]
+__all__ = ["OpDispatchMode", "input_sizes", "next_op_id"]
 
 _peek: Callable[[], int] = torch._C._autograd._get_sequence_nr
 _grad_enabled: Callable[[], bool] = torch.is_grad_enabled
@@ -97,13 +97,21 @@ class _SchemaInfo:
 
     def sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[int]]:
         """One shape per schema argument, positional then keyword, defaults filled in."""
-        out: list[list[int]] = []
-        for i, name in enumerate(self.arg_names):
-            if i < len(args):
-                out.append(_shape(args[i]))
-            else:
-                out.append(_shape(kwargs.get(name, self.defaults[i])))
-        return out
+        values = [args[i] if i < len(args) else kwargs.get(name, self.defaults[i])
+                  for i, name in enumerate(self.arg_names)]
+        return input_sizes(values)
+
+
+def input_sizes(values: Any) -> list[list[int]]:
+    """Shapes as torch's ``inputSizes(fn, flatten_list_enabled=true)``: a tensor's sizes, a tensor
+    list's tensors one entry each (``stack([a, b], 0)`` -> ``[[2, 3], [2, 3], []]``), else ``[]``."""
+    out: list[list[int]] = []
+    for value in values:
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, _Tensor) for v in value):
+            out.extend(list(v.shape) for v in value)
+        else:
+            out.append(_shape(value))
+    return out
 
 
 # Keyed by id(): hashing an OpOverload runs a Python __hash__ on every op. Each entry holds its
@@ -146,6 +154,7 @@ class OpDispatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._pop = pop
         self._push_text = push_text or (lambda text: push(text.encode("ascii", "replace")))
         self._record_shapes = record_shapes
+        self.record_shapes = record_shapes
         self.last_peek = _peek()
 
     def __torch_dispatch__(

@@ -1,6 +1,9 @@
 """``emit_nvtx``: turn annotation on for a block, on the entering thread, and off again cleanly.
 
-What is per thread and what is global: TorchDispatchMode/TorchFunctionMode stacks are
+Backends: the C++ RecordFunction observer (``_observer.py``; ``auto``'s first choice), torch's
+native NVTX state (CUDA builds), or the python modes and hooks (``_ops.py``, ``_backward.py``).
+
+What is per thread and what is global: the observer's callback and TorchDispatchMode stacks are
 thread-local, so each thread that should be annotated enters its own ``emit_nvtx`` (a second
 Python thread does ``with nvbridge.emit_nvtx(): ...`` in its body). The ``Module.__call__``,
 ``autograd.Function.apply`` and backward-engine wrappers are process-wide; they are
@@ -20,15 +23,15 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from nvbridge.annotate import _nvtx_lib
+from nvbridge.annotate import _nvtx_lib, _observer
 from nvbridge.annotate._backward import run_backward_with_ranges
 from nvbridge.annotate._modules import ModuleRanges
 from nvbridge.annotate._names import forward_name, step_name
-from nvbridge.annotate._ops import BackwardCallMode, OpDispatchMode, next_op_id
+from nvbridge.annotate._ops import BackwardCallMode, OpDispatchMode, input_sizes, next_op_id
 
 __all__ = ["Backend", "emit_nvtx", "nvtx_range"]
 
-Backend = Literal["auto", "python", "native"]
+Backend = Literal["auto", "observer", "python", "native"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _REENTRY = "NVTX annotation context manager is not reentrant"
@@ -124,7 +127,8 @@ def _wrapped_apply(apply: Any, emitter: _nvtx_lib.Emitter, thread_modes: threadi
         mode = getattr(thread_modes, "dispatch", None)
         if mode is None:  # thread not annotated by the python backend (native emits its own)
             return bind(None, cls)(*args, **kwargs)
-        emitter.push(forward_name(cls.__name__, peek(), next_op_id()))
+        sizes = input_sizes(args) if mode.record_shapes else None  # torch records every argument
+        emitter.push(forward_name(cls.__name__, peek(), next_op_id(), sizes))
         try:
             return bind(None, cls)(*args, **kwargs)
         finally:
@@ -140,7 +144,11 @@ _GLOBALS = _Globals()
 def _thread_annotated() -> bool:
     """An emit_nvtx instance (python mode or torch's native state) already covers this thread."""
     local = _GLOBALS.thread_modes
-    return getattr(local, "dispatch", None) is not None or bool(getattr(local, "native", False))
+    return (
+        getattr(local, "dispatch", None) is not None
+        or bool(getattr(local, "native", False))
+        or bool(getattr(local, "observer", False))
+    )
 
 
 def _native_available() -> bool:
@@ -158,13 +166,16 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         enabled: False makes this a true no-op.
         record_shapes: Add ``sizes = [[...], ...]`` (one entry per schema argument).
         modules: Add ``nn.Module: <path> (<Class>)`` ranges around module calls.
-        backend: ``"python"`` (dispatch/function modes and node hooks; works on CPU builds),
-            ``"native"`` (torch's C++ NVTX ranges, CUDA builds only; nvbridge adds modules and
-            steps) or ``"auto"`` (native where available, else python).
+        backend: ``"observer"`` (a C++ RecordFunction observer built on first use: torch's
+            exact op names plus the forward thread, every build), ``"python"`` (dispatch mode
+            and node hooks; no compiler needed), ``"native"`` (torch's C++ NVTX ranges, CUDA
+            builds only) or ``"auto"`` (observer, else native where available, else python).
+            nvbridge adds module and step ranges to each.
 
     Raises:
         RuntimeError: On entering an instance that is already active.
-        ValueError: On an unknown backend, or ``native`` on a build without CUDA.
+        ValueError: On an unknown backend, ``native`` on a build without CUDA, or ``observer``
+            where the extension cannot be built (the message says why).
     """
 
     def __init__(
@@ -174,8 +185,8 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         modules: bool = True,
         backend: Backend = "auto",
     ) -> None:
-        if backend not in ("auto", "python", "native"):
-            raise ValueError(f"backend must be 'auto', 'python' or 'native', not {backend!r}")
+        if backend not in ("auto", "observer", "python", "native"):
+            raise ValueError(f"backend must be 'auto', 'observer', 'python' or 'native', not {backend!r}")
         if backend == "native" and enabled and not _native_available():
             raise ValueError("backend='native' needs a CUDA build of torch; use 'python' or 'auto'")
         self.enabled = enabled
@@ -187,6 +198,7 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         self._emitter = _nvtx_lib.NOOP
         self._modes: list[Any] = []
         self._native_on = False
+        self._observer: tuple[_observer.Observer, int] | None = None
         self._step = 0
         self._step_open = False
         self._globals_held = False
@@ -258,6 +270,17 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
 
     def _install(self) -> None:
         """Turn on the chosen backend on this thread, plus the process-wide hooks."""
+        if self.backend in ("auto", "observer"):
+            observer = _observer.load()
+            if observer is None and self.backend == "observer":
+                raise ValueError(f"backend='observer' is unavailable: {_observer.unavailable_reason()}; use 'auto'")
+            if observer is not None:
+                self._observer = (observer, observer.start(self.record_shapes))
+                _GLOBALS.thread_modes.observer = True
+                self.active_backend = "observer"
+                _GLOBALS.acquire(self.modules, False, self._emitter)
+                self._globals_held = True
+                return
         use_native = self.backend == "native" or (self.backend == "auto" and _native_available())
         if use_native:
             self._native_on = _enable_native(self.record_shapes)
@@ -294,6 +317,11 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         if self._globals_held:
             self._globals_held = False
             _GLOBALS.release(self.modules, self._python_held)
+        if self._observer is not None:
+            observer, handle = self._observer
+            self._observer = None
+            _GLOBALS.thread_modes.observer = False
+            observer.stop(handle)
         if self._modes:
             _GLOBALS.thread_modes.dispatch = None
         while self._modes:
