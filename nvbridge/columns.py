@@ -110,8 +110,11 @@ def take_batches(table: pa.Table, rows: np.ndarray) -> pa.Table:
     order = np.argsort(batch_of, kind="stable")
     grouped, groups = rows[order], batch_of[order]
     bounds = np.searchsorted(groups, np.arange(len(batches) + 1))
-    pieces = [batches[b].take(pa.array(grouped[bounds[b]:bounds[b + 1]] - offsets[b]))
-              for b in range(len(batches)) if bounds[b + 1] > bounds[b]]
+    pieces = [
+        batches[b].take(pa.array(grouped[bounds[b] : bounds[b + 1]] - offsets[b]))
+        for b in range(len(batches))
+        if bounds[b + 1] > bounds[b]
+    ]
     out = pa.Table.from_batches(pieces, schema=table.schema).combine_chunks()
     inverse = np.empty(len(rows), np.int64)
     inverse[order] = np.arange(len(rows))
@@ -132,8 +135,7 @@ def merged_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np
 
 def earliest_start_ns(*tables: pa.Table) -> int | None:
     """The first ``start_ns`` over tables (a table without rows or that column is skipped)."""
-    firsts = [int(pc.min(t.column("start_ns")).as_py()) for t in tables
-              if t.num_rows and "start_ns" in t.column_names]
+    firsts = [int(pc.min(t.column("start_ns")).as_py()) for t in tables if t.num_rows and "start_ns" in t.column_names]
     return min(firsts, default=None)
 
 
@@ -157,7 +159,7 @@ def levels_deepest_first(parent_row: np.ndarray, depth: np.ndarray) -> Iterator[
     by_depth = kids[order]
     bounds = np.searchsorted(kid_depth[order], np.arange(top + 2))
     for d in range(top, 0, -1):
-        yield by_depth[bounds[d]:bounds[d + 1]]
+        yield by_depth[bounds[d] : bounds[d + 1]]
 
 
 def roll_up(values: np.ndarray, parent_row: np.ndarray, depth: np.ndarray) -> np.ndarray:

@@ -52,17 +52,29 @@ class Report:
         self.threads = tables["threads"]
         self.devices = tables["devices"]
 
-    def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
-                     group_by_module: bool = False, top_level_events_only: bool = False,
-                     device: int | None = None, unattributed: bool = False) -> KeyAverages:
+    def key_averages(
+        self,
+        group_by_input_shape: bool = False,
+        group_by_stack_n: int = 0,
+        group_by_module: bool = False,
+        top_level_events_only: bool = False,
+        device: int | None = None,
+        unattributed: bool = False,
+    ) -> KeyAverages:
         """Ops grouped like torch's ``key_averages``; ``.table(sort_by=..., row_limit=...)`` prints it.
         ``unattributed`` adds a ``[no op]`` row for GPU ops launched outside every op."""
         from nvbridge.analysis import key_averages
 
         return key_averages(
-            self.ops, self.gpu_ops, group_by_input_shape=group_by_input_shape,
-            group_by_stack_n=group_by_stack_n, group_by_module=group_by_module,
-            top_level_events_only=top_level_events_only, device=device, unattributed=unattributed)
+            self.ops,
+            self.gpu_ops,
+            group_by_input_shape=group_by_input_shape,
+            group_by_stack_n=group_by_stack_n,
+            group_by_module=group_by_module,
+            top_level_events_only=top_level_events_only,
+            device=device,
+            unattributed=unattributed,
+        )
 
     def gpu_summary(self) -> list[GpuHeader]:
         """Per device: busy and idle time, kernel count, copy volume by direction."""
@@ -91,8 +103,9 @@ class Report:
         except ImportError as exc:
             raise MissingDependency("Report.df needs pandas; install it with: pip install pandas") from exc
         table = self._tables[name]
-        schema = pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f
-                            for f in table.schema])
+        schema = pa.schema(
+            [pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema]
+        )
         return table.cast(schema).to_pandas()
 
     def __repr__(self) -> str:
@@ -100,8 +113,9 @@ class Report:
         return f"<nvbridge.Report {self.meta.get('source')}: {counts}>"
 
 
-def load(path: str | os.PathLike[str], columns: Mapping[str, Sequence[str]] | None = None,
-         in_order: bool = True) -> Report:
+def load(
+    path: str | os.PathLike[str], columns: Mapping[str, Sequence[str]] | None = None, in_order: bool = True
+) -> Report:
     """Open a dataset written by ``nvbridge convert``, or convert a report in memory.
 
     Args:
@@ -127,8 +141,9 @@ def load(path: str | os.PathLike[str], columns: Mapping[str, Sequence[str]] | No
 
 def from_model(model: Model) -> Report:
     """A Report over an in-memory model (what a conversion is about to write)."""
-    meta_t = parquet.meta_table(model.info, {name: getattr(model, name).num_rows for name in parquet.TABLES},
-                                __version__)
+    meta_t = parquet.meta_table(
+        model.info, {name: getattr(model, name).num_rows for name in parquet.TABLES}, __version__
+    )
     meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
     return Report(meta, {name: getattr(model, name) for name in parquet.TABLES})
 
@@ -147,9 +162,11 @@ def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_orde
 def report_dirs(path: str | os.PathLike[str]) -> list[Path]:
     """The report directories of a partitioned dataset, by rank where known, then by name;
     only their meta tables are read."""
+
     def key(d: Path) -> tuple[int, str]:
         meta = read_meta(d)
         rank = parse_rank(meta.get("rank"))
         return (rank if rank is not None else 1 << 30, str(meta.get("source")))
+
     dirs = [d for d in Path(os.fspath(path)).glob("report=*") if d.is_dir()]  # one without meta: an error
     return sorted(sorted(dirs), key=key)

@@ -18,11 +18,28 @@ from nvbridge.export import parquet
 
 # What a reader of each table can rely on (docs/dataset.md lists every column).
 REQUIRED: dict[str, tuple[str, ...]] = {
-    "ops": ("op_id", "parent_id", "depth", "name", "op_name", "thread_id", "process_id", "start_ns", "end_ns",
-            "self_cpu_ns", "total_cpu_ns", "self_gpu_ns", "total_gpu_ns", "flags"),
+    "ops": (
+        "op_id",
+        "parent_id",
+        "depth",
+        "name",
+        "op_name",
+        "thread_id",
+        "process_id",
+        "start_ns",
+        "end_ns",
+        "self_cpu_ns",
+        "total_cpu_ns",
+        "self_gpu_ns",
+        "total_gpu_ns",
+        "flags",
+    ),
     "gpu_ops": ("op_id", "kind", "name", "device_id", "stream_id", "start_ns", "end_ns"),
     "api_calls": ("process_id", "thread_id", "start_ns", "end_ns"),
-    "marks": (), "syncs": (), "threads": ("process_id", "thread_id"), "devices": ("device_id",),
+    "marks": (),
+    "syncs": (),
+    "threads": ("process_id", "thread_id"),
+    "devices": ("device_id",),
 }
 TIMED = ("ops", "gpu_ops", "api_calls")  # tables of intervals: end_ns >= start_ns on every row
 
@@ -44,14 +61,17 @@ def check_files(directory: Path, tables: Sequence[str], columns: Mapping[str, Se
         try:
             schema = pq.read_schema(path)
         except (OSError, pa.ArrowException) as exc:
-            raise DamagedDataset(f"{path} is not a readable Parquet file ({_first_line(exc)}); "
-                                 f"{fix(directory)}.") from exc
+            raise DamagedDataset(
+                f"{path} is not a readable Parquet file ({_first_line(exc)}); {fix(directory)}."
+            ) from exc
         wanted = tuple(columns[name]) if name in columns else REQUIRED.get(name, ())
         missing = [c for c in wanted if c not in schema.names]
         if missing:
-            raise DamagedDataset(f"{path} lacks the column{'s' if len(missing) > 1 else ''} "
-                                 f"{', '.join(missing)}: it is not this table of an nvbridge dataset; "
-                                 f"{fix(directory)}.")
+            raise DamagedDataset(
+                f"{path} lacks the column{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)}: it is not this table of an nvbridge dataset; "
+                f"{fix(directory)}."
+            )
         wrong = [c for c in wanted if _is_integer_column(c) and not pa.types.is_integer(schema.field(c).type)]
         if wrong:
             raise DamagedDataset(f"{path} has {', '.join(wrong)} of another type than integer; {fix(directory)}.")
@@ -74,20 +94,27 @@ def check_intervals(directory: Path, name: str, table: pa.Table) -> None:
     start, end = table.column("start_ns"), table.column("end_ns")
     bad = int(pc.sum(pc.less(end, start)).as_py() or 0) + start.null_count + end.null_count
     if bad:
-        raise DamagedDataset(f"{directory / (name + '.parquet')} has {bad:,} row{'s' if bad > 1 else ''} "
-                             f"whose end_ns is before start_ns or missing, which a conversion never writes; "
-                             f"{fix(directory)}.")
+        raise DamagedDataset(
+            f"{directory / (name + '.parquet')} has {bad:,} row{'s' if bad > 1 else ''} "
+            f"whose end_ns is before start_ns or missing, which a conversion never writes; "
+            f"{fix(directory)}."
+        )
 
 
-def check_dataset(directory: Path, tables: Sequence[str], columns: Mapping[str, Sequence[str]],
-                  ) -> dict[str, str | None]:
+def check_dataset(
+    directory: Path,
+    tables: Sequence[str],
+    columns: Mapping[str, Sequence[str]],
+) -> dict[str, str | None]:
     """The meta of the one-report dataset ``directory``, once its ``tables`` files are there,
     readable and hold ``columns``: a folder of several reports, a damaged meta or table file is
     one line naming it."""
     if is_partitioned(directory):
         parts = sorted(directory.glob("report=*"))
-        raise ExportError(f"{directory} holds {len(parts)} converted reports; pass one of them, "
-                          f"e.g. {parts[0]} (`nvbridge summary` reads them all).")
+        raise ExportError(
+            f"{directory} holds {len(parts)} converted reports; pass one of them, "
+            f"e.g. {parts[0]} (`nvbridge summary` reads them all)."
+        )
     meta = read_meta(directory)
     check_files(directory, tables, columns)
     return meta

@@ -59,8 +59,7 @@ class EventIndex:
     def kernels(self, i: int) -> list[Kernel]:
         lo, hi = self.gpu_bounds[i + 1], self.gpu_bounds[i + 2]
         rows = self.gpu.take(self.gpu_order[lo:hi]).to_pylist()
-        return [Kernel(r["name"], r["kind"], r["device_id"], r["stream_id"], r["start_ns"], r["end_ns"])
-                for r in rows]
+        return [Kernel(r["name"], r["kind"], r["device_id"], r["stream_id"], r["start_ns"], r["end_ns"]) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

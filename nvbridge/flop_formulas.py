@@ -98,11 +98,14 @@ def conv_output(x: Shape, w: Shape, args: dict[str, Any], transposed: bool) -> S
     groups = int(args.get("groups", 1))
     if transposed:
         extra = _per_dim(args.get("output_padding", 0), dims)
-        spatial = [(i - 1) * s - 2 * p + d * (k - 1) + e + 1
-                   for i, s, p, d, k, e in zip(x[2:], stride, padding, dilation, kernel, extra)]
+        spatial = [
+            (i - 1) * s - 2 * p + d * (k - 1) + e + 1
+            for i, s, p, d, k, e in zip(x[2:], stride, padding, dilation, kernel, extra)
+        ]
         return (x[0], w[1] * groups, *spatial)
-    spatial = [(i + 2 * p - d * (k - 1) - 1) // s + 1
-               for i, s, p, d, k in zip(x[2:], stride, padding, dilation, kernel)]
+    spatial = [
+        (i + 2 * p - d * (k - 1) - 1) // s + 1 for i, s, p, d, k in zip(x[2:], stride, padding, dilation, kernel)
+    ]
     return (x[0], w[0], *spatial)
 
 
@@ -121,8 +124,9 @@ def conv_backward_flops(go: Shape, x: Shape, w: Shape, transposed: bool, mask: t
     return flops
 
 
-def convolution(base: str, backward: bool, shapes: list[Shape], args: dict[str, Any],
-                elt: int) -> tuple[int | None, int | None]:
+def convolution(
+    base: str, backward: bool, shapes: list[Shape], args: dict[str, Any], elt: int
+) -> tuple[int | None, int | None]:
     """Forward convolution (or its backward node, from the forward's shapes and arguments)."""
     transposed = bool(args.get("transposed", "transpose" in base))
     x, w = shapes[0], shapes[1]
@@ -162,22 +166,30 @@ def sdpa(q: Shape, k: Shape, v: Shape) -> int:
     """torch's sdpa_flop_count (grouped-query heads too)."""
     _need(len(q) == len(k) == len(v) == 4, "attention needs (b, h, s, d) tensors")
     b, h_q, s_q, d_q = q
-    _need(k[0] == v[0] == b and k[1] == v[1] and h_q % k[1] == 0 and k[3] == d_q and k[2] == v[2],
-          "attention shapes disagree")
+    _need(
+        k[0] == v[0] == b and k[1] == v[1] and h_q % k[1] == 0 and k[3] == d_q and k[2] == v[2],
+        "attention shapes disagree",
+    )
     return bmm((b * h_q, s_q, d_q), (b * h_q, d_q, k[2])) + bmm((b * h_q, s_q, k[2]), (b * h_q, k[2], v[3]))
 
 
 def sdpa_backward(go: Shape, q: Shape, k: Shape, v: Shape) -> int:
     """torch's sdpa_backward_flop_count: the scores recomputed, then four gradient matmuls."""
     sdpa(q, k, v)  # checks the shapes
-    _need(len(go) == 4 and go[0] == q[0] and go[1] == q[1] and go[2] == q[2] and go[3] == v[3],
-          "attention grad_out shape disagrees")
+    _need(
+        len(go) == 4 and go[0] == q[0] and go[1] == q[1] and go[2] == q[2] and go[3] == v[3],
+        "attention grad_out shape disagrees",
+    )
     b, h, s_q, d_q = q
     s_k, d_v = k[2], v[3]
     n = b * h
-    return (bmm((n, s_q, d_q), (n, d_q, s_k)) + bmm((n, s_q, d_v), (n, d_v, s_k))
-            + bmm((n, s_k, s_q), (n, s_q, d_v)) + bmm((n, s_q, s_k), (n, s_k, d_q))
-            + bmm((n, d_q, s_q), (n, s_q, s_k)))
+    return (
+        bmm((n, s_q, d_q), (n, d_q, s_k))
+        + bmm((n, s_q, d_v), (n, d_v, s_k))
+        + bmm((n, s_k, s_q), (n, s_q, d_v))
+        + bmm((n, s_q, s_k), (n, s_k, d_q))
+        + bmm((n, d_q, s_q), (n, s_q, s_k))
+    )
 
 
 def _fold(shape: Shape) -> Shape:

@@ -34,63 +34,252 @@ Shape = tuple[int, ...]
 
 ASSUMED_DTYPE = "float32"
 DTYPE_BYTES = {
-    "float64": 8, "double": 8, "f64": 8, "float32": 4, "float": 4, "f32": 4, "tf32": 4,
-    "float16": 2, "half": 2, "f16": 2, "bfloat16": 2, "bf16": 2,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "f8e4m3": 1, "f8e5m2": 1, "fp8": 1,
-    "int64": 8, "long": 8, "i64": 8, "int32": 4, "int": 4, "i32": 4, "int16": 2, "i16": 2,
-    "int8": 1, "i8": 1, "uint8": 1, "u8": 1, "bool": 1, "b8": 1,
-    "complex64": 8, "c64": 8, "complex128": 16, "c128": 16,
+    "float64": 8,
+    "double": 8,
+    "f64": 8,
+    "float32": 4,
+    "float": 4,
+    "f32": 4,
+    "tf32": 4,
+    "float16": 2,
+    "half": 2,
+    "f16": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "f8e4m3": 1,
+    "f8e5m2": 1,
+    "fp8": 1,
+    "int64": 8,
+    "long": 8,
+    "i64": 8,
+    "int32": 4,
+    "int": 4,
+    "i32": 4,
+    "int16": 2,
+    "i16": 2,
+    "int8": 1,
+    "i8": 1,
+    "uint8": 1,
+    "u8": 1,
+    "bool": 1,
+    "b8": 1,
+    "complex64": 8,
+    "c64": 8,
+    "complex128": 16,
+    "c128": 16,
 }
 # Short names for the precisions the GPU table lists (nvbridge.gpus.Peaks fields).
 PRECISION = {
-    "float64": "fp64", "double": "fp64", "f64": "fp64", "float32": "fp32", "float": "fp32", "f32": "fp32",
-    "tf32": "tf32", "float16": "fp16", "half": "fp16", "f16": "fp16", "bfloat16": "bf16", "bf16": "bf16",
-    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "f8e4m3": "fp8", "f8e5m2": "fp8", "fp8": "fp8",
-    "int8": "int8", "i8": "int8",
+    "float64": "fp64",
+    "double": "fp64",
+    "f64": "fp64",
+    "float32": "fp32",
+    "float": "fp32",
+    "f32": "fp32",
+    "tf32": "tf32",
+    "float16": "fp16",
+    "half": "fp16",
+    "f16": "fp16",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "f8e4m3": "fp8",
+    "f8e5m2": "fp8",
+    "fp8": "fp8",
+    "int8": "int8",
+    "i8": "int8",
 }
 
 _MATMUL_FWD = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm", "matmul", "linear"}
-_CONV_FWD = {"convolution", "_convolution", "convolution_overrideable", "cudnn_convolution",
-             "_slow_conv2d_forward", "conv1d", "conv2d", "conv3d", "cudnn_convolution_transpose",
-             "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "mkldnn_convolution"}
-_SDPA_FWD = {"_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
-             "_scaled_dot_product_cudnn_attention", "_flash_attention_forward",
-             "_efficient_attention_forward", "scaled_dot_product_attention", "flex_attention"}
-_SDPA_BWD = {"_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_flash_attention_backward",
-             "_scaled_dot_product_cudnn_attention_backward", "_flash_attention_backward",
-             "_efficient_attention_backward", "flex_attention_backward"}
+_CONV_FWD = {
+    "convolution",
+    "_convolution",
+    "convolution_overrideable",
+    "cudnn_convolution",
+    "_slow_conv2d_forward",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "cudnn_convolution_transpose",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "mkldnn_convolution",
+}
+_SDPA_FWD = {
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_flash_attention_forward",
+    "_efficient_attention_forward",
+    "scaled_dot_product_attention",
+    "flex_attention",
+}
+_SDPA_BWD = {
+    "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_cudnn_attention_backward",
+    "_flash_attention_backward",
+    "_efficient_attention_backward",
+    "flex_attention_backward",
+}
 # FLOPs per output element (a convention: torch counts none of these).
 ELEMENTWISE_FLOPS = dict.fromkeys(
-    ("add", "sub", "rsub", "mul", "div", "neg", "abs", "relu", "threshold", "threshold_backward", "pow",
-     "exp", "log", "sqrt", "rsqrt", "reciprocal", "sigmoid", "tanh", "gelu", "silu", "erf", "clamp",
-     "clamp_min", "clamp_max", "maximum", "minimum", "where", "masked_fill", "leaky_relu", "hardtanh",
-     "sin", "cos", "square", "lerp", "eq", "ne", "lt", "le", "gt", "ge", "dropout", "native_dropout",
-     "sigmoid_backward", "tanh_backward", "gelu_backward", "silu_backward", "addcmul", "addcdiv",
-     "fused_dropout", "_fused_dropout", "mish", "softplus", "hardswish", "elu"), 1)
+    (
+        "add",
+        "sub",
+        "rsub",
+        "mul",
+        "div",
+        "neg",
+        "abs",
+        "relu",
+        "threshold",
+        "threshold_backward",
+        "pow",
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "reciprocal",
+        "sigmoid",
+        "tanh",
+        "gelu",
+        "silu",
+        "erf",
+        "clamp",
+        "clamp_min",
+        "clamp_max",
+        "maximum",
+        "minimum",
+        "where",
+        "masked_fill",
+        "leaky_relu",
+        "hardtanh",
+        "sin",
+        "cos",
+        "square",
+        "lerp",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "dropout",
+        "native_dropout",
+        "sigmoid_backward",
+        "tanh_backward",
+        "gelu_backward",
+        "silu_backward",
+        "addcmul",
+        "addcdiv",
+        "fused_dropout",
+        "_fused_dropout",
+        "mish",
+        "softplus",
+        "hardswish",
+        "elu",
+    ),
+    1,
+)
 _COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
-_REDUCE = {"sum", "mean", "amax", "amin", "max", "min", "prod", "norm", "var", "std", "argmax", "argmin",
-           "logsumexp", "all", "any", "linalg_vector_norm"}
+_REDUCE = {
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "prod",
+    "norm",
+    "var",
+    "std",
+    "argmax",
+    "argmin",
+    "logsumexp",
+    "all",
+    "any",
+    "linalg_vector_norm",
+}
 # Per element of the input: max, subtract, exp, sum, divide (softmax); mean, variance,
 # normalize, scale, shift (norms).
 _SOFTMAX = {"softmax": 5, "_softmax": 5, "log_softmax": 5, "_log_softmax": 5}
-_NORM = {"layer_norm": 5, "native_layer_norm": 5, "batch_norm": 5, "native_batch_norm": 5,
-         "_batch_norm_impl_index": 5, "cudnn_batch_norm": 5, "group_norm": 5, "native_group_norm": 5,
-         "rms_norm": 4, "_fused_rms_norm": 4}
+_NORM = {
+    "layer_norm": 5,
+    "native_layer_norm": 5,
+    "batch_norm": 5,
+    "native_batch_norm": 5,
+    "_batch_norm_impl_index": 5,
+    "cudnn_batch_norm": 5,
+    "group_norm": 5,
+    "native_group_norm": 5,
+    "rms_norm": 4,
+    "_fused_rms_norm": 4,
+}
 _COPY = {"copy_", "copy", "clone", "contiguous", "_to_copy", "to", "type_as", "float", "half", "bfloat16"}
-_VIEW = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "unsqueeze", "squeeze", "expand",
-         "as_strided", "slice", "select", "narrow", "chunk", "split", "detach", "alias", "unbind",
-         "view_as", "expand_as", "flatten", "unflatten", "numpy_T", "lift_fresh", "split_with_sizes"}
+_VIEW = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "t",
+    "transpose",
+    "permute",
+    "unsqueeze",
+    "squeeze",
+    "expand",
+    "as_strided",
+    "slice",
+    "select",
+    "narrow",
+    "chunk",
+    "split",
+    "detach",
+    "alias",
+    "unbind",
+    "view_as",
+    "expand_as",
+    "flatten",
+    "unflatten",
+    "numpy_T",
+    "lift_fresh",
+    "split_with_sizes",
+}
 _BACKWARD_NODE = re.compile(r"^(?:torch::autograd::)?(?P<node>[A-Za-z]+?)Backwards?\d*$")
 _NODE_FORWARD = {
-    "Mm": "mm", "Addmm": "addmm", "Bmm": "bmm", "Baddbmm": "baddbmm", "Addbmm": "addbmm",
-    "Convolution": "convolution", "ConvolutionBackward": "convolution",
+    "Mm": "mm",
+    "Addmm": "addmm",
+    "Bmm": "bmm",
+    "Baddbmm": "baddbmm",
+    "Addbmm": "addbmm",
+    "Convolution": "convolution",
+    "ConvolutionBackward": "convolution",
     "ScaledDotProductEfficientAttention": "_scaled_dot_product_efficient_attention",
     "ScaledDotProductFlashAttention": "_scaled_dot_product_flash_attention",
     "ScaledDotProductCudnnAttention": "_scaled_dot_product_cudnn_attention",
 }
-_DUNDER = {"add": "add", "radd": "add", "iadd": "add", "sub": "sub", "rsub": "rsub", "isub": "sub",
-           "mul": "mul", "rmul": "mul", "imul": "mul", "truediv": "div", "rtruediv": "div", "itruediv": "div",
-           "div": "div", "matmul": "matmul", "rmatmul": "matmul", "pow": "pow", "neg": "neg"}
+_DUNDER = {
+    "add": "add",
+    "radd": "add",
+    "iadd": "add",
+    "sub": "sub",
+    "rsub": "rsub",
+    "isub": "sub",
+    "mul": "mul",
+    "rmul": "mul",
+    "imul": "mul",
+    "truediv": "div",
+    "rtruediv": "div",
+    "itruediv": "div",
+    "div": "div",
+    "matmul": "matmul",
+    "rmatmul": "matmul",
+    "pow": "pow",
+    "neg": "neg",
+}
 _PREFIXES = ("autograd::engine::evaluate_function: ", "aten::", "torch.nn.functional.", "torch.", "Tensor.")
 
 
@@ -110,7 +299,7 @@ def base_name(op_name: str) -> tuple[str, bool]:
     name = op_name
     for prefix in _PREFIXES:
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     node = _BACKWARD_NODE.match(name)
     if node and node.group("node") in _NODE_FORWARD:
         return _NODE_FORWARD[node.group("node")], True
@@ -136,12 +325,18 @@ def is_model_op(op_name: str) -> bool:
     """Whether an op counts toward model FLOPs (MFU): matmuls, convolutions, attention and their
     backward, the families torch's FlopCounterMode counts."""
     base, _ = base_name(op_name)
-    return base in _MATMUL_FWD or base in _CONV_FWD or base in _SDPA_FWD or base in _SDPA_BWD or \
-        base == "convolution_backward"
+    return (
+        base in _MATMUL_FWD
+        or base in _CONV_FWD
+        or base in _SDPA_FWD
+        or base in _SDPA_BWD
+        or base == "convolution_backward"
+    )
 
 
-def op_cost(op_name: str, shapes: list[Shape] | None, dtypes: list[str | None] | None = None,
-            args: dict[str, Any] | None = None) -> Cost:
+def op_cost(
+    op_name: str, shapes: list[Shape] | None, dtypes: list[str | None] | None = None, args: dict[str, Any] | None = None
+) -> Cost:
     """FLOPs and bytes of one op.
 
     Args:
@@ -189,8 +384,9 @@ def _nbytes(shapes: list[Shape], sizes: list[int]) -> int:
     return sum(prod(s) * b for s, b in zip(shapes, sizes) if s)
 
 
-def _cost(base: str, backward: bool, shapes: list[Shape], sizes: list[int], elt: int,
-          args: dict[str, Any]) -> tuple[int | None, int | None]:
+def _cost(
+    base: str, backward: bool, shapes: list[Shape], sizes: list[int], elt: int, args: dict[str, Any]
+) -> tuple[int | None, int | None]:
     """(flops, bytes) by op family; raises ValueError on shapes the formula cannot read."""
     from nvbridge import flop_formulas as f
 
@@ -234,19 +430,28 @@ def _cost(base: str, backward: bool, shapes: list[Shape], sizes: list[int], elt:
     return None, None
 
 
-COST_SCHEMA = pa.schema([("flops", pa.int64()), ("bytes", pa.int64()), ("compute_dtype", pa.string()),
-                         ("dtype_assumed", pa.bool_())])
+COST_SCHEMA = pa.schema(
+    [("flops", pa.int64()), ("bytes", pa.int64()), ("compute_dtype", pa.string()), ("dtype_assumed", pa.bool_())]
+)
 
 
 # Non-tensor parameters by position (from the first), with defaults where the signature has
 # them: what PyProf's recorded argument values mean for the ops whose cost needs them.
 _CONV_ND = (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))
 _CONV_T = (("stride", 1), ("padding", 0), ("output_padding", 0), ("groups", 1), ("dilation", 1))
-_CONV_ATEN = (("stride", None), ("padding", None), ("dilation", None), ("transposed", None),
-              ("output_padding", None), ("groups", None))
-_PARAMETERS = {**dict.fromkeys(("conv1d", "conv2d", "conv3d"), (3, _CONV_ND)),
-               **dict.fromkeys(("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"), (3, _CONV_T)),
-               **dict.fromkeys(("convolution", "_convolution"), (3, _CONV_ATEN))}
+_CONV_ATEN = (
+    ("stride", None),
+    ("padding", None),
+    ("dilation", None),
+    ("transposed", None),
+    ("output_padding", None),
+    ("groups", None),
+)
+_PARAMETERS = {
+    **dict.fromkeys(("conv1d", "conv2d", "conv3d"), (3, _CONV_ND)),
+    **dict.fromkeys(("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"), (3, _CONV_T)),
+    **dict.fromkeys(("convolution", "_convolution"), (3, _CONV_ATEN)),
+}
 
 
 def call_args(op_name: str, values: list[Any]) -> dict[str, Any]:
@@ -278,8 +483,9 @@ def _cost_of_text(op_name: str, shapes: str | None, dtypes: str | None, values: 
     return op_cost(op_name, dims, types, args)
 
 
-def cost_columns(op_name: pa.Array, shapes: pa.Array, dtypes: pa.Array,
-                 values: pa.Array | None = None) -> dict[str, pa.Array]:
+def cost_columns(
+    op_name: pa.Array, shapes: pa.Array, dtypes: pa.Array, values: pa.Array | None = None
+) -> dict[str, pa.Array]:
     """The ops table's cost columns (COST_SCHEMA) from its op_name, input_shapes, input_dtypes
     and input_values: each distinct combination is costed once, then taken back to the rows."""
     n = len(op_name)
@@ -287,10 +493,17 @@ def cost_columns(op_name: pa.Array, shapes: pa.Array, dtypes: pa.Array,
     if shapes.null_count == n:
         return cols
     values = pa.nulls(n, pa.string()) if values is None else values
-    keys = pc.binary_join_element_wise(op_name.cast(pa.string()).fill_null(""), shapes.fill_null(_NULL),
-                                       dtypes.fill_null(_NULL), values.fill_null(_NULL), _SEP).dictionary_encode()
-    values = [_cost_of_text(*(None if part == _NULL else part for part in key.split(_SEP)))
-              for key in keys.dictionary.to_pylist()]
+    keys = pc.binary_join_element_wise(
+        op_name.cast(pa.string()).fill_null(""),
+        shapes.fill_null(_NULL),
+        dtypes.fill_null(_NULL),
+        values.fill_null(_NULL),
+        _SEP,
+    ).dictionary_encode()
+    values = [
+        _cost_of_text(*(None if part == _NULL else part for part in key.split(_SEP)))
+        for key in keys.dictionary.to_pylist()
+    ]
     index = keys.indices
     cols["flops"] = pa.array([v.flops for v in values], pa.int64()).take(index)
     cols["bytes"] = pa.array([v.bytes for v in values], pa.int64()).take(index)

@@ -44,17 +44,16 @@ GPUS: list[tuple[str, Peaks]] = [
     # NVIDIA B200 (HGX B200 datasheet, 2024: 8 GPUs; per GPU, dense = sparse / 2)
     (r"\bB200\b", Peaks("B200", 8000, fp64=37, fp32=75, tf32=1100, fp16=2250, bf16=2250, fp8=4500, int8=4500)),
     # NVIDIA H200 SXM (H200 Tensor Core GPU datasheet, 2024)
-    (r"\bH200\b", Peaks("H200 SXM", 4800, fp64=34, fp32=67, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979,
-                        int8=1979)),
+    (r"\bH200\b", Peaks("H200 SXM", 4800, fp64=34, fp32=67, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, int8=1979)),
     # NVIDIA H100 PCIe (H100 Tensor Core GPU datasheet, 2023)
-    (r"\bH100\b.*PCIe", Peaks("H100 PCIe", 2000, fp64=26, fp32=51, tf32=378, fp16=756, bf16=756, fp8=1513,
-                              int8=1513)),
+    (r"\bH100\b.*PCIe", Peaks("H100 PCIe", 2000, fp64=26, fp32=51, tf32=378, fp16=756, bf16=756, fp8=1513, int8=1513)),
     # NVIDIA H100 SXM5 (H100 Tensor Core GPU datasheet, 2023); nsys names it "H100 80GB HBM3"
-    (r"\bH100\b", Peaks("H100 SXM", 3350, fp64=34, fp32=67, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979,
-                        int8=1979)),
+    (r"\bH100\b", Peaks("H100 SXM", 3350, fp64=34, fp32=67, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979, int8=1979)),
     # NVIDIA A100 80GB PCIe (A100 Tensor Core GPU datasheet, 2021)
-    (r"\bA100\b.*PCIE.*80GB|\bA100\b.*80GB.*PCIE", Peaks("A100 80GB PCIe", 1935, fp64=9.7, fp32=19.5, tf32=156,
-                                                         fp16=312, bf16=312, int8=624)),
+    (
+        r"\bA100\b.*PCIE.*80GB|\bA100\b.*80GB.*PCIE",
+        Peaks("A100 80GB PCIe", 1935, fp64=9.7, fp32=19.5, tf32=156, fp16=312, bf16=312, int8=624),
+    ),
     # NVIDIA A100 80GB SXM (A100 Tensor Core GPU datasheet, 2021)
     (r"\bA100\b.*80GB", Peaks("A100 80GB", 2039, fp64=9.7, fp32=19.5, tf32=156, fp16=312, bf16=312, int8=624)),
     # NVIDIA A100 40GB SXM/PCIe (A100 Tensor Core GPU datasheet, 2021)
@@ -74,8 +73,7 @@ GPUS: list[tuple[str, Peaks]] = [
     # NVIDIA TITAN V (TITAN V product page, 2017): 640 tensor cores, 110 TFLOPS deep learning
     (r"\bTITAN V\b", Peaks("TITAN V", 652.8, fp64=7.45, fp32=14.9, fp16=110)),
     # NVIDIA RTX 6000 Ada Generation (RTX 6000 Ada datasheet, 2022: 1457 TFLOPS fp8 sparse)
-    (r"RTX 6000 Ada", Peaks("RTX 6000 Ada", 960, fp32=91.1, tf32=182.1, fp16=364.2, bf16=364.2, fp8=728.5,
-                            int8=728.5)),
+    (r"RTX 6000 Ada", Peaks("RTX 6000 Ada", 960, fp32=91.1, tf32=182.1, fp16=364.2, bf16=364.2, fp8=728.5, int8=728.5)),
     # GeForce RTX 5090 (NVIDIA RTX Blackwell GPU architecture whitepaper, 2025)
     (r"RTX 5090", Peaks("RTX 5090", 1792, fp32=104.8, tf32=104.8, fp16=209.5, bf16=209.5)),
     # GeForce RTX 5080 (NVIDIA RTX Blackwell GPU architecture whitepaper, 2025)
@@ -102,8 +100,12 @@ def lookup(device_name: str | None) -> Peaks | None:
     return None
 
 
-def resolve(device_name: str | None, peak_tflops: float | None = None, peak_gbps: float | None = None,
-            recorded_gbps: float | None = None) -> Peaks | None:
+def resolve(
+    device_name: str | None,
+    peak_tflops: float | None = None,
+    peak_gbps: float | None = None,
+    recorded_gbps: float | None = None,
+) -> Peaks | None:
     """The device's peaks: the table's, with the bandwidth the report recorded for the device
     (``recorded_gbps``) and the user's overrides (TFLOP/s for every precision) over them; None
     when none of these gives a figure."""
@@ -112,6 +114,11 @@ def resolve(device_name: str | None, peak_tflops: float | None = None, peak_gbps
         return found
     base = found or Peaks(device_name or "GPU", 0.0)
     flops = {p: peak_tflops if peak_tflops is not None else getattr(base, p) for p in PRECISIONS}
-    gbps, source = ((peak_gbps, "--peak-gbps") if peak_gbps is not None
-                    else (recorded_gbps, "report") if recorded_gbps else (base.gbps, base.gbps_source))
+    gbps, source = (
+        (peak_gbps, "--peak-gbps")
+        if peak_gbps is not None
+        else (recorded_gbps, "report")
+        if recorded_gbps
+        else (base.gbps, base.gbps_source)
+    )
     return Peaks(base.name, gbps, **flops, gbps_source=source)

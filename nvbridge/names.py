@@ -44,14 +44,22 @@ MODULE = r"^nn\.Module: (?P<path>\S*) ?\((?P<type>[^()]*)\)$"
 STEP = r"^ProfilerStep#(?P<step>\d+)$"
 EVALUATE = "autograd::engine::evaluate_function: "
 
-PARSED_SCHEMA = pa.schema([
-    ("op_name", pa.string()), ("seq", pa.int64()), ("torch_op_id", pa.int64()),
-    ("input_shapes", pa.string()), ("input_dtypes", pa.string()), ("input_values", pa.string()),
-    ("input_op_ids", pa.string()),
-    ("fwd_tid", pa.int64()),
-    ("is_backward", pa.bool_()), ("module", pa.string()), ("step", pa.int64()),
-    ("stack", pa.list_(pa.string())),
-])
+PARSED_SCHEMA = pa.schema(
+    [
+        ("op_name", pa.string()),
+        ("seq", pa.int64()),
+        ("torch_op_id", pa.int64()),
+        ("input_shapes", pa.string()),
+        ("input_dtypes", pa.string()),
+        ("input_values", pa.string()),
+        ("input_op_ids", pa.string()),
+        ("fwd_tid", pa.int64()),
+        ("is_backward", pa.bool_()),
+        ("module", pa.string()),
+        ("step", pa.int64()),
+        ("stack", pa.list_(pa.string())),
+    ]
+)
 
 
 # The fast path: a name split on ", " into its op name and decorations, each of which is exactly
@@ -59,9 +67,15 @@ PARSED_SCHEMA = pa.schema([
 # ones they start with. Names with any other decoration (sizes, input_op_ids, an op name holding
 # ", ", ...) go to the regular expressions.
 _SIMPLE = [
-    ("seq = ", "seq", False), ("op_id = ", "torch_op_id", False), ("stashed seq = ", "seq", True),
-    ("fwd_tid = ", "fwd_tid", False), ("seq= ", "seq", False), ("seq =", "seq", False),
-    ("seq=", "seq", False), ("stashed seq= ", "seq", True), ("stashed seq =", "seq", True),
+    ("seq = ", "seq", False),
+    ("op_id = ", "torch_op_id", False),
+    ("stashed seq = ", "seq", True),
+    ("fwd_tid = ", "fwd_tid", False),
+    ("seq= ", "seq", False),
+    ("seq =", "seq", False),
+    ("seq=", "seq", False),
+    ("stashed seq= ", "seq", True),
+    ("stashed seq =", "seq", True),
     ("stashed seq=", "seq", True),
 ]
 _INT_FIELDS = ("seq", "torch_op_id", "fwd_tid")
@@ -125,8 +139,12 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     return pa.table(out, schema=PARSED_SCHEMA)
 
 
-def _match_prefixed(names: pa.Array, first_bytes: np.ndarray, prefix: str, pattern: str,
-                    ) -> tuple[pa.Array, pa.StructArray | None]:
+def _match_prefixed(
+    names: pa.Array,
+    first_bytes: np.ndarray,
+    prefix: str,
+    pattern: str,
+) -> tuple[pa.Array, pa.StructArray | None]:
     """(mask of names matching ``pattern``, their matches in row order), trying the regular
     expression only on names that start with ``prefix``; the matches are None when none match."""
     rows = _rows_starting(names, first_bytes, prefix)
@@ -293,8 +311,9 @@ def _marker_fields(text: str) -> tuple[str | None, str | None, str | None, str |
         return "traceMarker", None, None, None, [str(frame) for frame in marker["traceMarker"]]
     if "op" in marker:
         mod = marker.get("mod")
-        shapes, dtypes, values = (_shape_text(marker["args"]) if isinstance(marker.get("args"), list)
-                                  else (None, None, None))
+        shapes, dtypes, values = (
+            _shape_text(marker["args"]) if isinstance(marker.get("args"), list) else (None, None, None)
+        )
         return (f"{mod}.{marker['op']}" if mod else str(marker["op"])), shapes, dtypes, values, None
     return _NOT_A_MARKER
 

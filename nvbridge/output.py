@@ -32,8 +32,18 @@ from nvbridge.errors import ExportError
 
 # Files a dataset directory holds (see export/parquet.py): anything else in a directory means it
 # is not ours to replace.
-DATASET_FILES = frozenset({"meta.parquet", "ops.parquet", "gpu_ops.parquet", "api_calls.parquet",
-                           "marks.parquet", "syncs.parquet", "threads.parquet", "devices.parquet"})
+DATASET_FILES = frozenset(
+    {
+        "meta.parquet",
+        "ops.parquet",
+        "gpu_ops.parquet",
+        "api_calls.parquet",
+        "marks.parquet",
+        "syncs.parquet",
+        "threads.parquet",
+        "devices.parquet",
+    }
+)
 _STAGING = ".nvbridge-staging"  # in staging names: .<dest>.nvbridge-staging.<host>.<pid>.<random>
 _OLD = ".nvbridge-old"  # a replaced dataset, removed once its successor is in place
 
@@ -43,9 +53,14 @@ def _host() -> str:
 
 
 # Errors writing an output that are the machine's, not a bug: the message says which.
-_WRITE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-                 errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
-                 errno.EPERM: "permission denied", errno.EFBIG: "the file is too large for the file system"}
+_WRITE_ERRNOS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EFBIG: "the file is too large for the file system",
+}
 
 
 @contextlib.contextmanager
@@ -56,8 +71,9 @@ def writing(path: Path, what: str) -> Iterator[None]:
     except OSError as exc:
         if exc.errno not in _WRITE_ERRNOS:
             raise
-        raise ExportError(f"cannot write {what} {path}: {_WRITE_ERRNOS[exc.errno]}; free space or choose another "
-                          f"path.") from exc
+        raise ExportError(
+            f"cannot write {what} {path}: {_WRITE_ERRNOS[exc.errno]}; free space or choose another path."
+        ) from exc
 
 
 def check_parent(path: Path, what: str) -> None:
@@ -66,8 +82,9 @@ def check_parent(path: Path, what: str) -> None:
     if parent.exists() and not parent.is_dir():
         raise ExportError(f"cannot write {what} {path}: {parent} is a file, not a folder; choose another path.")
     if not parent.is_dir():
-        raise ExportError(f"cannot write {what} {path}: the folder {parent} does not exist; create it first or "
-                          f"choose another path.")
+        raise ExportError(
+            f"cannot write {what} {path}: the folder {parent} does not exist; create it first or choose another path."
+        )
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ExportError(f"cannot write {what} {path}: the folder {parent} is not writable; choose another path.")
 
@@ -114,15 +131,19 @@ def check_destination(output: Path, force: bool, inputs: list[Path]) -> None:
     out = output.resolve()
     for source in inputs:
         if out in source.resolve().parents:
-            raise ExportError(f"the input {source} is inside the output directory {output}; "
-                              f"choose an output directory that does not hold the input.")
+            raise ExportError(
+                f"the input {source} is inside the output directory {output}; "
+                f"choose an output directory that does not hold the input."
+            )
     if _is_empty(output):
         return
     if not force:
         raise ExportError(f"{output} already exists; choose another output directory or pass --force to replace it.")
     if not is_dataset(output):
-        raise ExportError(f"{output} is not an nvbridge dataset (it holds other files); --force replaces only a "
-                          f"dataset nvbridge wrote: choose another output directory.")
+        raise ExportError(
+            f"{output} is not an nvbridge dataset (it holds other files); --force replaces only a "
+            f"dataset nvbridge wrote: choose another output directory."
+        )
 
 
 def _is_empty(path: Path) -> bool:
@@ -188,10 +209,10 @@ def remove_stale(parent: Path, name: str) -> None:
         for entry in parent.iterdir():
             if not entry.name.startswith(prefix):
                 continue
-            rest = entry.name[len(prefix):]
+            rest = entry.name[len(prefix) :]
             for marker in (_STAGING, _OLD):
                 if rest.startswith(marker + "."):
-                    fields = rest[len(marker) + 1:].split(".")
+                    fields = rest[len(marker) + 1 :].split(".")
                     if len(fields) == 3 and fields[0] == _host() and fields[1].isdigit() and not _alive(int(fields[1])):
                         _remove(entry)
 
@@ -219,11 +240,15 @@ def publish(tmp: Path, output: Path, force: bool) -> None:
         old = None
         if output.exists() and not (output.is_dir() and _is_empty(output)):
             if not force:
-                raise ExportError(f"{output} was created by another run while this one converted; "
-                                  f"choose another output directory or pass --force to replace it.")
+                raise ExportError(
+                    f"{output} was created by another run while this one converted; "
+                    f"choose another output directory or pass --force to replace it."
+                )
             if not is_dataset(output):
-                raise ExportError(f"{output} is not an nvbridge dataset (it holds other files); --force replaces "
-                                  f"only a dataset nvbridge wrote: choose another output directory.")
+                raise ExportError(
+                    f"{output} is not an nvbridge dataset (it holds other files); --force replaces "
+                    f"only a dataset nvbridge wrote: choose another output directory."
+                )
             old = parent / f".{output.name}{_OLD}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
             output.rename(old)
         try:
@@ -232,8 +257,10 @@ def publish(tmp: Path, output: Path, force: bool) -> None:
             if old is not None:
                 old.rename(output)
             if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                raise ExportError(f"{output} was created by another run while this one converted; "
-                                  f"choose another output directory or pass --force to replace it.") from exc
+                raise ExportError(
+                    f"{output} was created by another run while this one converted; "
+                    f"choose another output directory or pass --force to replace it."
+                ) from exc
             raise ExportError(f"cannot move the dataset into {output} ({exc.strerror}).") from exc
     if old is not None:
         _remove(old)

@@ -62,8 +62,7 @@ class Window:
     label: str
 
 
-def window(report: Report, step: int | None = None, start_ns: int | None = None,
-           end_ns: int | None = None) -> Window:
+def window(report: Report, step: int | None = None, start_ns: int | None = None, end_ns: int | None = None) -> Window:
     """The window of ``ProfilerStep#step``, of [start_ns, end_ns], or of the whole capture.
 
     Raises:
@@ -83,8 +82,11 @@ def window(report: Report, step: int | None = None, start_ns: int | None = None,
     hi = last if end_ns is None else end_ns
     if hi <= lo:
         raise ExportError("the window is empty; pass an --end later than --start.")
-    label = "whole capture" if start_ns is None and end_ns is None else \
-        f"{(lo - first) / 1e6:,.3f} ms to {(hi - first) / 1e6:,.3f} ms"
+    label = (
+        "whole capture"
+        if start_ns is None and end_ns is None
+        else f"{(lo - first) / 1e6:,.3f} ms to {(hi - first) / 1e6:,.3f} ms"
+    )
     return Window(lo, hi, label)
 
 
@@ -99,15 +101,19 @@ def lanes(report: Report, win: Window) -> list[Lane]:
     o, a, g = _overlaps(ops, win), _overlaps(api, win), _overlaps(gpu, win)
     depth = np.minimum(np_col(ops, "depth")[o], MAX_DEPTH - 1)
     threads: dict[tuple[int, int], int] = {}
-    for p, t, d in zip(np_col(ops, "process_id")[o].tolist(), np_col(ops, "thread_id", fill=0)[o].tolist(),
-                       depth.tolist()):
+    for p, t, d in zip(
+        np_col(ops, "process_id")[o].tolist(), np_col(ops, "thread_id", fill=0)[o].tolist(), depth.tolist()
+    ):
         threads[(p, t)] = max(threads.get((p, t), 0), d + 1)
     with_api = set(zip(np_col(api, "process_id")[a].tolist(), np_col(api, "thread_id")[a].tolist()))
     names = {(r["process_id"], r["thread_id"]): r.get("thread_name") for r in report.threads.to_pylist()}
-    out = [Lane("host", p, t, f"{names.get((p, t)) or 'thread'} {t} (pid {p})", threads.get((p, t), 0),
-                (p, t) in with_api) for p, t in sorted(set(threads) | with_api)]
-    streams = sorted(set(zip(np_col(gpu, "device_id", fill=0)[g].tolist(),
-                             np_col(gpu, "stream_id", fill=0)[g].tolist())))
+    out = [
+        Lane("host", p, t, f"{names.get((p, t)) or 'thread'} {t} (pid {p})", threads.get((p, t), 0), (p, t) in with_api)
+        for p, t in sorted(set(threads) | with_api)
+    ]
+    streams = sorted(
+        set(zip(np_col(gpu, "device_id", fill=0)[g].tolist(), np_col(gpu, "stream_id", fill=0)[g].tolist()))
+    )
     out += [Lane("gpu", d, s, f"GPU {d} stream {s}") for d, s in streams]
     return out
 
@@ -153,20 +159,33 @@ class _Drawn:
 def _select(report: Report, win: Window, lane_list: list[Lane]) -> _Drawn:
     ops, api, gpu = report.ops, report.api_calls, report.gpu_ops
     o, a, g = _overlaps(ops, win), _overlaps(api, win), _overlaps(gpu, win)
-    return _Drawn(win, lane_list, np.cumsum([0.0, *(lane.height for lane in lane_list)]), ops={
-        "pid": np_col(ops, "process_id")[o], "tid": np_col(ops, "thread_id", fill=0)[o],
-        "start": np_col(ops, "start_ns")[o], "end": np_col(ops, "end_ns")[o],
-        "depth": np.minimum(np_col(ops, "depth")[o], MAX_DEPTH - 1),
-        "name": np.asarray(ops.column("op_name").cast(pa.string()).filter(pa.array(o)).to_pylist(), object),
-    }, api={
-        "pid": np_col(api, "process_id")[a], "tid": np_col(api, "thread_id")[a],
-        "start": np_col(api, "start_ns")[a], "end": np_col(api, "end_ns")[a],
-    }, gpu={
-        "dev": np_col(gpu, "device_id", fill=0)[g], "stream": np_col(gpu, "stream_id", fill=0)[g],
-        "start": np_col(gpu, "start_ns")[g], "end": np_col(gpu, "end_ns")[g],
-        "kind": np.asarray(gpu.column("kind").cast(pa.string()).filter(pa.array(g)).to_numpy(zero_copy_only=False)),
-        "name": np.asarray(gpu.column("name").cast(pa.string()).filter(pa.array(g)).to_pylist(), object),
-    })
+    return _Drawn(
+        win,
+        lane_list,
+        np.cumsum([0.0, *(lane.height for lane in lane_list)]),
+        ops={
+            "pid": np_col(ops, "process_id")[o],
+            "tid": np_col(ops, "thread_id", fill=0)[o],
+            "start": np_col(ops, "start_ns")[o],
+            "end": np_col(ops, "end_ns")[o],
+            "depth": np.minimum(np_col(ops, "depth")[o], MAX_DEPTH - 1),
+            "name": np.asarray(ops.column("op_name").cast(pa.string()).filter(pa.array(o)).to_pylist(), object),
+        },
+        api={
+            "pid": np_col(api, "process_id")[a],
+            "tid": np_col(api, "thread_id")[a],
+            "start": np_col(api, "start_ns")[a],
+            "end": np_col(api, "end_ns")[a],
+        },
+        gpu={
+            "dev": np_col(gpu, "device_id", fill=0)[g],
+            "stream": np_col(gpu, "stream_id", fill=0)[g],
+            "start": np_col(gpu, "start_ns")[g],
+            "end": np_col(gpu, "end_ns")[g],
+            "kind": np.asarray(gpu.column("kind").cast(pa.string()).filter(pa.array(g)).to_numpy(zero_copy_only=False)),
+            "name": np.asarray(gpu.column("name").cast(pa.string()).filter(pa.array(g)).to_pylist(), object),
+        },
+    )
 
 
 def _draw_lanes(ax: Axes, d: _Drawn) -> None:
@@ -175,8 +194,9 @@ def _draw_lanes(ax: Axes, d: _Drawn) -> None:
     def bars(y: float, h: float, s: np.ndarray, e: np.ndarray, color: str | list[str]) -> None:
         if len(s):
             x0, x1 = np.maximum(d.ms(s), 0), np.minimum(d.ms(e), d.span_ms)
-            ax.broken_barh(list(zip(x0, np.maximum(x1 - x0, d.span_ms * 2e-4))), (y, h), facecolors=color,
-                           edgecolor="none")
+            ax.broken_barh(
+                list(zip(x0, np.maximum(x1 - x0, d.span_ms * 2e-4))), (y, h), facecolors=color, edgecolor="none"
+            )
 
     o, a, g = d.ops, d.api, d.gpu
     for i, lane in enumerate(d.lanes):
@@ -186,31 +206,46 @@ def _draw_lanes(ax: Axes, d: _Drawn) -> None:
             mine = (o["pid"] == lane.pid) & (o["tid"] == lane.tid)
             for depth in range(lane.depth):
                 sel = mine & (o["depth"] == depth)
-                bars(y0 + 0.1 + 0.35 * depth, 0.32, o["start"][sel], o["end"][sel],
-                     HOST_COLORS[depth % len(HOST_COLORS)])
+                bars(
+                    y0 + 0.1 + 0.35 * depth, 0.32, o["start"][sel], o["end"][sel], HOST_COLORS[depth % len(HOST_COLORS)]
+                )
             sel = (a["pid"] == lane.pid) & (a["tid"] == lane.tid)
             bars(y1 - 0.4, 0.28, a["start"][sel], a["end"][sel], "#636363")
         else:
             busy = g["dev"] == lane.pid
             for lo, hi in _idle(g["start"][busy], g["end"][busy], d.win):
                 x0, x1 = float(d.ms(lo)), float(d.ms(hi))
-                ax.add_patch(Rectangle((x0, y0 + 0.05), x1 - x0, y1 - y0 - 0.1, facecolor=IDLE_COLOR, alpha=0.18,
-                                       edgecolor="none"))
+                ax.add_patch(
+                    Rectangle(
+                        (x0, y0 + 0.05), x1 - x0, y1 - y0 - 0.1, facecolor=IDLE_COLOR, alpha=0.18, edgecolor="none"
+                    )
+                )
             sel = busy & (g["stream"] == lane.tid)
-            bars(y0 + 0.15, y1 - y0 - 0.3, g["start"][sel], g["end"][sel],
-                 [GPU_COLORS.get(k, "#999999") for k in g["kind"][sel]])
+            bars(
+                y0 + 0.15,
+                y1 - y0 - 0.3,
+                g["start"][sel],
+                g["end"][sel],
+                [GPU_COLORS.get(k, "#999999") for k in g["kind"][sel]],
+            )
 
 
 def _label_longest(ax: Axes, d: _Drawn, width_px: int) -> None:
     """Label the longest ops (host ranges and GPU ops alike), clipped to what fits in the bar."""
     win, o, g = d.win, d.ops, d.gpu
     row = {(lane.kind, lane.pid, lane.tid): d.tops[i] for i, lane in enumerate(d.lanes)}
-    cands = [(min(e, win.end_ns) - max(s, win.start_ns), s, e, n, row[("host", p, t)] + 0.1 + 0.35 * k + 0.16)
-             for s, e, n, p, t, k in zip(o["start"].tolist(), o["end"].tolist(), o["name"], o["pid"].tolist(),
-                                         o["tid"].tolist(), o["depth"].tolist())]
-    cands += [(min(e, win.end_ns) - max(s, win.start_ns), s, e, n, row[("gpu", dev, st)] + 0.45)
-              for s, e, n, dev, st in zip(g["start"].tolist(), g["end"].tolist(), g["name"], g["dev"].tolist(),
-                                          g["stream"].tolist())]
+    cands = [
+        (min(e, win.end_ns) - max(s, win.start_ns), s, e, n, row[("host", p, t)] + 0.1 + 0.35 * k + 0.16)
+        for s, e, n, p, t, k in zip(
+            o["start"].tolist(), o["end"].tolist(), o["name"], o["pid"].tolist(), o["tid"].tolist(), o["depth"].tolist()
+        )
+    ]
+    cands += [
+        (min(e, win.end_ns) - max(s, win.start_ns), s, e, n, row[("gpu", dev, st)] + 0.45)
+        for s, e, n, dev, st in zip(
+            g["start"].tolist(), g["end"].tolist(), g["name"], g["dev"].tolist(), g["stream"].tolist()
+        )
+    ]
     px_per_ms = width_px * 0.82 / d.span_ms
     for dur, s, e, name, y in sorted(cands, key=lambda c: -c[0])[:LABELS]:
         chars = int(dur / 1e6 * px_per_ms / 6.5)
@@ -223,8 +258,10 @@ def _label_longest(ax: Axes, d: _Drawn, width_px: int) -> None:
 
 def title(source: str, win: Window, host_threads: int, gpu_streams: int) -> str:
     span_ms = (win.end_ns - win.start_ns) / 1e6
-    return (f"{source}: {win.label}, {span_ms:,.3f} ms, {plural(host_threads, 'host thread')}, "
-            f"{plural(gpu_streams, 'GPU stream')}")
+    return (
+        f"{source}: {win.label}, {span_ms:,.3f} ms, {plural(host_threads, 'host thread')}, "
+        f"{plural(gpu_streams, 'GPU stream')}"
+    )
 
 
 def _decorate(ax: Axes, d: _Drawn, source: str) -> None:
@@ -241,13 +278,27 @@ def _decorate(ax: Axes, d: _Drawn, source: str) -> None:
     if n_gpu:
         legend += [Patch(color=GPU_COLORS[k], label=k) for k in ("kernel", "memcpy", "memset")]
         legend.append(Patch(color=IDLE_COLOR, alpha=0.18, label="GPU idle"))
-    ax.legend(handles=legend, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=len(legend),
-              frameon=False, borderaxespad=0.2)
+    ax.legend(
+        handles=legend,
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=7,
+        ncol=len(legend),
+        frameon=False,
+        borderaxespad=0.2,
+    )
     ax.grid(axis="x", color="#eeeeee", lw=0.5)
 
 
-def render(report: Report, dest: str | os.PathLike[str], *, step: int | None = None, start_ns: int | None = None,
-           end_ns: int | None = None, width_px: int = 1800) -> Path:
+def render(
+    report: Report,
+    dest: str | os.PathLike[str],
+    *,
+    step: int | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    width_px: int = 1800,
+) -> Path:
     """Draw the timeline of a step or window into ``dest`` (.png, .svg or .pdf), replacing it.
 
     Raises:

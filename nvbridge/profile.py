@@ -32,24 +32,51 @@ import pyarrow as pa
 from nvbridge.columns import DICT_STR
 
 # The normalized ranges columns the engine takes (the readers may add more).
-RANGES_SCHEMA = pa.schema([
-    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()), ("domain", DICT_STR),
-    ("domain_id", pa.int64()), ("process_id", pa.int64()), ("thread_id", pa.int64()),
-    ("thread_key", pa.int64()), ("end_thread_key", pa.int64()), ("style", DICT_STR),
-])
+RANGES_SCHEMA = pa.schema(
+    [
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("name", pa.string()),
+        ("domain", DICT_STR),
+        ("domain_id", pa.int64()),
+        ("process_id", pa.int64()),
+        ("thread_id", pa.int64()),
+        ("thread_key", pa.int64()),
+        ("end_thread_key", pa.int64()),
+        ("style", DICT_STR),
+    ]
+)
 
 # The normalized gpu_ops columns every reader produces.
-GPU_OPS_SCHEMA = pa.schema([
-    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("kind", DICT_STR),
-    ("name", DICT_STR), ("short_name", DICT_STR), ("mangled_name", DICT_STR),
-    ("device_id", pa.int64()), ("context_id", pa.int64()), ("stream_id", pa.int64()),
-    ("process_key", pa.int64()), ("correlation_id", pa.int64()),
-    ("bytes", pa.int64()), ("copy_kind", DICT_STR), ("src_kind", DICT_STR), ("dst_kind", DICT_STR),
-    ("grid_x", pa.int64()), ("grid_y", pa.int64()), ("grid_z", pa.int64()),
-    ("block_x", pa.int64()), ("block_y", pa.int64()), ("block_z", pa.int64()),
-    ("registers_per_thread", pa.int64()), ("static_shared_bytes", pa.int64()),
-    ("dynamic_shared_bytes", pa.int64()), ("graph_node_id", pa.int64()),
-])
+GPU_OPS_SCHEMA = pa.schema(
+    [
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("kind", DICT_STR),
+        ("name", DICT_STR),
+        ("short_name", DICT_STR),
+        ("mangled_name", DICT_STR),
+        ("device_id", pa.int64()),
+        ("context_id", pa.int64()),
+        ("stream_id", pa.int64()),
+        ("process_key", pa.int64()),
+        ("correlation_id", pa.int64()),
+        ("bytes", pa.int64()),
+        ("copy_kind", DICT_STR),
+        ("src_kind", DICT_STR),
+        ("dst_kind", DICT_STR),
+        ("grid_x", pa.int64()),
+        ("grid_y", pa.int64()),
+        ("grid_z", pa.int64()),
+        ("block_x", pa.int64()),
+        ("block_y", pa.int64()),
+        ("block_z", pa.int64()),
+        ("registers_per_thread", pa.int64()),
+        ("static_shared_bytes", pa.int64()),
+        ("dynamic_shared_bytes", pa.int64()),
+        ("graph_node_id", pa.int64()),
+    ]
+)
 
 SourceKind = Literal["nsys", "nvprof"]
 TimeBase = Literal["session", "epoch"]

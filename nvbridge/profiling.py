@@ -14,10 +14,14 @@ from pathlib import Path
 
 from nvbridge.errors import InputError
 
-NSYS_OPTIONS = ("--trace=cuda,nvtx,osrt,cublas,cudnn", "--sample=none", "--cpuctxsw=none",
-                "--osrt-threshold=100000", "--force-overwrite=true")
-INSTALL_HINT = ("install Nsight Systems (on Debian: scripts/install_nsys.sh, or NVIDIA's installer) so `nsys` is on "
-                "PATH")
+NSYS_OPTIONS = (
+    "--trace=cuda,nvtx,osrt,cublas,cudnn",
+    "--sample=none",
+    "--cpuctxsw=none",
+    "--osrt-threshold=100000",
+    "--force-overwrite=true",
+)
+INSTALL_HINT = "install Nsight Systems (on Debian: scripts/install_nsys.sh, or NVIDIA's installer) so `nsys` is on PATH"
 
 
 def nsys_path() -> str:
@@ -46,5 +50,6 @@ def record(command: Sequence[str], report: Path, nsys_options: Sequence[str] = (
     for made in (rep, report.with_suffix(".qdstrm")):
         if made.exists():
             return made
-    raise InputError(f"nsys profile recorded nothing (exit status {done.returncode}); run `{' '.join(argv)}` to see "
-                     f"why.")
+    raise InputError(
+        f"nsys profile recorded nothing (exit status {done.returncode}); run `{' '.join(argv)}` to see why."
+    )

@@ -25,12 +25,14 @@ _ROOF_STYLE = {"fp32": "-", "tf32": "-.", "bf16": "--", "fp16": "--", "fp8": ":"
 def points(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> pa.Table:
     """Rows of (name, input shapes) with a known cost and GPU time, with their rates."""
     if "flops" not in ops.column_names:
-        raise ExportError("this dataset has no flops column; convert the report again with this nvbridge "
-                          "to draw its roofline.")
+        raise ExportError(
+            "this dataset has no flops column; convert the report again with this nvbridge to draw its roofline."
+        )
     rows = throughput.rates(ops_rows(ops, gpu_ops), peaks)
     keep = np.asarray(rows.column("intensity").is_valid().to_numpy(zero_copy_only=False))
-    keep &= np.nan_to_num(np.asarray(rows.column("achieved_tflops").to_numpy(zero_copy_only=False),
-                                     dtype=np.float64)) > 0
+    keep &= (
+        np.nan_to_num(np.asarray(rows.column("achieved_tflops").to_numpy(zero_copy_only=False), dtype=np.float64)) > 0
+    )
     return rows.filter(pa.array(keep))
 
 
@@ -55,8 +57,10 @@ def render(report: Any, output: Path, peaks: Peaks | None, label_top: int = 8) -
 
     rows = points(report.ops, report.gpu_ops, peaks)
     if not rows.num_rows:
-        raise ExportError("no op has both a known FLOP count and GPU time; record shapes "
-                          "(emit_nvtx(record_shapes=True)) and GPU kernels to draw a roofline.")
+        raise ExportError(
+            "no op has both a known FLOP count and GPU time; record shapes "
+            "(emit_nvtx(record_shapes=True)) and GPU kernels to draw a roofline."
+        )
     x = np.asarray(rows.column("intensity").to_numpy(zero_copy_only=False), dtype=np.float64)
     y = np.asarray(rows.column("achieved_tflops").to_numpy(zero_copy_only=False), dtype=np.float64)
     t = np.asarray(rows.column("gpu_total_ns").to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -67,14 +71,21 @@ def render(report: Any, output: Path, peaks: Peaks | None, label_top: int = 8) -
     ax.scatter(x, y, s=sizes, c=colors, alpha=0.55, edgecolors="black", linewidths=0.4)
     lo, hi = max(x.min() / 4, 1e-3), x.max() * 4
     if peaks is not None and peaks.gbps:
-        used = {precision(str(n), d) for n, d in zip(rows.column("name").to_pylist(),
-                                                     rows.column("compute_dtype").to_pylist())}
+        used = {
+            precision(str(n), d)
+            for n, d in zip(rows.column("name").to_pylist(), rows.column("compute_dtype").to_pylist())
+        }
         grid = np.logspace(np.log10(lo), np.log10(hi), 200)
         for kind, style in _ROOF_STYLE.items():
             peak = peaks.tflops(kind)
             if kind in used and peak:
-                ax.plot(grid, np.minimum(peak, grid * peaks.gbps / 1e3), style, color="black",
-                        label=f"{kind} roof: {peak:g} TFLOP/s, {peaks.gbps:.0f} GB/s")
+                ax.plot(
+                    grid,
+                    np.minimum(peak, grid * peaks.gbps / 1e3),
+                    style,
+                    color="black",
+                    label=f"{kind} roof: {peak:g} TFLOP/s, {peaks.gbps:.0f} GB/s",
+                )
         ax.legend(loc="lower right", fontsize=8)
     names = rows.column("name").to_pylist()
     for i in np.argsort(-t)[:label_top]:
@@ -85,8 +96,10 @@ def render(report: Any, output: Path, peaks: Peaks | None, label_top: int = 8) -
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("achieved TFLOP/s")
     gpu = peaks.name if peaks is not None else "unknown GPU (give --peak-tflops/--peak-gbps for roofs)"
-    ax.set_title(f"Roofline: {rows.num_rows} ops (name, shapes), size = GPU time; {gpu}\n"
-                 "red: compute-bound, blue: memory-bound", fontsize=10)
+    ax.set_title(
+        f"Roofline: {rows.num_rows} ops (name, shapes), size = GPU time; {gpu}\nred: compute-bound, blue: memory-bound",
+        fontsize=10,
+    )
     ax.grid(True, which="both", alpha=0.3)
     try:
         fig.savefig(output, bbox_inches="tight")

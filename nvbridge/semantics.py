@@ -74,16 +74,19 @@ class Links:
 
     def take(self, rows: np.ndarray) -> Links:
         idx = pa.array(rows)
-        return Links(self.op_id[rows], self.module.take(idx), self.shapes.take(idx), self.own[rows],
-                     self.dtypes.take(idx))
+        return Links(
+            self.op_id[rows], self.module.take(idx), self.shapes.take(idx), self.own[rows], self.dtypes.take(idx)
+        )
 
     @staticmethod
     def concat(parts: list[Links]) -> Links:
-        return Links(np.concatenate([p.op_id for p in parts]),
-                     pa.concat_arrays([p.module for p in parts]),
-                     pa.concat_arrays([p.shapes for p in parts]),
-                     np.concatenate([p.own for p in parts]),
-                     pa.concat_arrays([p.dtypes for p in parts]))
+        return Links(
+            np.concatenate([p.op_id for p in parts]),
+            pa.concat_arrays([p.module for p in parts]),
+            pa.concat_arrays([p.shapes for p in parts]),
+            np.concatenate([p.own for p in parts]),
+            pa.concat_arrays([p.dtypes for p in parts]),
+        )
 
 
 class ForwardIndex:
@@ -104,8 +107,9 @@ class ForwardIndex:
         ids, count = dense_ids(pid, thread)
         first = np.zeros(count, np.int64)
         first[ids[::-1]] = np.arange(len(ids))[::-1]
-        groups = np.array([self._groups.setdefault((int(pid[i]), int(thread[i])), len(self._groups))
-                           for i in first], np.int64)
+        groups = np.array(
+            [self._groups.setdefault((int(pid[i]), int(thread[i])), len(self._groups)) for i in first], np.int64
+        )
         keys: np.ndarray = (groups[ids] << SEQ_BITS) | (seq & _SEQ_MASK)
         return keys
 
@@ -129,8 +133,18 @@ class ForwardIndex:
             self._pool = pa.array(self._values, pa.string())
         return _take_or_null(self._pool, ids)
 
-    def link(self, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, op_id: np.ndarray,
-             parsed: pa.Table, seq: np.ndarray, top: np.ndarray, module: pa.Array, new_from: int) -> Links:
+    def link(
+        self,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        start: np.ndarray,
+        op_id: np.ndarray,
+        parsed: pa.Table,
+        seq: np.ndarray,
+        top: np.ndarray,
+        module: pa.Array,
+        new_from: int,
+    ) -> Links:
         """Links for rows ``new_from:`` (rows before it are carried, already linked), then remember
         this window's forward ops. ``seq`` is parsed's seq column (-1 for none); ``module`` is
         each row's inherited module path; ``top``: the op is not nested in one with its seq."""
@@ -142,30 +156,44 @@ class ForwardIndex:
         query = np.flatnonzero((seq >= 0) & is_bwd & is_new)
         op_names = one_chunk(parsed.column("op_name"))
         c_keys = self._keys(pid[cand], tid[cand], seq[cand])
-        c_vals = (op_id[cand], self._intern(module.take(pa.array(cand))),
-                  self._intern(one_chunk(parsed.column("input_shapes")).take(pa.array(cand))),
-                  self._intern(op_names.take(pa.array(cand))),
-                  self._intern(one_chunk(parsed.column("input_dtypes")).take(pa.array(cand))))
+        c_vals = (
+            op_id[cand],
+            self._intern(module.take(pa.array(cand))),
+            self._intern(one_chunk(parsed.column("input_shapes")).take(pa.array(cand))),
+            self._intern(op_names.take(pa.array(cand))),
+            self._intern(one_chunk(parsed.column("input_dtypes")).take(pa.array(cand))),
+        )
         window = _Window(c_keys, start[cand], seq[cand], c_vals, self._store[False])
         is_top = top[cand]
-        top_window = _Window(c_keys[is_top], start[cand][is_top], seq[cand][is_top],
-                             tuple(v[is_top] for v in c_vals), self._store[True])
+        top_window = _Window(
+            c_keys[is_top], start[cand][is_top], seq[cand][is_top], tuple(v[is_top] for v in c_vals), self._store[True]
+        )
         found = np.full((len(c_vals), n), -1, np.int64)  # c_vals' columns of the linked op
         exact = query[fwd_tid[query] >= 0]
         if len(exact):  # the forward thread is named: torch's own rule on that thread
-            found[:, exact] = window.latest(self._keys(pid[exact], fwd_tid[exact], seq[exact]), start[exact],
-                                            seq[exact])
+            found[:, exact] = window.latest(
+                self._keys(pid[exact], fwd_tid[exact], seq[exact]), start[exact], seq[exact]
+            )
         guess = query[fwd_tid[query] < 0]
         if len(guess):
             found[:, guess] = self._decide(guess, pid, tid, start, seq, op_names, (window, top_window))
         if len(cand):
             self._remember(False, c_keys, seq[cand], start[cand], c_vals)
-            self._remember(True, c_keys[is_top], seq[cand][is_top], start[cand][is_top],
-                           tuple(v[is_top] for v in c_vals))
+            self._remember(
+                True, c_keys[is_top], seq[cand][is_top], start[cand][is_top], tuple(v[is_top] for v in c_vals)
+            )
         return Links(found[0], self._pooled(found[1]), self._pooled(found[2]), found[0], self._pooled(found[4]))
 
-    def _decide(self, q: np.ndarray, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, seq: np.ndarray,
-                op_names: pa.Array, windows: tuple[_Window, _Window]) -> np.ndarray:
+    def _decide(
+        self,
+        q: np.ndarray,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        start: np.ndarray,
+        seq: np.ndarray,
+        op_names: pa.Array,
+        windows: tuple[_Window, _Window],
+    ) -> np.ndarray:
         """Backward nodes that do not name their forward thread (torch's own names): on each thread
         of the process, the latest op with their seq (torch's rule) or else the top-most op of
         that seq (torch 1.x nests ops sharing a seq: ``contiguous`` holds ``empty``), kept only if
@@ -205,8 +233,9 @@ class ForwardIndex:
         result: np.ndarray = ok[inverse.ravel()].reshape(fwd_ids.shape)
         return result
 
-    def _remember(self, top: bool, keys: np.ndarray, seq: np.ndarray, start: np.ndarray,
-                  vals: tuple[np.ndarray, ...]) -> None:
+    def _remember(
+        self, top: bool, keys: np.ndarray, seq: np.ndarray, start: np.ndarray, vals: tuple[np.ndarray, ...]
+    ) -> None:
         """Merge this window's candidates into a store, keeping the latest per key."""
         order = np.lexsort((start, keys))
         last = np.ones(len(order), bool)
@@ -226,8 +255,14 @@ class ForwardIndex:
 class _Window:
     """Forward candidates of this window (by key and start) over the store of earlier ones."""
 
-    def __init__(self, keys: np.ndarray, start: np.ndarray, seq: np.ndarray, vals: tuple[np.ndarray, ...],
-                 store: tuple[np.ndarray, ...]) -> None:
+    def __init__(
+        self,
+        keys: np.ndarray,
+        start: np.ndarray,
+        seq: np.ndarray,
+        vals: tuple[np.ndarray, ...],
+        store: tuple[np.ndarray, ...],
+    ) -> None:
         self.keys, self.start, self.seq, self.vals, self.store = keys, start, seq, vals, store
 
     def latest(self, q_keys: np.ndarray, q_start: np.ndarray, q_seq: np.ndarray) -> np.ndarray:
@@ -238,7 +273,7 @@ class _Window:
         if len(self.keys):
             # One sort key per (key, start): a dense key number above the start's offset.
             gid, ngroups = dense_ids(np.concatenate([self.keys, q_keys]))
-            g_c, g_q = gid[: len(self.keys)], gid[len(self.keys):]
+            g_c, g_q = gid[: len(self.keys)], gid[len(self.keys) :]
             lo = int(min(self.start.min(), q_start.min()))
             span = int(max(self.start.max(), q_start.max())) - lo + 1
             if ngroups * span >= 2**62:
@@ -260,9 +295,17 @@ class _Window:
         return out
 
 
-def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.ndarray, start: np.ndarray,
-             op_id: np.ndarray, parsed: pa.Table, index: ForwardIndex, carried: Links | None = None,
-             ) -> tuple[dict[str, pa.Array | pa.ChunkedArray], pa.Table, Links]:
+def annotate(
+    parent: np.ndarray,
+    depth: np.ndarray,
+    pid: np.ndarray,
+    tid: np.ndarray,
+    start: np.ndarray,
+    op_id: np.ndarray,
+    parsed: pa.Table,
+    index: ForwardIndex,
+    carried: Links | None = None,
+) -> tuple[dict[str, pa.Array | pa.ChunkedArray], pa.Table, Links]:
     """The PyTorch columns of one window of ops (see docs/dataset.md).
 
     Args:
@@ -313,8 +356,13 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
         take = is_eval & (links.own < 0) & (child >= 0)
         if take.any():
             src = np.where(take, child, np.arange(n))
-            links = Links(links.op_id[src], links.module.take(pa.array(src)), links.shapes.take(pa.array(src)),
-                          links.own, links.dtypes.take(pa.array(src)))
+            links = Links(
+                links.op_id[src],
+                links.module.take(pa.array(src)),
+                links.shapes.take(pa.array(src)),
+                links.own,
+                links.dtypes.take(pa.array(src)),
+            )
             link = links.op_id
 
     fwd = pa.array(link >= 0)
@@ -332,16 +380,20 @@ def annotate(parent: np.ndarray, depth: np.ndarray, pid: np.ndarray, tid: np.nda
         step = _take_or_null(step, _inherit_down_np(parent, depth, step_own))
 
     cols: dict[str, pa.Array | pa.ChunkedArray] = {
-        name: parsed.column(name) for name in ("op_name", "seq", "torch_op_id", "input_op_ids", "fwd_tid",
-                                               "is_backward")}
+        name: parsed.column(name)
+        for name in ("op_name", "seq", "torch_op_id", "input_op_ids", "fwd_tid", "is_backward")
+    }
     cols["input_shapes"] = shapes
     dtypes = one_chunk(parsed.column("input_dtypes"))
     if dtypes.null_count < n or links.dtypes.null_count < n:
         dtypes = pc.if_else(pc.and_(fwd, pc.is_null(dtypes)), links.dtypes, dtypes)
     cols["input_dtypes"] = dtypes
     cols["input_values"] = parsed.column("input_values")
-    cols.update(flops.cost_columns(one_chunk(parsed.column("op_name")), one_chunk(shapes), one_chunk(dtypes),
-                                   one_chunk(cols["input_values"])))
+    cols.update(
+        flops.cost_columns(
+            one_chunk(parsed.column("op_name")), one_chunk(shapes), one_chunk(dtypes), one_chunk(cols["input_values"])
+        )
+    )
     cols["module_path"] = module_path
     cols["fwd_op_id"] = pa.array(link, mask=link < 0)
     cols["step"] = step

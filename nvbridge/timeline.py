@@ -65,8 +65,9 @@ def step_window(ops: pa.Table, first: int, last: int) -> tuple[int, int]:
     return step_window_of(step_spans(ops), first, last)
 
 
-def in_window(table: pa.Table, start_ns: int | None, end_ns: int | None,
-              processes: Iterable[int] | None = None) -> np.ndarray:
+def in_window(
+    table: pa.Table, start_ns: int | None, end_ns: int | None, processes: Iterable[int] | None = None
+) -> np.ndarray:
     """Mask of the rows overlapping [start_ns, end_ns] (either end open when None) of the given
     host processes (rows without a process are outside any process filter)."""
     keep = np.ones(table.num_rows, bool)

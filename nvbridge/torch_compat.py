@@ -31,7 +31,8 @@ def load_nvprof(path: str | os.PathLike[str]) -> Any:
         from torch.autograd.profiler_util import EventList, FunctionEvent
     except ImportError as exc:
         raise MissingDependency(
-            f"nvbridge.load_nvprof needs torch ({exc}); install it with: pip install torch") from exc
+            f"nvbridge.load_nvprof needs torch ({exc}); install it with: pip install torch"
+        ) from exc
 
     report = load(path)
     ops = report.ops
@@ -45,9 +46,17 @@ def load_nvprof(path: str | os.PathLike[str]) -> Any:
     stacks = ops.column("stack").to_pylist()
     events = [
         FunctionEvent(  # type: ignore[no-untyped-call]
-            id=i, name=names[i], thread=threads[i], start_us=starts[i], end_us=ends[i],
-                      sequence_nr=seqs[i], use_device="cuda", node_id=0, stack=stacks[i] or [],
-                      input_shapes=shapes[i] or [])
+            id=i,
+            name=names[i],
+            thread=threads[i],
+            start_us=starts[i],
+            end_us=ends[i],
+            sequence_nr=seqs[i],
+            use_device="cuda",
+            node_id=0,
+            stack=stacks[i] or [],
+            input_shapes=shapes[i] or [],
+        )
         for i in range(ops.num_rows)
     ]
     g = report.gpu_ops
@@ -57,15 +66,27 @@ def load_nvprof(path: str | os.PathLike[str]) -> Any:
     streams = np_col(g, "stream_id", fill=0).tolist()
     # As torch.profiler does: each GPU op is a kernel of the op that launched it *and* an
     # event of its own on the device, which is what torch's tables sum for "Self CUDA".
-    for j, (op, name, device, dur) in enumerate(zip(owners.tolist(), g.column("name").to_pylist(),
-                                                    np_col(g, "device_id", fill=0).tolist(), durations)):
+    for j, (op, name, device, dur) in enumerate(
+        zip(owners.tolist(), g.column("name").to_pylist(), np_col(g, "device_id", fill=0).tolist(), durations)
+    ):
         if op < 0:
             continue
         events[op].append_kernel(name, device, dur)
-        events.append(FunctionEvent(  # type: ignore[no-untyped-call]
-            id=ops.num_rows + j, name=name, thread=streams[j], start_us=g_start[j],
-                                    end_us=g_start[j] + dur, use_device="cuda", node_id=0, stack=[],
-                                    input_shapes=[], device_type=DeviceType.CUDA, device_index=device))
+        events.append(
+            FunctionEvent(  # type: ignore[no-untyped-call]
+                id=ops.num_rows + j,
+                name=name,
+                thread=streams[j],
+                start_us=g_start[j],
+                end_us=g_start[j] + dur,
+                use_device="cuda",
+                node_id=0,
+                stack=[],
+                input_shapes=[],
+                device_type=DeviceType.CUDA,
+                device_index=device,
+            )
+        )
     parents = np_col(ops, "parent_id", fill=-1)
     fwd = np_col(ops, "fwd_op_id", fill=-1)
     for i in np.flatnonzero(parents >= 0).tolist():

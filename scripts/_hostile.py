@@ -17,8 +17,16 @@ ROOT = Path(__file__).resolve().parent.parent
 REAL_DB = Path(os.environ.get("NVBRIDGE_REAL_DB", ROOT.parent / "shared" / "real_db"))
 SAMPLE_DB = ROOT / "sample_db"
 TIMEOUT = 60.0
-FAILURES = ("internal error", "traceback", "hang", "partial output", "input modified",
-            "wrong but silent", "unclear error", "wrong refusal")
+FAILURES = (
+    "internal error",
+    "traceback",
+    "hang",
+    "partial output",
+    "input modified",
+    "wrong but silent",
+    "unclear error",
+    "wrong refusal",
+)
 # Words a successful convert prints when it kept and reported impossible rows.
 FLAG_WORDS = ("impossible", "flagged", "excluded")
 K = "CUPTI_ACTIVITY_KIND_"
@@ -85,8 +93,9 @@ def leftovers(outputs: Iterable[Path]) -> list[str]:
     return found
 
 
-def judge(run: Run, proc: subprocess.CompletedProcess[str] | None, before: dict[str, str],
-          after: dict[str, str]) -> tuple[str, str]:
+def judge(
+    run: Run, proc: subprocess.CompletedProcess[str] | None, before: dict[str, str], after: dict[str, str]
+) -> tuple[str, str]:
     if proc is None:
         return "hang", f"no exit after {run.timeout:.0f} s"
     err = proc.stderr.strip()
@@ -129,8 +138,14 @@ def execute(case: Case, root: Path) -> tuple[str, str]:
         before = snapshot(work / case.watched)
         try:
             proc: subprocess.CompletedProcess[str] | None = subprocess.run(
-                run.argv, capture_output=True, text=True, timeout=run.timeout, env=env(), cwd=work,
-                stdin=subprocess.DEVNULL)
+                run.argv,
+                capture_output=True,
+                text=True,
+                timeout=run.timeout,
+                env=env(),
+                cwd=work,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             proc = None
         return judge(run, proc, before, snapshot(work / case.watched))
@@ -141,6 +156,7 @@ def execute(case: Case, root: Path) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------- inputs
+
 
 def bases() -> list[Path]:
     real = sorted(p for p in REAL_DB.glob("*") if p.suffix in (".sqlite", ".nvvp")) if REAL_DB.is_dir() else []
@@ -178,14 +194,20 @@ def copy_to(src: Path, work: Path, name: str | None = None) -> Path:
     return dst
 
 
-def convert_run(inp: Path, work: Path, expect: str = "any", check: Callable[..., str | None] | None = None,
-                extra: Iterable[str] = ()) -> Run:
+def convert_run(
+    inp: Path,
+    work: Path,
+    expect: str = "any",
+    check: Callable[..., str | None] | None = None,
+    extra: Iterable[str] = (),
+) -> Run:
     out = work / "out" / "ds"
     return Run(nvbridge("convert", inp, "-o", out, "-q", *extra), expect, [out], check)
 
 
-def mutated(src: Path, sql: Iterable[str], expect: str, check: Callable[..., str | None] | None = None
-            ) -> Callable[[Path], Run]:
+def mutated(
+    src: Path, sql: Iterable[str], expect: str, check: Callable[..., str | None] | None = None
+) -> Callable[[Path], Run]:
     def build(work: Path) -> Run:
         dst = copy_to(src, work)
         con = sqlite3.connect(dst)
@@ -200,6 +222,7 @@ def mutated(src: Path, sql: Iterable[str], expect: str, check: Callable[..., str
         finally:
             con.close()
         return convert_run(dst, work, expect, check)
+
     return build
 
 
@@ -207,8 +230,10 @@ def relax(con: sqlite3.Connection, table: str) -> None:
     """Copy ``table`` without its NOT NULL constraints (same columns, types and rows), so a
     case can store the NULLs a damaged or hand-made export could hold."""
     cols = ", ".join(f'"{name}" {typ}' for _, name, typ, *_ in con.execute(f"PRAGMA table_info({table})"))
-    con.executescript(f"CREATE TABLE nvb_relaxed ({cols}); INSERT INTO nvb_relaxed SELECT * FROM {table};"
-                      f"DROP TABLE {table}; ALTER TABLE nvb_relaxed RENAME TO {table};")
+    con.executescript(
+        f"CREATE TABLE nvb_relaxed ({cols}); INSERT INTO nvb_relaxed SELECT * FROM {table};"
+        f"DROP TABLE {table}; ALTER TABLE nvb_relaxed RENAME TO {table};"
+    )
 
 
 def byte_build(src: Path, edit: Callable[[bytes], bytes], expect: str = "any") -> Callable[[Path], Run]:
@@ -216,6 +241,7 @@ def byte_build(src: Path, edit: Callable[[bytes], bytes], expect: str = "any") -
         dst = work / "in" / src.name
         dst.write_bytes(edit(src.read_bytes()))
         return convert_run(dst, work, expect)
+
     return build
 
 
@@ -223,7 +249,7 @@ def first(table: str, where: str = "1") -> str:
     return f"rowid = (SELECT min(rowid) FROM {table} WHERE {where})"
 
 
-NVTX_RANGE = "eventType IN (59, 60, 70, 71) AND \"end\" IS NOT NULL AND \"end\" > start"
+NVTX_RANGE = 'eventType IN (59, 60, 70, 71) AND "end" IS NOT NULL AND "end" > start'
 
 
 def compare_datasets(a: Path, b: Path) -> str | None:
@@ -239,4 +265,3 @@ def compare_datasets(a: Path, b: Path) -> str | None:
         if not ta.equals(tb):
             return f"{rel} differs from the original's"
     return None
-

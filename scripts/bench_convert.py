@@ -183,8 +183,9 @@ with open(sys.argv[1], "w") as fh:
 """
 
 
-def run(tool: str, cmd: list[str], stdout: Path, timeout: float | None = None,
-        env: dict[str, str] | None = None) -> tuple[Run, int, str]:
+def run(
+    tool: str, cmd: list[str], stdout: Path, timeout: float | None = None, env: dict[str, str] | None = None
+) -> tuple[Run, int, str]:
     """Run ``cmd``: wall time, user+sys CPU and peak RSS of it and the children it reaped.
 
     Past ``timeout`` seconds the launcher and the command (one process group) are killed and
@@ -192,16 +193,31 @@ def run(tool: str, cmd: list[str], stdout: Path, timeout: float | None = None,
     """
     usage = stdout.with_suffix(".usage.json")
     with stdout.open("wb") as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-c", LAUNCHER_CODE, str(usage), *cmd],
-                                stdout=out, stderr=err, start_new_session=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LAUNCHER_CODE, str(usage), *cmd],
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            env=env,
+        )
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             usage.unlink(missing_ok=True)
-            return Run(tool, float(timeout or 0), float("nan"), float("nan"),
-                       f"timeout (killed after {timeout:.0f} s)", timed_out=True), -1, "timeout"
+            return (
+                Run(
+                    tool,
+                    float(timeout or 0),
+                    float("nan"),
+                    float("nan"),
+                    f"timeout (killed after {timeout:.0f} s)",
+                    timed_out=True,
+                ),
+                -1,
+                "timeout",
+            )
         if proc.returncode:
             raise subprocess.CalledProcessError(proc.returncode, cmd)
         err.seek(0)
@@ -255,16 +271,16 @@ def baseline_checkout(rev: str, into: Path) -> Path:
     import io
     import tarfile
 
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "nvbridge"], check=True,
-                          capture_output=True).stdout
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "nvbridge"], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(into, filter="data")
     compileall.compile_dir(into / "nvbridge", quiet=1)
     return into
 
 
-def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False,
-          baseline: Path | None = None) -> list[Run]:
+def bench(
+    db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False, baseline: Path | None = None
+) -> list[Run]:
     nsys = None if skip_nsys or convert_only else shutil.which("nsys")
     runs: list[Run] = []
     queries = json.dumps(floor_queries(db))
@@ -278,8 +294,7 @@ def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False,
                 best[r.tool] = r
 
         for _ in range(repeat):
-            r, rc, err = run(FLOOR, [sys.executable, "-c", FLOOR_CODE, str(db), queries],
-                             tmp / "floor.txt")
+            r, rc, err = run(FLOOR, [sys.executable, "-c", FLOOR_CODE, str(db), queries], tmp / "floor.txt")
             if rc:
                 raise SystemExit(f"floor failed ({rc}): {err}")
             r.note = f"{int((tmp / 'floor.txt').read_text()):,} rows iterated"
@@ -292,8 +307,12 @@ def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False,
             if baseline is not None:
                 out = tmp / "baseline"
                 env = {**os.environ, "PYTHONPATH": str(baseline)}
-                r, rc, err = run(BASELINE, [sys.executable, "-m", "nvbridge", "convert", str(db), "-o", str(out),
-                                            "--force"], tmp / "baseline.txt", env=env)
+                r, rc, err = run(
+                    BASELINE,
+                    [sys.executable, "-m", "nvbridge", "convert", str(db), "-o", str(out), "--force"],
+                    tmp / "baseline.txt",
+                    env=env,
+                )
                 if rc:
                     raise SystemExit(f"baseline convert failed ({rc}): {err}")
                 r.note = f"the same command at {baseline.name}"
@@ -301,8 +320,11 @@ def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False,
                 keep(r)
 
             out = tmp / "dataset"
-            r, rc, err = run("nvbridge convert", [sys.executable, "-m", "nvbridge", "convert", str(db),
-                                                  "-o", str(out), "--force"], tmp / "nvbridge.txt")
+            r, rc, err = run(
+                "nvbridge convert",
+                [sys.executable, "-m", "nvbridge", "convert", str(db), "-o", str(out), "--force"],
+                tmp / "nvbridge.txt",
+            )
             if rc:
                 raise SystemExit(f"nvbridge convert failed ({rc}): {err}")
             text = (tmp / "nvbridge.txt").read_text()
@@ -314,8 +336,9 @@ def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False,
                 shutil.rmtree(out)
                 continue
 
-            r, rc, err = run("nvbridge summary", [sys.executable, "-m", "nvbridge", "summary", str(out)],
-                             tmp / "summary.txt")
+            r, rc, err = run(
+                "nvbridge summary", [sys.executable, "-m", "nvbridge", "summary", str(out)], tmp / "summary.txt"
+            )
             if rc:
                 raise SystemExit(f"nvbridge summary failed ({rc}): {err}")
             lines = (tmp / "summary.txt").read_text().count("\n")
@@ -324,12 +347,16 @@ def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False,
             keep(r)
 
             trace = tmp / "trace.json.gz"
-            r, rc, err = run("nvbridge trace", [sys.executable, "-m", "nvbridge", "trace", str(db),
-                                                "-o", str(trace)], tmp / "trace.txt")
+            r, rc, err = run(
+                "nvbridge trace",
+                [sys.executable, "-m", "nvbridge", "trace", str(db), "-o", str(trace)],
+                tmp / "trace.txt",
+            )
             if rc:
                 raise SystemExit(f"nvbridge trace failed ({rc}): {err}")
-            r.note = (f"{trace.stat().st_size / 1e6:.0f} MB .json.gz, peak "
-                      + ("under 2 GB" if r.rss_mb < TWO_GB else "OVER 2 GB (issue 4 wants < 2 GB)"))
+            r.note = f"{trace.stat().st_size / 1e6:.0f} MB .json.gz, peak " + (
+                "under 2 GB" if r.rss_mb < TWO_GB else "OVER 2 GB (issue 4 wants < 2 GB)"
+            )
             trace.unlink()
             keep(r)
 
@@ -338,14 +365,20 @@ def bench(db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False,
                 copy.parent.mkdir(exist_ok=True)
                 shutil.copyfile(db, copy)
                 warm(copy)
-                r, rc, err = run("nsys stats nvtxkernsum", [nsys, "stats", "-q", "-r", "nvtxkernsum",
-                                                             "-f", "csv", str(copy)], tmp / "nsys.csv")
+                r, rc, err = run(
+                    "nsys stats nvtxkernsum",
+                    [nsys, "stats", "-q", "-r", "nvtxkernsum", "-f", "csv", str(copy)],
+                    tmp / "nsys.csv",
+                )
                 if rc:
                     r.note = f"FAILED rc={rc}: {err.strip().splitlines()[-1] if err.strip() else ''}"
                 else:
                     lines = sum(1 for _ in (tmp / "nsys.csv").open("rb"))
-                    r.note = (f"{lines - 1:,} CSV rows" if lines else
-                              "no output: nsys stats reads only Nsight Systems exports")
+                    r.note = (
+                        f"{lines - 1:,} CSV rows"
+                        if lines
+                        else "no output: nsys stats reads only Nsight Systems exports"
+                    )
                 shutil.rmtree(copy.parent)
                 keep(r)
         runs = list(best.values())
@@ -380,17 +413,19 @@ def table(runs: list[Run]) -> str:
     nvb, flo, nsy = by.get("nvbridge convert"), by.get(FLOOR), by.get("nsys stats nvtxkernsum")
     raw, base = by.get(RAW), by.get(BASELINE)
     if nvb and raw:
-        lines.append(f"ratio nvbridge/raw read: {nvb.wall / raw.wall:.2f}x wall, {nvb.cpu / raw.cpu:.2f}x CPU, "
-                     f"{nvb.rss_mb / raw.rss_mb:.2f}x peak RSS")
+        lines.append(
+            f"ratio nvbridge/raw read: {nvb.wall / raw.wall:.2f}x wall, {nvb.cpu / raw.cpu:.2f}x CPU, "
+            f"{nvb.rss_mb / raw.rss_mb:.2f}x peak RSS"
+        )
     if nvb and base:
-        lines.append(f"ratio nvbridge/baseline: {nvb.wall / base.wall:.2f}x wall, {nvb.cpu / base.cpu:.2f}x CPU, "
-                     f"{nvb.rss_mb / base.rss_mb:.2f}x peak RSS")
+        lines.append(
+            f"ratio nvbridge/baseline: {nvb.wall / base.wall:.2f}x wall, {nvb.cpu / base.cpu:.2f}x CPU, "
+            f"{nvb.rss_mb / base.rss_mb:.2f}x peak RSS"
+        )
     if nvb and flo:
-        lines.append(f"ratio nvbridge/floor: {nvb.wall / flo.wall:.2f}x wall, "
-                     f"{nvb.rss_mb / flo.rss_mb:.2f}x peak RSS")
+        lines.append(f"ratio nvbridge/floor: {nvb.wall / flo.wall:.2f}x wall, {nvb.rss_mb / flo.rss_mb:.2f}x peak RSS")
     if nvb and nsy:
-        lines.append(f"ratio nsys/nvbridge:  {nsy.wall / nvb.wall:.2f}x wall, "
-                     f"{nsy.rss_mb / nvb.rss_mb:.2f}x peak RSS")
+        lines.append(f"ratio nsys/nvbridge:  {nsy.wall / nvb.wall:.2f}x wall, {nsy.rss_mb / nvb.rss_mb:.2f}x peak RSS")
     return "\n".join(lines)
 
 
@@ -399,23 +434,27 @@ def real_summary(source: Path, repeat: int) -> str:
     with tempfile.TemporaryDirectory(prefix="nvbridge-bench-") as tmp_s:
         tmp = Path(tmp_s)
         out = tmp / "dataset"
-        subprocess.run([sys.executable, "-m", "nvbridge", "convert", str(source), "-o", str(out),
-                        "--force", "--quiet"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "nvbridge", "convert", str(source), "-o", str(out), "--force", "--quiet"], check=True
+        )
         for f in out.rglob("*"):
             if f.is_file():
                 warm(f)
         best: Run | None = None
         for _ in range(max(repeat, 1)):
-            r, rc, err = run("nvbridge summary", [sys.executable, "-m", "nvbridge", "summary", str(out)],
-                             tmp / "summary.txt")
+            r, rc, err = run(
+                "nvbridge summary", [sys.executable, "-m", "nvbridge", "summary", str(out)], tmp / "summary.txt"
+            )
             if rc:
                 raise SystemExit(f"nvbridge summary failed ({rc}): {err}")
             if best is None or r.wall < best.wall:
                 best = r
         assert best is not None
     verdict = "under" if best.wall < 2 else "OVER"
-    return (f"nvbridge summary on the dataset of real {source.name}: {best.wall:.2f} s wall, "
-            f"{best.cpu:.2f} s CPU, {best.rss_mb:.0f} MB peak RSS ({verdict} issue 3's 2 s)")
+    return (
+        f"nvbridge summary on the dataset of real {source.name}: {best.wall:.2f} s wall, "
+        f"{best.cpu:.2f} s CPU, {best.rss_mb:.0f} MB peak RSS ({verdict} issue 3's 2 s)"
+    )
 
 
 def nvprof_bench(source: Path, tile_counts: list[int], cache: Path, timeout: float) -> None:
@@ -424,11 +463,11 @@ def nvprof_bench(source: Path, tile_counts: list[int], cache: Path, timeout: flo
 
     try:
         import importlib.util
+
         has_torch = importlib.util.find_spec("torch") is not None
     except (ImportError, ValueError):
         has_torch = False
-    print(f"\n== torch load_nvprof vs nvbridge on {source.name} tiled {tile_counts} "
-          f"(timeout {timeout:.0f} s each)")
+    print(f"\n== torch load_nvprof vs nvbridge on {source.name} tiled {tile_counts} (timeout {timeout:.0f} s each)")
     if not has_torch:
         print("note: torch not installed; only nvbridge convert is timed (pip install 'nvbridge[torch]')")
     width = 26
@@ -442,18 +481,23 @@ def nvprof_bench(source: Path, tile_counts: list[int], cache: Path, timeout: flo
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         markers = make_large_db.nvtx_rows(conn, "nvprof")
         conn.close()
-        print(f"-- x{tiles}: {markers:,} MARKER rows ({markers // 2:,} ranges), "
-              f"{db.stat().st_size / 1e6:.1f} MB")
+        print(f"-- x{tiles}: {markers:,} MARKER rows ({markers // 2:,} ranges), {db.stat().st_size / 1e6:.1f} MB")
         print(f"{'tool':<{width}}{'wall s':>9}{'cpu s':>9}{'peak RSS MB':>13}  notes")
         with tempfile.TemporaryDirectory(prefix="nvbridge-bench-") as tmp_s:
             tmp = Path(tmp_s)
             warm(db)
             results: dict[str, Run] = {}
-            cases = [("nvbridge convert", [sys.executable, "-m", "nvbridge", "convert", str(db),
-                                           "-o", str(tmp / "ds"), "--force"])]
+            cases = [
+                (
+                    "nvbridge convert",
+                    [sys.executable, "-m", "nvbridge", "convert", str(db), "-o", str(tmp / "ds"), "--force"],
+                )
+            ]
             if has_torch:
-                cases += [("nvbridge.load_nvprof", [sys.executable, "-c", NVBRIDGE_LOAD_CODE, str(db)]),
-                          ("torch load_nvprof", [sys.executable, "-c", TORCH_CODE, str(db)])]
+                cases += [
+                    ("nvbridge.load_nvprof", [sys.executable, "-c", NVBRIDGE_LOAD_CODE, str(db)]),
+                    ("torch load_nvprof", [sys.executable, "-c", TORCH_CODE, str(db)]),
+                ]
             for tool, cmd in cases:
                 out = tmp / (tool.replace(" ", "_") + ".txt")
                 r, rc, err = run(tool, cmd, out, timeout=timeout)
@@ -493,38 +537,76 @@ def nvprof_bench(source: Path, tile_counts: list[int], cache: Path, timeout: flo
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nvtx-rows", "--rows", type=int, action="append", metavar="N",
-                    help="NVTX rows of the tiled database (repeat for a scaling line; default 2000000)")
+    ap.add_argument(
+        "--nvtx-rows",
+        "--rows",
+        type=int,
+        action="append",
+        metavar="N",
+        help="NVTX rows of the tiled database (repeat for a scaling line; default 2000000)",
+    )
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real export to tile")
-    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
-                    help="where tiled databases are built and reused (default bench_out/)")
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="rounds (each runs every tool once, in turn); each tool's fastest is reported. The VM's "
-                         "speed drifts by up to 25%% between runs: best of three keeps floor and convert comparable")
+    ap.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help="where tiled databases are built and reused (default bench_out/)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="rounds (each runs every tool once, in turn); each tool's fastest is reported. The VM's "
+        "speed drifts by up to 25%% between runs: best of three keeps floor and convert comparable",
+    )
     ap.add_argument("--skip-nsys", action="store_true", help="do not run nsys stats")
-    ap.add_argument("--convert-only", action="store_true",
-                    help="time only the floor and nvbridge convert on each size (no summary, trace, nsys)")
-    ap.add_argument("--baseline", metavar="REV", default=None,
-                    help="also time 'nvbridge convert' as of this git revision, in the same rounds (ratio printed)")
+    ap.add_argument(
+        "--convert-only",
+        action="store_true",
+        help="time only the floor and nvbridge convert on each size (no summary, trace, nsys)",
+    )
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        default=None,
+        help="also time 'nvbridge convert' as of this git revision, in the same rounds (ratio printed)",
+    )
     ap.add_argument("--clean", action="store_true", help="delete the tiled databases afterwards (cached ones too)")
-    ap.add_argument("--real-summary", type=Path, default=DEFAULT_SOURCE, metavar="REPORT",
-                    help="real report whose converted dataset 'nvbridge summary' is timed on "
-                         "(default the nsys 2026.2 FSDP export, the largest real one)")
+    ap.add_argument(
+        "--real-summary",
+        type=Path,
+        default=DEFAULT_SOURCE,
+        metavar="REPORT",
+        help="real report whose converted dataset 'nvbridge summary' is timed on "
+        "(default the nsys 2026.2 FSDP export, the largest real one)",
+    )
     ap.add_argument("--nvprof-source", type=Path, default=DEFAULT_NVPROF, help="real nvprof report to tile")
-    ap.add_argument("--nvprof-tiles", default="1,10,100", metavar="K,K,...",
-                    help="tilings of the nvprof report for torch's load_nvprof vs nvbridge "
-                         "(default 1,10,100; 'none' skips)")
-    ap.add_argument("--timeout", type=float, default=600.0,
-                    help="seconds before a torch/nvbridge nvprof run is killed (default 600)")
+    ap.add_argument(
+        "--nvprof-tiles",
+        default="1,10,100",
+        metavar="K,K,...",
+        help="tilings of the nvprof report for torch's load_nvprof vs nvbridge (default 1,10,100; 'none' skips)",
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds before a torch/nvbridge nvprof run is killed (default 600)",
+    )
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
     sizes = args.nvtx_rows or [2_000_000]
-    tiles_nvprof = ([] if args.nvprof_tiles.strip().lower() in ("", "none", "0")
-                    else [int(x) for x in args.nvprof_tiles.split(",") if x.strip()])
+    tiles_nvprof = (
+        []
+        if args.nvprof_tiles.strip().lower() in ("", "none", "0")
+        else [int(x) for x in args.nvprof_tiles.split(",") if x.strip()]
+    )
     if not args.source.is_file():
         raise SystemExit(f"{args.source}: no such file (pass --source)")
-    print(f"source {args.source.name}; python {platform.python_version()}, {os.cpu_count()} CPUs, "
-          f"nsys: {version(['nsys', '--version']) if shutil.which('nsys') else 'absent'}")
+    print(
+        f"source {args.source.name}; python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"nsys: {version(['nsys', '--version']) if shutil.which('nsys') else 'absent'}"
+    )
     print(f"bytecode compiled: {compile_package()}")
     results: list[tuple[int, list[Run]]] = []
     made: list[Path] = []
@@ -536,16 +618,16 @@ def main(argv: list[str] | None = None) -> int:
         for n in sizes:
             db, tiles = cached_db(args.source, n, args.cache_dir)
             made.append(db)
-            print(f"\n== {n:,} NVTX rows requested: {db.name}, {tiles} tiles, "
-                  f"{db.stat().st_size / 1e6:.0f} MB")
+            print(f"\n== {n:,} NVTX rows requested: {db.name}, {tiles} tiles, {db.stat().st_size / 1e6:.0f} MB")
             runs = bench(db, args.repeat, args.skip_nsys, args.convert_only, base)
             print(table(runs), flush=True)
             results.append((n, runs))
         if len(results) >= 2:
             (n0, r0), (n1, r1) = results[0], results[-1]
             a, b = {r.tool: r for r in r0}, {r.tool: r for r in r1}
-            parts = [f"{t} {r.wall / a[t].wall:.2f}x time, {r.rss_mb / a[t].rss_mb:.2f}x RSS"
-                     for t, r in b.items() if t in a]
+            parts = [
+                f"{t} {r.wall / a[t].wall:.2f}x time, {r.rss_mb / a[t].rss_mb:.2f}x RSS" for t, r in b.items() if t in a
+            ]
             print(f"\nscaling {n0:,} -> {n1:,} NVTX rows ({n1 / n0:.1f}x rows): " + "; ".join(parts))
             # The same plain loop also grows faster or slower than the rows from run to run
             # (4.9x-5.4x for 5x rows on the 2-vCPU VM); divided by its growth, that drift cancels.

@@ -27,8 +27,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--distinct", type=int, default=1_000)
     args = parser.parse_args()
-    texts = [f"aten::mm, seq = {i}, op_id = {i}, sizes = [[{i % 97 + 1}, 64], [64, 32]], dtypes = [bf16, bf16]"
-             for i in range(args.distinct)]
+    texts = [
+        f"aten::mm, seq = {i}, op_id = {i}, sizes = [[{i % 97 + 1}, 64], [64, 32]], dtypes = [bf16, bf16]"
+        for i in range(args.distinct)
+    ]
     column = pa.array(texts).take(pa.array(np.random.default_rng(0).integers(0, args.distinct, args.rows)))
     parse_s, cost_s = [], []
     for _ in range(3):
@@ -36,14 +38,19 @@ def main() -> None:
         t0 = time.perf_counter()
         parsed = names.parse(column)
         t1 = time.perf_counter()
-        cols = cost_columns(parsed.column("op_name").combine_chunks(), parsed.column("input_shapes").combine_chunks(),
-                            parsed.column("input_dtypes").combine_chunks())
+        cols = cost_columns(
+            parsed.column("op_name").combine_chunks(),
+            parsed.column("input_shapes").combine_chunks(),
+            parsed.column("input_dtypes").combine_chunks(),
+        )
         t2 = time.perf_counter()
         parse_s.append(t1 - t0)
         cost_s.append(t2 - t1)
     assert cols["flops"].null_count == 0
-    print(f"{args.rows:,} ranges, {args.distinct:,} distinct: parse {min(parse_s):.2f} s, "
-          f"cost columns {min(cost_s):.3f} s, cost / parse = {min(cost_s) / min(parse_s):.3f}")
+    print(
+        f"{args.rows:,} ranges, {args.distinct:,} distinct: parse {min(parse_s):.2f} s, "
+        f"cost columns {min(cost_s):.3f} s, cost / parse = {min(cost_s) / min(parse_s):.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -90,15 +90,19 @@ def main() -> int:
         print(f"{len(sources)} reports, {rows:,} rows; {os.cpu_count()} cores")
         serial, base = best_of(args.rounds, work, "serial", lambda out: nvbridge.convert(sources, out))
         jobs, jobs_out = best_of(args.rounds, work, "jobs", lambda out: nvbridge.convert(sources, out, jobs=args.jobs))
-        with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster:  # type: ignore[no-untyped-call]
+        with LocalCluster(
+            n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster:  # type: ignore[no-untyped-call]
             address = cluster.scheduler_address
-            dask, dask_out = best_of(args.rounds, work, "dask",
-                                     lambda out: nvbridge.convert(sources, out, scheduler=address))
+            dask, dask_out = best_of(
+                args.rounds, work, "dask", lambda out: nvbridge.convert(sources, out, scheduler=address)
+            )
         print(f"{'way':<26}{'best s':>8}{'speed-up':>10}  output")
         print(f"{'serial':<26}{serial:>8.2f}{1.0:>10.2f}  (reference)")
-        for name, secs, out in ((f"--jobs {args.jobs}", jobs, jobs_out),
-                                (f"Dask, {args.workers} workers", dask, dask_out)):
+        for name, secs, out in (
+            (f"--jobs {args.jobs}", jobs, jobs_out),
+            (f"Dask, {args.workers} workers", dask, dask_out),
+        ):
             print(f"{name:<26}{secs:>8.2f}{serial / secs:>10.2f}  {'identical' if same(base, out) else 'DIFFERS'}")
         return 0 if same(base, jobs_out) and same(base, dask_out) else 1
 

@@ -24,9 +24,14 @@ def once(tree: Path, dataset: Path, options: list[str]) -> tuple[float, float]:
     """(wall s, CPU s) of one summary run in a fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "nvbridge", "summary", str(dataset), *options], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
-                   env={**os.environ, "PYTHONPATH": str(tree)})
+    subprocess.run(
+        [sys.executable, "-m", "nvbridge", "summary", str(dataset), *options],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -38,8 +43,8 @@ def main() -> None:
     parser.add_argument("baseline", type=Path, help="a checkout of the revision to compare against")
     parser.add_argument("--rounds", type=int, default=5)
     argv = sys.argv[1:]
-    options = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    options = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     args.options = options
     times: dict[str, list[tuple[float, float]]] = {"this tree": [], "baseline": []}
     once(ROOT, args.dataset, args.options)  # warm the page cache
@@ -49,8 +54,10 @@ def main() -> None:
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
     for name, (wall, cpu) in med.items():
         print(f"{name:10} wall {wall:6.2f} s  CPU {cpu:6.2f} s  (median of {args.rounds})")
-    print(f"ratio this/baseline: wall {med['this tree'][0] / med['baseline'][0]:.2f}x, "
-          f"CPU {med['this tree'][1] / med['baseline'][1]:.2f}x")
+    print(
+        f"ratio this/baseline: wall {med['this tree'][0] / med['baseline'][0]:.2f}x, "
+        f"CPU {med['this tree'][1] / med['baseline'][1]:.2f}x"
+    )
 
 
 if __name__ == "__main__":

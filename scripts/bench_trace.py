@@ -87,16 +87,22 @@ def report(label: str, runs: dict[str, Run]) -> bool:
     print(f"\n{label}")
     print(f"  {'run':<18} {'wall s':>8} {'CPU s':>8} {'peak MB':>8} {'wall/convert':>13} {'CPU/convert':>12}  note")
     for r in runs.values():
-        print(f"  {r.tool:<18} {r.wall:8.2f} {r.cpu:8.2f} {r.rss_mb:8.0f} {r.wall / convert.wall:12.2f}x "
-              f"{r.cpu / convert.cpu:11.2f}x  {r.note}")
+        print(
+            f"  {r.tool:<18} {r.wall:8.2f} {r.cpu:8.2f} {r.rss_mb:8.0f} {r.wall / convert.wall:12.2f}x "
+            f"{r.cpu / convert.cpu:11.2f}x  {r.note}"
+        )
     trace = runs["trace"]
     ok = trace.wall / convert.wall <= TARGET_RATIO and trace.rss_mb < TARGET_MB
-    print(f"  target (trace <= {TARGET_RATIO}x convert's wall time, < {TARGET_MB:.0f} MB): "
-          f"{'met' if ok else 'NOT met'} ({trace.wall / convert.wall:.2f}x, {trace.rss_mb:.0f} MB)")
+    print(
+        f"  target (trace <= {TARGET_RATIO}x convert's wall time, < {TARGET_MB:.0f} MB): "
+        f"{'met' if ok else 'NOT met'} ({trace.wall / convert.wall:.2f}x, {trace.rss_mb:.0f} MB)"
+    )
     if "trace at baseline" in runs:
         old = runs["trace at baseline"]
-        print(f"  baseline/now: wall {old.wall / trace.wall:.2f}x, CPU {old.cpu / trace.cpu:.2f}x, "
-              f"peak {old.rss_mb / trace.rss_mb:.2f}x")
+        print(
+            f"  baseline/now: wall {old.wall / trace.wall:.2f}x, CPU {old.cpu / trace.cpu:.2f}x, "
+            f"peak {old.rss_mb / trace.rss_mb:.2f}x"
+        )
     return ok
 
 
@@ -112,12 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     bench_convert.compile_package()
     ok = True
     with tempfile.TemporaryDirectory(prefix="nvbridge-baseline-") as base_s:
-        baseline = bench_convert.baseline_checkout(args.baseline, Path(base_s) / args.baseline) \
-            if args.baseline else None
+        baseline = (
+            bench_convert.baseline_checkout(args.baseline, Path(base_s) / args.baseline) if args.baseline else None
+        )
         for rows in args.nvtx_rows or [2_000_000]:
             db, tiles = bench_convert.cached_db(args.source, rows, args.cache)
-            ok &= report(f"{db.name}: {tiles} tiles of {args.source.name} (~{rows:,} NVTX rows)",
-                         bench(db, args.repeat, baseline))
+            ok &= report(
+                f"{db.name}: {tiles} tiles of {args.source.name} (~{rows:,} NVTX rows)",
+                bench(db, args.repeat, baseline),
+            )
     return 0 if ok else 1
 
 

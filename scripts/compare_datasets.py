@@ -39,8 +39,13 @@ def checkout(rev: str, into: Path) -> Path:
 
 def convert(code: Path, source: Path, out: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(code)}
-    done = subprocess.run([sys.executable, "-m", "nvbridge", "convert", str(source), "-o", str(out), "-q"],
-                          cwd=code, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "nvbridge", "convert", str(source), "-o", str(out), "-q"],
+        cwd=code,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         raise SystemExit(f"{code.name} failed on {source.name}: {done.stderr.strip()}")
 

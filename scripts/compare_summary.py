@@ -20,14 +20,25 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_DB = Path(os.environ.get("NVBRIDGE_REAL_DB", ROOT.parent / "shared" / "real_db"))
-VARIANTS = [[], ["--group-by", "shape"], ["--group-by", "module"], ["--group-by", "stack", "--stack-depth", "2"],
-            ["--top-level"], ["--sort", "cpu_time_total"], ["--device", "0"]]
+VARIANTS = [
+    [],
+    ["--group-by", "shape"],
+    ["--group-by", "module"],
+    ["--group-by", "stack", "--stack-depth", "2"],
+    ["--top-level"],
+    ["--sort", "cpu_time_total"],
+    ["--device", "0"],
+]
 
 
 def run(tree: Path, path: Path, variant: list[str]) -> tuple[int, Any]:
-    result = subprocess.run([sys.executable, "-m", "nvbridge", "summary", str(path), "--json", "--limit", "-1",
-                             *variant], capture_output=True, text=True, cwd="/",
-                            env={**os.environ, "PYTHONPATH": str(tree)})
+    result = subprocess.run(
+        [sys.executable, "-m", "nvbridge", "summary", str(path), "--json", "--limit", "-1", *variant],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
     return result.returncode, json.loads(result.stdout) if result.returncode == 0 else result.stderr
 
 
@@ -45,8 +56,12 @@ def main() -> None:
     parser.add_argument("baseline", type=Path, help="a checkout of the revision to compare against")
     parser.add_argument("--dataset", type=Path, action="append", default=[], help="also a dataset directory")
     args = parser.parse_args()
-    inputs = sorted(REAL_DB.glob("*.sqlite")) + sorted(REAL_DB.glob("*.nvvp")) + sorted(
-        (ROOT / "sample_db").glob("*.sqlite")) + args.dataset
+    inputs = (
+        sorted(REAL_DB.glob("*.sqlite"))
+        + sorted(REAL_DB.glob("*.nvvp"))
+        + sorted((ROOT / "sample_db").glob("*.sqlite"))
+        + args.dataset
+    )
     cases = differ = refused = 0
     for path in inputs:
         for variant in VARIANTS:

@@ -38,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         only_a, only_b = ev_a - ev_b, ev_b - ev_a
         ok = head_a == head_b and not only_a and not only_b
         same &= ok
-        print(f"{a.name} vs {b.name}: {'same' if ok else 'DIFFERENT'} ({sum(ev_a.values()):,} and "
-              f"{sum(ev_b.values()):,} events{'' if head_a == head_b else ', headers differ'})")
+        print(
+            f"{a.name} vs {b.name}: {'same' if ok else 'DIFFERENT'} ({sum(ev_a.values()):,} and "
+            f"{sum(ev_b.values()):,} events{'' if head_a == head_b else ', headers differ'})"
+        )
         for label, extra in ((a.name, only_a), (b.name, only_b)):
             for event in list(extra.elements())[:3]:
                 print(f"  only in {label}: {event}")

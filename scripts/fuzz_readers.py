@@ -30,11 +30,38 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DB = ROOT / "sample_db"
 REGRESS = ROOT / "tests" / "regress"
-TABLES = ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-          "StringIds", "ThreadNames", "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS", "PROCESSES",
-          "EXPORT_META_DATA", "META_DATA_EXPORT", "DIAGNOSTIC_EVENT")
-VALUES = ("NULL", "-1", "0", "1", str(1 << 62), str((1 << 63) - 1), str(-(1 << 63)), "'x'", "x'00'", "1.5",
-          "''", "59", "60", "75", "34", "987654321")
+TABLES = (
+    "NVTX_EVENTS",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "StringIds",
+    "ThreadNames",
+    "TARGET_INFO_SESSION_START_TIME",
+    "ANALYSIS_DETAILS",
+    "PROCESSES",
+    "EXPORT_META_DATA",
+    "META_DATA_EXPORT",
+    "DIAGNOSTIC_EVENT",
+)
+VALUES = (
+    "NULL",
+    "-1",
+    "0",
+    "1",
+    str(1 << 62),
+    str((1 << 63) - 1),
+    str(-(1 << 63)),
+    "'x'",
+    "x'00'",
+    "1.5",
+    "''",
+    "59",
+    "60",
+    "75",
+    "34",
+    "987654321",
+)
 ROWS = ("rowid = (SELECT min(rowid) FROM {t})", "rowid = (SELECT max(rowid) FROM {t})", "rowid % 7 = 3", "1")
 
 
@@ -61,9 +88,13 @@ def decode(data: bytes, tables: dict[str, list[str]]) -> list[str]:
         where = ROWS[fdp.ConsumeIntInRange(0, len(ROWS) - 1)].format(t=t)
         op = fdp.ConsumeIntInRange(0, 9)
         if op <= 5:
-            value = VALUES[fdp.ConsumeIntInRange(0, len(VALUES) - 1)] if op <= 3 else \
-                f'"{cols[fdp.ConsumeIntInRange(0, len(cols) - 1)]}"' if op == 4 else \
-                f'"{col}" + {fdp.ConsumeIntInRange(-1000, 1000)}'
+            value = (
+                VALUES[fdp.ConsumeIntInRange(0, len(VALUES) - 1)]
+                if op <= 3
+                else f'"{cols[fdp.ConsumeIntInRange(0, len(cols) - 1)]}"'
+                if op == 4
+                else f'"{col}" + {fdp.ConsumeIntInRange(-1000, 1000)}'
+            )
             edits.append(f'UPDATE {t} SET "{col}" = {value} WHERE {where}')
         elif op == 6:
             edits.append(f"DELETE FROM {t} WHERE {where}")
@@ -102,8 +133,10 @@ def _relax(con: sqlite3.Connection, table: str) -> None:
     if not cols:
         return
     spec = ", ".join(f'"{n}" {t}' for n, t in cols)
-    con.executescript(f"CREATE TABLE nvb_relaxed ({spec}); INSERT INTO nvb_relaxed SELECT * FROM {table};"
-                      f"DROP TABLE {table}; ALTER TABLE nvb_relaxed RENAME TO {table};")
+    con.executescript(
+        f"CREATE TABLE nvb_relaxed ({spec}); INSERT INTO nvb_relaxed SELECT * FROM {table};"
+        f"DROP TABLE {table}; ALTER TABLE nvb_relaxed RENAME TO {table};"
+    )
 
 
 def replay(seed: Path, edits: list[str], work: Path) -> tuple[list[str], BaseException | None]:
@@ -159,10 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         import nvbridge.readers  # noqa: F401  (instrumented for coverage)
         import nvbridge.readers.nsys  # noqa: F401
         import nvbridge.readers.nvprof  # noqa: F401
+
     # libFuzzer ends the process itself when time is up: clean up and report at exit.
     def report() -> None:
         shutil.rmtree(work, ignore_errors=True)
         print(f"{len(found)} new crash(es) written to {REGRESS}", file=sys.stderr)
+
     atexit.register(report)
     fuzz_args: list[Any] = [sys.argv[0], f"-max_total_time={args.seconds}", "-rss_limit_mb=4096", *rest]
     atheris.Setup(fuzz_args, one)

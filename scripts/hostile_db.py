@@ -64,14 +64,16 @@ def value_cases(src: Path) -> list[Case]:
         add(f"{t}.end=NULL", [f"UPDATE {table} SET {end} = NULL WHERE {row}"], "any" if kind == "nvtx" else "error")
         add(f"{t}.end=2^63-1", [f"UPDATE {table} SET {end} = {MAX} WHERE {row}"], "refuse_or_flag")
         add(f"{t}.end<start", [f"UPDATE {table} SET {end} = start - 1000 WHERE {row}"], "refuse_or_flag")
-        add(f"{t}.swapped", [f"UPDATE {table} SET start = {end}, {end} = start WHERE {where} AND {end} > start"],
-            "refuse_or_flag")
+        add(
+            f"{t}.swapped",
+            [f"UPDATE {table} SET start = {end}, {end} = start WHERE {where} AND {end} > start"],
+            "refuse_or_flag",
+        )
         if kind == "nvtx":
             add("NVTX.eventType=NULL", [f"UPDATE {table} SET eventType = NULL WHERE {row}"], "error")
             add("NVTX.globalTid=NULL", [f"UPDATE {table} SET globalTid = NULL WHERE {row}"], "error")
             add("NVTX.end-column-dropped", [f'ALTER TABLE {table} DROP COLUMN "end"'], "error")
-            add("NVTX.textId=missing", [f"UPDATE {table} SET text = NULL, textId = 987654321 WHERE {row}"],
-                "error")
+            add("NVTX.textId=missing", [f"UPDATE {table} SET text = NULL, textId = 987654321 WHERE {row}"], "error")
             cases.append(Case(f"value/{tag}/NVTX.rowid=2^62", "hostile values", rowid_gap(src)))
             continue
         add(f"{t}.correlationId=NULL", [f"UPDATE {table} SET correlationId = NULL WHERE {row}"], "error")
@@ -79,8 +81,7 @@ def value_cases(src: Path) -> list[Case]:
         add(f"{t}.duplicated", [f"INSERT INTO {table} SELECT * FROM {table} WHERE {row}"], "refuse_or_flag")
         add(f"{t}.sum>int64", [f"UPDATE {table} SET start = 0, {end} = {BIG - 1}"], "refuse_or_flag")
         if "KERNEL" in table and is_nsys(src):
-            add(f"{t}.demangledName=missing", [f"UPDATE {table} SET demangledName = 987654321 WHERE {row}"],
-                "error")
+            add(f"{t}.demangledName=missing", [f"UPDATE {table} SET demangledName = 987654321 WHERE {row}"], "error")
         if table.endswith("RUNTIME") and is_nsys(src):
             add(f"{t}.nameId=missing", [f"UPDATE {table} SET nameId = 987654321 WHERE {row}"], "error")
             add(f"{t}.globalTid=NULL", [f"UPDATE {table} SET globalTid = NULL WHERE {row}"], "error")
@@ -89,6 +90,7 @@ def value_cases(src: Path) -> list[Case]:
 
 def rowid_gap(src: Path) -> Callable[[Path], Run]:
     """The last NVTX row moved to rowid 2^62: same dataset as the original, in time."""
+
     def build(work: Path) -> Run:
         dst = copy_to(src, work)
         con = sqlite3.connect(dst)
@@ -96,13 +98,16 @@ def rowid_gap(src: Path) -> Callable[[Path], Run]:
         con.commit()
         con.close()
         ref = work / "out" / "ref"
-        subprocess.run(nvbridge("convert", src, "-o", ref, "-q"), env=env(), check=True, capture_output=True,
-                       timeout=TIMEOUT)
+        subprocess.run(
+            nvbridge("convert", src, "-o", ref, "-q"), env=env(), check=True, capture_output=True, timeout=TIMEOUT
+        )
         out = work / "out" / "ds"
 
         def same(_proc: subprocess.CompletedProcess[str]) -> str | None:
             return compare_datasets(ref, out)
+
         return Run(nvbridge("convert", dst, "-o", out, "-q"), "ok", [out], same, timeout=30)
+
     return build
 
 
@@ -110,17 +115,34 @@ def structure_cases(src: Path) -> list[Case]:
     tag = src.stem
     have = tables(src)
     cases = []
-    for table in ("StringIds", "NVTX_EVENTS", K + "RUNTIME", K + "KERNEL", K + "MEMCPY", "META_DATA_EXPORT",
-                  "EXPORT_META_DATA", "TARGET_INFO_SESSION_START_TIME", "ThreadNames", "PROCESSES",
-                  "StringTable", K + "MARKER", "Version", K + "NAME"):
+    for table in (
+        "StringIds",
+        "NVTX_EVENTS",
+        K + "RUNTIME",
+        K + "KERNEL",
+        K + "MEMCPY",
+        "META_DATA_EXPORT",
+        "EXPORT_META_DATA",
+        "TARGET_INFO_SESSION_START_TIME",
+        "ThreadNames",
+        "PROCESSES",
+        "StringTable",
+        K + "MARKER",
+        "Version",
+        K + "NAME",
+    ):
         if table in have:
-            cases.append(Case(f"drop-table/{tag}/{table}", "dropped tables",
-                              mutated(src, [f"DROP TABLE {table}"], "any")))
-    for table, cols in (("NVTX_EVENTS", ("start", "eventType", "text", "globalTid", "textId", "domainId")),
-                        (K + "RUNTIME", ("start", "nameId", "correlationId", "globalTid", "cbid")),
-                        (K + "KERNEL", ("start", "end", "demangledName", "correlationId", "name", "deviceId")),
-                        (K + "MARKER", ("timestamp", "objectId", "flags", "id")),
-                        ("StringIds", ("value",)), ("StringTable", ("value",))):
+            cases.append(
+                Case(f"drop-table/{tag}/{table}", "dropped tables", mutated(src, [f"DROP TABLE {table}"], "any"))
+            )
+    for table, cols in (
+        ("NVTX_EVENTS", ("start", "eventType", "text", "globalTid", "textId", "domainId")),
+        (K + "RUNTIME", ("start", "nameId", "correlationId", "globalTid", "cbid")),
+        (K + "KERNEL", ("start", "end", "demangledName", "correlationId", "name", "deviceId")),
+        (K + "MARKER", ("timestamp", "objectId", "flags", "id")),
+        ("StringIds", ("value",)),
+        ("StringTable", ("value",)),
+    ):
         if table not in have:
             continue
         con = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
@@ -128,20 +150,41 @@ def structure_cases(src: Path) -> list[Case]:
         con.close()
         for col in cols:
             if col in present:
-                cases.append(Case(f"drop-column/{tag}/{table}.{col}", "dropped columns",
-                                  mutated(src, [f'ALTER TABLE {table} DROP COLUMN "{col}"'], "any")))
+                cases.append(
+                    Case(
+                        f"drop-column/{tag}/{table}.{col}",
+                        "dropped columns",
+                        mutated(src, [f'ALTER TABLE {table} DROP COLUMN "{col}"'], "any"),
+                    )
+                )
     if "StringIds" in have:
-        cases.append(Case(f"value/{tag}/StringIds-emptied", "hostile values",
-                          mutated(src, ["DELETE FROM StringIds"], "error")))
-    for table, col in (("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"), ("ANALYSIS_DETAILS", "duration"),
-                       ("TARGET_INFO_GPU", "id"), ("PROCESSES", "globalPid"), ("Version", "version")):
+        cases.append(
+            Case(f"value/{tag}/StringIds-emptied", "hostile values", mutated(src, ["DELETE FROM StringIds"], "error"))
+        )
+    for table, col in (
+        ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"),
+        ("ANALYSIS_DETAILS", "duration"),
+        ("TARGET_INFO_GPU", "id"),
+        ("PROCESSES", "globalPid"),
+        ("Version", "version"),
+    ):
         if table in have:
-            cases.append(Case(f"value/{tag}/{table}.{col}=text", "hostile values",
-                              mutated(src, [f"UPDATE {table} SET {col} = 'n/a'"], "any")))
+            cases.append(
+                Case(
+                    f"value/{tag}/{table}.{col}=text",
+                    "hostile values",
+                    mutated(src, [f"UPDATE {table} SET {col} = 'n/a'"], "any"),
+                )
+            )
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if table in have:
-            cases.append(Case(f"value/{tag}/{table}.value=BLOB", "hostile values",
-                              mutated(src, [f"UPDATE {table} SET value = x'ff00fe'"], "any")))
+            cases.append(
+                Case(
+                    f"value/{tag}/{table}.value=BLOB",
+                    "hostile values",
+                    mutated(src, [f"UPDATE {table} SET value = x'ff00fe'"], "any"),
+                )
+            )
     return cases
 
 
@@ -161,7 +204,7 @@ def byte_cases(src: Path, rng: random.Random) -> list[Case]:
         pos = rng.randrange(0, size) if i else rng.randrange(0, 100)
 
         def flip(b: bytes, p: int = pos) -> bytes:
-            return b[:p] + bytes([b[p] ^ 0xFF]) + b[p + 1:]
+            return b[:p] + bytes([b[p] ^ 0xFF]) + b[p + 1 :]
+
         cases.append(Case(f"flip/{tag}/{pos}", "byte flips", byte_build(src, flip)))
     return cases
-

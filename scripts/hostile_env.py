@@ -52,9 +52,11 @@ def special_cases(sample: Path) -> list[Case]:
 
     def hot_journal(work: Path) -> Run:
         dst = copy_to(sample, work)
-        code = ("import sqlite3,os,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA cache_size=1');"
-                "c.execute('BEGIN'); c.execute('DELETE FROM StringIds'); c.execute('UPDATE NVTX_EVENTS SET start=0');"
-                "os._exit(9)")
+        code = (
+            "import sqlite3,os,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA cache_size=1');"
+            "c.execute('BEGIN'); c.execute('DELETE FROM StringIds'); c.execute('UPDATE NVTX_EVENTS SET start=0');"
+            "os._exit(9)"
+        )
         subprocess.run([sys.executable, "-c", code, str(dst)], check=False)
         return convert_run(dst, work, "any")
 
@@ -63,20 +65,33 @@ def special_cases(sample: Path) -> list[Case]:
         p.symlink_to(p)
         return convert_run(p, work, "error")
 
-    return [Case(f"special/{n}", "special files", b) for n, b in (
-        ("fifo", fifo), ("directory", directory), ("empty", empty), ("missing", missing), ("url", url),
-        ("odd-name", odd_name), ("nsys-rep-junk", rep), ("wal-mode", wal), ("hot-journal", hot_journal),
-        ("symlink-loop", symlink_loop))] + [Case("special/locked", "special files", lambda w: Run([]),
-                                                 runner=locked_runner(sample))]
+    return [
+        Case(f"special/{n}", "special files", b)
+        for n, b in (
+            ("fifo", fifo),
+            ("directory", directory),
+            ("empty", empty),
+            ("missing", missing),
+            ("url", url),
+            ("odd-name", odd_name),
+            ("nsys-rep-junk", rep),
+            ("wal-mode", wal),
+            ("hot-journal", hot_journal),
+            ("symlink-loop", symlink_loop),
+        )
+    ] + [Case("special/locked", "special files", lambda w: Run([]), runner=locked_runner(sample))]
 
 
 def locked_runner(sample: Path) -> Callable[[Case, Path], tuple[str, str]]:
     """Another program holds an exclusive lock on the database while we convert it."""
+
     def run(case: Case, work: Path) -> tuple[str, str]:
         dst = copy_to(sample, work)
-        code = ("import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1], isolation_level=None);"
-                "c.execute('BEGIN EXCLUSIVE'); c.execute('DELETE FROM StringIds'); print('locked', flush=True);"
-                "time.sleep(30)")
+        code = (
+            "import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1], isolation_level=None);"
+            "c.execute('BEGIN EXCLUSIVE'); c.execute('DELETE FROM StringIds'); print('locked', flush=True);"
+            "time.sleep(30)"
+        )
         holder = subprocess.Popen([sys.executable, "-c", code, str(dst)], stdout=subprocess.PIPE, text=True)
         try:
             assert holder.stdout is not None
@@ -86,7 +101,8 @@ def locked_runner(sample: Path) -> Callable[[Case, Path], tuple[str, str]]:
             before = snapshot(work / "in")
             try:
                 proc: subprocess.CompletedProcess[str] | None = subprocess.run(
-                    r.argv, capture_output=True, text=True, timeout=r.timeout, env=env())
+                    r.argv, capture_output=True, text=True, timeout=r.timeout, env=env()
+                )
             except subprocess.TimeoutExpired:
                 proc = None
             verdict = judge(r, proc, before, snapshot(work / "in"))
@@ -96,6 +112,7 @@ def locked_runner(sample: Path) -> Callable[[Case, Path], tuple[str, str]]:
         finally:
             holder.kill()
             holder.wait()
+
     return run
 
 
@@ -106,13 +123,15 @@ def output_cases(sample: Path) -> list[Case]:
 
     def chrome_nodir(work: Path) -> Run:
         out = work / "out" / "ds"
-        return Run(nvbridge("convert", copy_to(sample, work), "-o", out, "--chrome", work / "out" / "nodir" / "t.json",
-                            "-q"), "any", [out])
+        return Run(
+            nvbridge("convert", copy_to(sample, work), "-o", out, "--chrome", work / "out" / "nodir" / "t.json", "-q"),
+            "any",
+            [out],
+        )
 
     def existing_file(work: Path) -> Run:
         (work / "out" / "ds").write_text("keep me")
-        return Run(nvbridge("convert", copy_to(sample, work), "-o", work / "out" / "ds", "-q"), "error",
-                   check=None)
+        return Run(nvbridge("convert", copy_to(sample, work), "-o", work / "out" / "ds", "-q"), "error", check=None)
 
     def force_foreign(work: Path) -> Run:
         """--force on a folder that is not a dataset (it holds the input and notes): refuse."""
@@ -127,17 +146,33 @@ def output_cases(sample: Path) -> list[Case]:
         inp = copy_to(sample, work)
         return Run(nvbridge("convert", inp, "-o", inp, "--force", "-q"), "error")
 
-    return [Case(f"output/{n}", "output destinations", b) for n, b in (
-        ("under-a-file", under_file), ("chrome-nodir", chrome_nodir), ("existing-file", existing_file),
-        ("force-on-foreign-dir", force_foreign), ("trace-nodir", trace_nodir), ("onto-input", same_as_input))]
+    return [
+        Case(f"output/{n}", "output destinations", b)
+        for n, b in (
+            ("under-a-file", under_file),
+            ("chrome-nodir", chrome_nodir),
+            ("existing-file", existing_file),
+            ("force-on-foreign-dir", force_foreign),
+            ("trace-nodir", trace_nodir),
+            ("onto-input", same_as_input),
+        )
+    ]
 
 
 def concurrency_runner(case: Case, work: Path) -> tuple[str, str]:
     """Two converts to one new -o at once: one wins, the other says the output exists."""
     inp = copy_to(SAMPLE_DB / "transformer_shapes_cpu.sqlite", work)
     out = work / "out" / "ds"
-    procs = [subprocess.Popen(nvbridge("convert", inp, "-o", out, "-q"), env=env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            nvbridge("convert", inp, "-o", out, "-q"),
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     res = [p.communicate(timeout=TIMEOUT) for p in procs]
     codes = sorted(p.returncode for p in procs)
     if any("Traceback" in e for _, e in res):
@@ -152,12 +187,20 @@ def concurrency_runner(case: Case, work: Path) -> tuple[str, str]:
 
 def signal_runner(sig: int) -> Callable[[Case, Path], tuple[str, str]]:
     def run(case: Case, work: Path) -> tuple[str, str]:
-        inp = copy_to(REAL_DB / "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite", work) if REAL_DB.is_dir() else \
-            copy_to(SAMPLE_DB / "transformer_shapes_cpu.sqlite", work)
+        inp = (
+            copy_to(REAL_DB / "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite", work)
+            if REAL_DB.is_dir()
+            else copy_to(SAMPLE_DB / "transformer_shapes_cpu.sqlite", work)
+        )
         out = work / "out" / "ds"
         before = snapshot(work / "in")
-        p = subprocess.Popen(nvbridge("convert", inp, "-o", out, "--chrome", work / "out" / "t.json.gz", "-q"),
-                             env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            nvbridge("convert", inp, "-o", out, "--chrome", work / "out" / "t.json.gz", "-q"),
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(0.8)
         p.send_signal(sig)
         t0 = time.monotonic()
@@ -171,8 +214,13 @@ def signal_runner(sig: int) -> Callable[[Case, Path], tuple[str, str]]:
             return "traceback", err.strip().splitlines()[-1][:200]
         if snapshot(work / "in") != before:
             return "input modified", ""
-        second = subprocess.run(nvbridge("convert", inp, "-o", out, "--force", "-q"), env=env(),
-                                capture_output=True, text=True, timeout=TIMEOUT)
+        second = subprocess.run(
+            nvbridge("convert", inp, "-o", out, "--force", "-q"),
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
         if second.returncode != 0:
             return "wrong refusal", "second run: " + second.stderr.strip()[:200]
         left = [q.name for q in out.parent.iterdir() if q.name.startswith(".ds.")]
@@ -181,11 +229,13 @@ def signal_runner(sig: int) -> Callable[[Case, Path], tuple[str, str]]:
         if took > 2 and sig != signal.SIGKILL:
             return "hang", f"took {took:.1f} s to exit after {signal.Signals(sig).name}"
         return "ok", f"exit {p.returncode} in {took:.1f} s; the second run converted"
+
     return run
 
 
 def dataset_cases(sample: Path) -> list[Case]:
     """Broken datasets for summary, trace and plot."""
+
     def breaker(how: str, cmd: str) -> Callable[[Path], Run]:
         def build(work: Path) -> Run:
             ds = work / "in" / "ds"
@@ -203,6 +253,7 @@ def dataset_cases(sample: Path) -> list[Case]:
             elif how == "wrong-schema":
                 import pyarrow as pa
                 import pyarrow.parquet as pq
+
                 pq.write_table(pa.table({"x": [1, 2, 3]}), target)
             elif how == "no-meta":
                 for f in files:
@@ -210,17 +261,22 @@ def dataset_cases(sample: Path) -> list[Case]:
                         f.unlink()
             elif how == "swapped":
                 import pyarrow.parquet as pq
+
                 t = pq.read_table(target)
                 if "start_ns" in t.column_names and "end_ns" in t.column_names:
-                    names = ["end_ns" if n == "start_ns" else "start_ns" if n == "end_ns" else n
-                             for n in t.column_names]
+                    names = [
+                        "end_ns" if n == "start_ns" else "start_ns" if n == "end_ns" else n for n in t.column_names
+                    ]
                     pq.write_table(t.rename_columns(names), target)
             out = work / "out" / ("t.json" if cmd == "trace" else "p.png")
             argv = nvbridge(cmd, ds) if cmd == "summary" else nvbridge(cmd, ds, "-o", out)
             expect = "error" if how != "no-meta" else "any"
             return Run(argv, expect, [] if cmd == "summary" else [out], timeout=120)
-        return build
-    return [Case(f"dataset/{how}/{cmd}", "broken datasets", breaker(how, cmd))
-            for how in ("missing", "truncated", "junk", "empty", "wrong-schema", "no-meta", "swapped")
-            for cmd in ("summary", "trace", "plot")]
 
+        return build
+
+    return [
+        Case(f"dataset/{how}/{cmd}", "broken datasets", breaker(how, cmd))
+        for how in ("missing", "truncated", "junk", "empty", "wrong-schema", "no-meta", "swapped")
+        for cmd in ("summary", "trace", "plot")
+    ]

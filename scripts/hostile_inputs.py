@@ -31,6 +31,7 @@ uses. On a shared two-core machine the whole corpus takes 15-25 minutes: ``--sha
 and ``--save``/``--table`` add the parts up. The cases live in hostile_db.py (damaged databases)
 and hostile_env.py (files, outputs, concurrency, signals, datasets); _hostile.py classifies.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,15 @@ from hostile_db import byte_cases, structure_cases, value_cases
 from hostile_env import concurrency_runner, dataset_cases, output_cases, signal_runner, special_cases
 
 # Hostile values are planted in these (each table of each); every base gets the other damage.
-VALUE_BASES = ("cnn_cpu+synthetic_gpu", "threads_cpu", "nsys-2021-pre-metadata", "nsys-2024.2-pyprof-markers",
-               "nsys-2026.2-pytorch2-fsdp-2gpu", "nvprof-2020-pytorch14-pyprof-lm", "nvprof-2021-mxnet-driver")
+VALUE_BASES = (
+    "cnn_cpu+synthetic_gpu",
+    "threads_cpu",
+    "nsys-2021-pre-metadata",
+    "nsys-2024.2-pyprof-markers",
+    "nsys-2026.2-pytorch2-fsdp-2gpu",
+    "nvprof-2020-pytorch14-pyprof-lm",
+    "nvprof-2021-mxnet-driver",
+)
 
 
 def corpus() -> list[Case]:
@@ -62,8 +70,9 @@ def corpus() -> list[Case]:
         cases += value_cases(src) if src.stem in VALUE_BASES else []
     sample = SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"
     cases += special_cases(sample) + output_cases(sample) + dataset_cases(SAMPLE_DB / "cnn_cpu.sqlite")
-    cases.append(Case("concurrency/two-converts-one-output", "concurrency", lambda w: Run([]),
-                      runner=concurrency_runner))
+    cases.append(
+        Case("concurrency/two-converts-one-output", "concurrency", lambda w: Run([]), runner=concurrency_runner)
+    )
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         cases.append(Case(f"signal/{sig.name}", "signals", lambda w: Run([]), runner=signal_runner(sig)))
     return cases
@@ -74,8 +83,13 @@ def quick_subset(cases: list[Case]) -> list[Case]:
     two cases of each other reader family: 35 cases."""
     rng = random.Random(18)
     keep = [c for c in cases if c.family == "special files"]
-    values = [c for c in cases if c.family == "hostile values" and "cnn_cpu+synthetic_gpu" in c.name
-              and ("KERNEL" in c.name or "NVTX" in c.name)]
+    values = [
+        c
+        for c in cases
+        if c.family == "hostile values"
+        and "cnn_cpu+synthetic_gpu" in c.name
+        and ("KERNEL" in c.name or "NVTX" in c.name)
+    ]
     keep += rng.sample(values, min(16, len(values)))
     for family in ("truncations", "byte flips", "dropped tables", "dropped columns"):
         members = [c for c in cases if c.family == family]
@@ -89,9 +103,16 @@ def print_table(results: list[dict[str, str]]) -> int:
     for r in results:
         table.setdefault(r["family"], Counter())[r["class"]] += 1
     classes = ["ok", "clean error", *FAILURES, "harness error"]
-    short = {"internal error": "internal", "input modified": "modified", "wrong but silent": "silent",
-             "partial output": "partial", "unclear error": "unclear", "wrong refusal": "refusal",
-             "harness error": "harness", "clean error": "clean err"}
+    short = {
+        "internal error": "internal",
+        "input modified": "modified",
+        "wrong but silent": "silent",
+        "partial output": "partial",
+        "unclear error": "unclear",
+        "wrong refusal": "refusal",
+        "harness error": "harness",
+        "clean error": "clean err",
+    }
     print(f"| {'family':<22}| cases | " + " | ".join(short.get(c, c) for c in classes) + " |")
     print("|" + "---|" * (len(classes) + 2))
     total: Counter[str] = Counter()
@@ -112,8 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="cases run at once")
     ap.add_argument("--only", help="run the cases whose name contains this")
     ap.add_argument("--shard", help="K/N: run the K-th of N equal parts of the corpus")
-    ap.add_argument("--save", type=Path, help="append each verdict to this JSON-lines file (and skip the cases "
-                    "it already holds: an interrupted run resumes)")
+    ap.add_argument(
+        "--save",
+        type=Path,
+        help="append each verdict to this JSON-lines file (and skip the cases "
+        "it already holds: an interrupted run resumes)",
+    )
     ap.add_argument("--table", type=Path, nargs="+", help="print the table of saved verdicts and stop")
     ap.add_argument("--code", type=Path, help="run the nvbridge of this checkout (default: this one)")
     args = ap.parse_args(argv)
@@ -127,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if args.only in c.name]
     if args.shard:
         k, n = map(int, args.shard.split("/"))
-        cases = cases[k - 1::n]
+        cases = cases[k - 1 :: n]
     if args.save and args.save.exists():  # resume: skip the cases already saved there
         done = {json.loads(line)["name"] for line in args.save.read_text().splitlines() if line}
         cases = [c for c in cases if c.name not in done]

@@ -35,27 +35,49 @@ from pathlib import Path
 
 K = "CUPTI_ACTIVITY_KIND_"
 NSYS_EVENT_TABLES = (
-    "NVTX_EVENTS", K + "RUNTIME", K + "KERNEL", K + "MEMCPY", K + "MEMSET",
-    K + "SYNCHRONIZATION", K + "GRAPH_TRACE",
+    "NVTX_EVENTS",
+    K + "RUNTIME",
+    K + "KERNEL",
+    K + "MEMCPY",
+    K + "MEMSET",
+    K + "SYNCHRONIZATION",
+    K + "GRAPH_TRACE",
 )
 NVPROF_EVENT_TABLES = (
-    K + "MARKER", K + "MARKER_DATA", K + "RUNTIME", K + "DRIVER", K + "CONCURRENT_KERNEL",
-    K + "KERNEL", K + "MEMCPY", K + "MEMCPY2", K + "MEMSET", K + "SYNCHRONIZATION",
+    K + "MARKER",
+    K + "MARKER_DATA",
+    K + "RUNTIME",
+    K + "DRIVER",
+    K + "CONCURRENT_KERNEL",
+    K + "KERNEL",
+    K + "MEMCPY",
+    K + "MEMCPY2",
+    K + "MEMSET",
+    K + "SYNCHRONIZATION",
 )
 # Columns holding a timestamp. Only positive values move: nvprof writes 0 for "not collected"
 # (queued, submitted) and NULL stays NULL.
-TIME_COLUMNS = frozenset({
-    "start", "end", "timestamp", "queued", "submitted", "completed",
-    "qmdBulkReleaseDone", "qmdPreexitDone", "qmdLastCtaDone",
-})
+TIME_COLUMNS = frozenset(
+    {
+        "start",
+        "end",
+        "timestamp",
+        "queued",
+        "submitted",
+        "completed",
+        "qmdBulkReleaseDone",
+        "qmdPreexitDone",
+        "qmdLastCtaDone",
+    }
+)
 # Id columns that must stay unique across tiles: shifted by i * (their max over the tiled
 # tables + 1), so tile i's ids lie above every id of tiles < i.
 ID_GROUPS = {
     "correlationId": "corr",  # nsys and nvprof: API call <-> GPU op, unique per process
     "runtimeCorrelationId": "corr",  # nvprof MEMCPY: the runtime call's correlationId (0: none)
-    "rangeId": "range",       # nsys NVTX start/end ranges
+    "rangeId": "range",  # nsys NVTX start/end ranges
 }
-NVPROF_MARKER_ID = "id"       # nvprof: start and end rows of one range share it
+NVPROF_MARKER_ID = "id"  # nvprof: start and end rows of one range share it
 
 
 def quote(name: str) -> str:
@@ -114,7 +136,8 @@ def plan(conn: sqlite3.Connection, kind: str, tables: list[str]) -> dict[str, in
     if lo is None or hi is None:
         raise SystemExit("source has no timed events to tile")
     return {
-        "t0": int(lo), "t1": int(hi),
+        "t0": int(lo),
+        "t1": int(hi),
         "time_step": int(hi) - int(lo) + 1000,  # span + 1 us gap
         "corr_step": maxima["corr"] + 1,
         "range_step": maxima["range"] + 1,
@@ -156,13 +179,15 @@ def tile_table(conn: sqlite3.Connection, kind: str, table: str, tiles: int, p: d
     conn.execute("DROP TABLE temp._tile_src")
     if "_id_" in cols:
         conn.execute(
-            "UPDATE sqlite_sequence SET seq = (SELECT max(_id_) FROM main." + quote(table) + ") "
-            "WHERE name = ?", (table,))
+            "UPDATE sqlite_sequence SET seq = (SELECT max(_id_) FROM main." + quote(table) + ") WHERE name = ?",
+            (table,),
+        )
     return src_rows
 
 
-def build(src: Path, out: Path, *, tiles: int | None = None, nvtx_target: int | None = None,
-          quiet: bool = False) -> dict[str, object]:
+def build(
+    src: Path, out: Path, *, tiles: int | None = None, nvtx_target: int | None = None, quiet: bool = False
+) -> dict[str, object]:
     """Write ``out``, tiled from ``src``; returns what was done (kind, tiles, row counts)."""
     t_start = time.perf_counter()
     src_conn = sqlite3.connect(f"file:{src.resolve()}?mode=ro", uri=True)
@@ -179,8 +204,13 @@ def build(src: Path, out: Path, *, tiles: int | None = None, nvtx_target: int | 
         dst = sqlite3.connect(tmp, isolation_level=None)
         src_conn.backup(dst)  # schema + every table once, page by page
         src_conn.close()
-        for pragma in ("journal_mode=OFF", "synchronous=OFF", "temp_store=MEMORY",
-                       "cache_size=-262144", "locking_mode=EXCLUSIVE"):
+        for pragma in (
+            "journal_mode=OFF",
+            "synchronous=OFF",
+            "temp_store=MEMORY",
+            "cache_size=-262144",
+            "locking_mode=EXCLUSIVE",
+        ):
             dst.execute("PRAGMA " + pragma)
         tables = event_tables(dst, kind)
         p = plan(dst, kind, tables)
@@ -188,7 +218,10 @@ def build(src: Path, out: Path, *, tiles: int | None = None, nvtx_target: int | 
         # correlationId and timestamps; nsys exports have none).
         indexes = dst.execute(
             "SELECT name, sql FROM sqlite_master WHERE type='index' AND sql IS NOT NULL AND tbl_name IN ("
-            + ",".join("?" * len(tables)) + ")", tables).fetchall()
+            + ",".join("?" * len(tables))
+            + ")",
+            tables,
+        ).fetchall()
         dst.execute("BEGIN")
         for name, _sql in indexes:
             dst.execute(f"DROP INDEX {quote(name)}")
@@ -215,14 +248,21 @@ def build(src: Path, out: Path, *, tiles: int | None = None, nvtx_target: int | 
         raise
     seconds, size = time.perf_counter() - t_start, out.stat().st_size
     result = {
-        "kind": kind, "tiles": tiles, "src_counts": src_counts, "out_counts": out_counts,
-        "time_step_ns": p["time_step"], "seconds": seconds, "bytes": size,
+        "kind": kind,
+        "tiles": tiles,
+        "src_counts": src_counts,
+        "out_counts": out_counts,
+        "time_step_ns": p["time_step"],
+        "seconds": seconds,
+        "bytes": size,
     }
     if not quiet:
         nv = "NVTX_EVENTS" if kind == "nsys" else K + "MARKER"
-        print(f"{out}: {kind}, {tiles} tiles of {src.name} "
-              f"({out_counts.get(nv, 0):,} {nv} rows, {sum(out_counts.values()):,} event rows, "
-              f"{size / 1e6:.0f} MB) in {seconds:.1f} s")
+        print(
+            f"{out}: {kind}, {tiles} tiles of {src.name} "
+            f"({out_counts.get(nv, 0):,} {nv} rows, {sum(out_counts.values()):,} event rows, "
+            f"{size / 1e6:.0f} MB) in {seconds:.1f} s"
+        )
     return result
 
 
@@ -231,17 +271,28 @@ def check(src: Path, out: Path, tiles: int) -> None:
     from nvbridge.conversion import convert_one
     from nvbridge.export import parquet
 
-    scaled = ("rows_read", "ops", "api_calls", "api_calls_outside_ranges", "kernels", "memcpys",
-              "memsets", "gpu_ops_without_api_call", "gpu_ops_unattributed", "gpu_ns_total",
-              "gpu_ns_unattributed")
+    scaled = (
+        "rows_read",
+        "ops",
+        "api_calls",
+        "api_calls_outside_ranges",
+        "kernels",
+        "memcpys",
+        "memsets",
+        "gpu_ops_without_api_call",
+        "gpu_ops_unattributed",
+        "gpu_ns_total",
+        "gpu_ns_unattributed",
+    )
     same = ("threads", "processes")
     with tempfile.TemporaryDirectory(prefix="nvbridge-check-") as tmp:
         a = convert_one(src, Path(tmp) / "src")
         b = convert_one(out, Path(tmp) / "tiled")
         meta_a, _ = parquet.read(Path(tmp) / "src")
         meta_b, _ = parquet.read(Path(tmp) / "tiled")
-    problems = [f"{f}: {getattr(a, f)} x {tiles} != {getattr(b, f)}"
-                for f in scaled if getattr(a, f) * tiles != getattr(b, f)]
+    problems = [
+        f"{f}: {getattr(a, f)} x {tiles} != {getattr(b, f)}" for f in scaled if getattr(a, f) * tiles != getattr(b, f)
+    ]
     problems += [f"{f}: {getattr(a, f)} != {getattr(b, f)}" for f in same if getattr(a, f) != getattr(b, f)]
     for table in parquet.TABLES:
         ra, rb = int(meta_a[f"rows.{table}"] or 0), int(meta_b[f"rows.{table}"] or 0)
@@ -250,9 +301,11 @@ def check(src: Path, out: Path, tiles: int) -> None:
             problems.append(f"rows.{table}: {rb} != {want}")
     if problems:
         raise SystemExit("check failed:\n  " + "\n  ".join(problems))
-    print(f"check ok: nvbridge reads {b.rows_read:,} rows = {tiles} x {a.rows_read:,}; ops, API calls, "
-          f"GPU ops, marks, syncs and attribution are {tiles}x the source's "
-          f"(converted in {a.seconds:.2f} s and {b.seconds:.2f} s)")
+    print(
+        f"check ok: nvbridge reads {b.rows_read:,} rows = {tiles} x {a.rows_read:,}; ops, API calls, "
+        f"GPU ops, marks, syncs and attribution are {tiles}x the source's "
+        f"(converted in {a.seconds:.2f} s and {b.seconds:.2f} s)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,11 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("source", type=Path, help="a real nsys or nvprof SQLite export (read only)")
     ap.add_argument("output", type=Path, help="the tiled database to write (replaced if present)")
     size = ap.add_mutually_exclusive_group(required=True)
-    size.add_argument("--nvtx-rows", type=int, metavar="N",
-                      help="tile until at least N NVTX rows (nvprof: MARKER rows)")
+    size.add_argument(
+        "--nvtx-rows", type=int, metavar="N", help="tile until at least N NVTX rows (nvprof: MARKER rows)"
+    )
     size.add_argument("--tiles", type=int, metavar="K", help="repeat the event tables K times")
-    ap.add_argument("--check", action="store_true",
-                    help="convert source and result with nvbridge and require K x the rows")
+    ap.add_argument(
+        "--check", action="store_true", help="convert source and result with nvbridge and require K x the rows"
+    )
     args = ap.parse_args(argv)
     if args.output.resolve() == args.source.resolve():
         ap.error("output must differ from source")

@@ -117,8 +117,11 @@ def _converted_links(log: NvtxLog, strip_fwd_tid: bool) -> dict[Place, Place | N
     ]
     rows = correlate(profile(ranges, [], [])).ops.to_pylist()
     place = {r["op_id"]: (r["thread_id"], r["start_ns"]) for r in rows}
-    return {place[r["op_id"]]: place.get(r["fwd_op_id"]) for r in rows if r["is_backward"]
-            and r["seq"] is not None and not r["name"].startswith("autograd::engine::")}
+    return {
+        place[r["op_id"]]: place.get(r["fwd_op_id"])
+        for r in rows
+        if r["is_backward"] and r["seq"] is not None and not r["name"].startswith("autograd::engine::")
+    }
 
 
 @pytest.mark.parametrize("workload", sorted(THREADED))
@@ -178,8 +181,11 @@ def test_python_fallback_sizes_equal_torchs(injection: Path, tmp_path: Path) -> 
     def sizes(backend: str) -> dict[str, str]:
         code = _SHAPES.replace("sys.argv[2]", repr(backend))
         log, _ = run_scenario(injection, f"shapes_{backend}", tmp_path, code=code)
-        return {r.name.split(",")[0]: r.name.split(", sizes = ")[1]
-                for r in log.ranges if r.name.startswith(("aten::stack,", "Scale,"))}
+        return {
+            r.name.split(",")[0]: r.name.split(", sizes = ")[1]
+            for r in log.ranges
+            if r.name.startswith(("aten::stack,", "Scale,"))
+        }
 
     theirs = sizes("observer")
     assert theirs == {"aten::stack": "[[4, 6], [4, 6], []]", "Scale": "[[4, 6], [6]]"}

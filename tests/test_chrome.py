@@ -145,10 +145,13 @@ def expected(report: nvbridge.Report) -> dict[str, Any]:
 def _raw_kernels(path: Path) -> dict[int, tuple[int, int]]:
     """(count, summed ns) of kernels per device straight from the database."""
     tables = {r[0] for r in raw(path, "SELECT name FROM sqlite_master WHERE type='table'")}
-    parts = [f'SELECT deviceId AS d, "end" - start AS dur FROM {t}' for t in
-             ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL") if t in tables]
+    parts = [
+        f'SELECT deviceId AS d, "end" - start AS dur FROM {t}'
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL")
+        if t in tables
+    ]
     rows = raw(path, f"SELECT d, count(*), sum(dur) FROM ({' UNION ALL '.join(parts)}) GROUP BY d")
-    return {int(d): (int(n), int(s)) for d, n, s in rows}  # type: ignore[call-overload]
+    return {int(d): (int(n), int(s)) for d, n, s in rows}
 
 
 @pytest.fixture(params=[*ALL_FILES, *(f"sample:{s}" for s in SAMPLES)])
@@ -174,8 +177,9 @@ def test_every_report_writes_a_valid_trace(source: Path, suffix: str, tmp_path: 
     assert got["gpu_ns"] == Counter(stats.gpu_ns_by_device)
     assert dict(got["flows"]) == {k: v for k, v in stats.flows.items() if v}
     # ac2g: every GPU op with a launching call in the capture gets one flow.
-    assert got["flows"]["ac2g"] == int(pc.sum(pc.is_valid(report.gpu_ops.column("api_call_id")).cast("int64")).as_py()
-                                       or 0)
+    assert got["flows"]["ac2g"] == int(
+        pc.sum(pc.is_valid(report.gpu_ops.column("api_call_id")).cast("int64")).as_py() or 0
+    )
     if source.parent != SAMPLE_DB:
         kernels = _raw_kernels(source)
         kind = report.gpu_ops.column("kind").cast("string")
@@ -198,8 +202,9 @@ def test_gpu_time_per_device_equals_raw_sql(tmp_path: Path) -> None:
     dev = np_col(gpu_ops, "device_id", fill=0)
     kernel = np.asarray(pc.equal(gpu_ops.column("kind").cast("string"), "kernel"))
     dur = np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns")
-    assert {int(d): int(dur[kernel & (dev == d)].sum()) for d in np.unique(dev)} == \
-        {d: s for d, (_, s) in _raw_kernels(path).items()}
+    assert {int(d): int(dur[kernel & (dev == d)].sum()) for d in np.unique(dev)} == {
+        d: s for d, (_, s) in _raw_kernels(path).items()
+    }
     assert sorted(got["gpu_ns"]) == [0, 1]
 
 
@@ -275,8 +280,11 @@ def test_process_filter_on_the_two_process_report(tmp_path: Path) -> None:
 
 # --- names that break naive writers -------------------------------------------------------
 
-NASTY = ['quote " backslash \\ tab \t newline \n nul \x00 bell \x07 del \x7f', "unicode µs ✓ \u2028 \U0001f600",
-         "</script>{}[],:"]
+NASTY = [
+    'quote " backslash \\ tab \t newline \n nul \x00 bell \x07 del \x7f',
+    "unicode µs ✓ \u2028 \U0001f600",
+    "</script>{}[],:",
+]
 BAD_UTF8 = b"bad \xff\xfe utf8 \xc3("
 
 
@@ -303,20 +311,27 @@ def _synthetic(path: Path) -> None:
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings)
     con.execute("INSERT INTO StringIds VALUES (?, CAST(? AS TEXT))", (20, BAD_UTF8))
     nvtx: list[tuple[int, int, int, str | None, None, int, None, int]] = [
-        (1000 + 1000 * i, 1800 + 1000 * i, 59, n, None, gtid, None, 0) for i, n in enumerate(NASTY)]
+        (1000 + 1000 * i, 1800 + 1000 * i, 59, n, None, gtid, None, 0) for i, n in enumerate(NASTY)
+    ]
     nvtx.append((5000, 5800, 59, None, None, gtid, None, 0))
     # Start/end ranges crossing the push/pop ranges and each other: they need (async) tracks.
     nvtx += [(1500, 2500, 60, "crossing A", None, gtid, None, 0), (1600, 3500, 60, "crossing B", None, gtid, None, 0)]
     con.executemany("INSERT INTO NVTX_EVENTS VALUES (?,?,?,?,?,?,?,?)", nvtx)
     con.execute("UPDATE NVTX_EVENTS SET text = CAST(? AS TEXT) WHERE start = 5000", (BAD_UTF8,))
     names = [10, 11, 12, 20]
-    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?)",
-                    [(s, s + 50, 0, gtid, 7 + i, 1, 0) for i, s in enumerate((1100, 1300, 1500, 5100))])
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?)",
+        [(s, s + 50, 0, gtid, 7 + i, 1, 0) for i, s in enumerate((1100, 1300, 1500, 5100))],
+    )
     # Kernels 0 and 1 overlap on one stream (broken input): the trace must still nest.
     kernels = [(2000, 2600), (2300, 2900), (2400, 2500), (6000, 6100)]
-    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    [(s, e, 0, 1, 7, 7 + i, gpid, names[i], None, None, 1, 1, 1, 32, 1, 1, 16, 0, 0)
-                     for i, (s, e) in enumerate(kernels)])
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        [
+            (s, e, 0, 1, 7, 7 + i, gpid, names[i], None, None, 1, 1, 1, 32, 1, 1, 16, 0, 0)
+            for i, (s, e) in enumerate(kernels)
+        ],
+    )
     con.commit()
     con.close()
 
@@ -363,8 +378,7 @@ def test_trace_is_readable_by_holistic_trace_analysis(tmp_path: Path, monkeypatc
         kind = np.asarray(gpu.column("kind").cast("string").to_numpy(zero_copy_only=False))
         dur = np_col(gpu, "end_ns") - np_col(gpu, "start_ns")
         for rank, pid in enumerate(pids):
-            chrome.write(report, trace_dir / f"rank{rank}.json.gz", processes={pid}, rank=rank,
-                         world_size=len(pids))
+            chrome.write(report, trace_dir / f"rank{rank}.json.gz", processes={pid}, rank=rank, world_size=len(pids))
             mine = np_col(gpu, "process_id", fill=-1) == pid
             want[(rank, False)] = int(dur[mine & (kind == "kernel")].sum())
             want[(rank, True)] = int(dur[mine & np.isin(kind, ["memcpy", "memset"])].sum())

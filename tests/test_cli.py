@@ -174,15 +174,31 @@ def test_commands_leave_pandas_unimported(tmp_path: Path) -> None:
     import sys
 
     sample = Path(__file__).parents[1] / "sample_db" / "cnn_cpu.sqlite"
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "nvbridge", "convert", str(sample),
-                           "-o", str(tmp_path / "out"), "-q"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "nvbridge",
+            "convert",
+            str(sample),
+            "-o",
+            str(tmp_path / "out"),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
     # A refused import is listed too (as "pandas", in microseconds); a real one loads its modules.
     assert "pyarrow.lib" in imported and not any(name.startswith("pandas.") for name in imported)
-    after = ("import sys, pyarrow as pa, nvbridge.cli as c; c._skip_pandas_integration(); "
-             "pa.array([1]); assert 'pandas' not in sys.modules; "
-             "print(type(pa.table({'a': [1]}).to_pandas()).__name__)")
+    after = (
+        "import sys, pyarrow as pa, nvbridge.cli as c; c._skip_pandas_integration(); "
+        "pa.array([1]); assert 'pandas' not in sys.modules; "
+        "print(type(pa.table({'a': [1]}).to_pandas()).__name__)"
+    )
     proc = subprocess.run([sys.executable, "-c", after], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "DataFrame", proc.stderr
 
@@ -194,8 +210,14 @@ def test_progress_reports_stages_and_rows(tmp_path: Path) -> None:
     from nvbridge.readers import estimate_rows
 
     src = real_db(FSDP)
-    tables = ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-              "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    tables = (
+        "NVTX_EVENTS",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    )
     con = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
     counted = sum(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables)
     con.close()

@@ -27,11 +27,19 @@ def _no_reads(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(pq, name, refuse)
 
 
-@pytest.mark.parametrize("name", ["nsys-2026.2-pytorch2-fsdp-2gpu.sqlite", "nsys-2024.2-pyprof-markers.sqlite",
-                                  "nvprof-2020-pytorch14-pyprof-lm.sqlite", "sample:cnn_cpu+synthetic_gpu.sqlite"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite",
+        "nsys-2024.2-pyprof-markers.sqlite",
+        "nvprof-2020-pytorch14-pyprof-lm.sqlite",
+        "sample:cnn_cpu+synthetic_gpu.sqlite",
+    ],
+)
 @pytest.mark.parametrize("window_rows", [97, 1 << 17])
 def test_the_trace_of_a_conversion_equals_the_trace_of_its_dataset(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, window_rows: int) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, window_rows: int
+) -> None:
     source = SAMPLE_DB / name.split(":", 1)[1] if name.startswith("sample:") else real_db(name)
     monkeypatch.setattr(report_mod, "WINDOW_ROWS", window_rows)
     with monkeypatch.context() as patched:
@@ -51,6 +59,7 @@ def test_the_trace_of_a_conversion_equals_the_trace_of_its_dataset(
 
 def test_an_empty_capture_gets_no_trace_and_no_dataset(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="nothing to trace"):
-        nvbridge.convert(real_db("nvprof-2020-empty-capture.sqlite"), tmp_path / "out",
-                         chrome_trace=tmp_path / "t.json")
+        nvbridge.convert(
+            real_db("nvprof-2020-empty-capture.sqlite"), tmp_path / "out", chrome_trace=tmp_path / "t.json"
+        )
     assert list(tmp_path.iterdir()) == []

@@ -295,33 +295,63 @@ def test_innermost_owner_matches_brute_force(
     ) == sum(g["end_ns"] - g["start_ns"] for g in model.gpu_ops.to_pylist())
 
 
-_NAMES = ["aten::mm, seq = {k}", "MmBackward0, seq = {k}", "autograd::engine::evaluate_function: MmBackward0",
-          "nn.Module: layer{k} (Linear)", "ProfilerStep#{k}", "aten::add, seq = {k}, sizes = [[{k}], []]",
-          "user range {k}"]
+_NAMES = [
+    "aten::mm, seq = {k}",
+    "MmBackward0, seq = {k}",
+    "autograd::engine::evaluate_function: MmBackward0",
+    "nn.Module: layer{k} (Linear)",
+    "ProfilerStep#{k}",
+    "aten::add, seq = {k}, sizes = [[{k}], []]",
+    "user range {k}",
+]
 
 
 @settings(max_examples=150, deadline=None)
-@given(nested_ranges(),
-       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1000), st.integers(0, 300),
-                          st.sampled_from([None, "open", "other thread"])), max_size=8),
-       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1000), st.integers(0, 30)), max_size=30),
-       st.integers(1, 9), st.randoms(use_true_random=False))
+@given(
+    nested_ranges(),
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.integers(0, 1000),
+            st.integers(0, 300),
+            st.sampled_from([None, "open", "other thread"]),
+        ),
+        max_size=8,
+    ),
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1000), st.integers(0, 30)), max_size=30),
+    st.integers(1, 9),
+    st.randoms(use_true_random=False),
+)
 def test_windows_give_the_one_pass_result(
-    ranges: list[tuple[int, int, int]], extra: list[tuple[int, int, int, str | None]],
-    calls: list[tuple[int, int, int]], window: int, rnd: Any,
+    ranges: list[tuple[int, int, int]],
+    extra: list[tuple[int, int, int, str | None]],
+    calls: list[tuple[int, int, int]],
+    window: int,
+    rnd: Any,
 ) -> None:
     """Any cut into windows (ranges open across cuts, crossing, never closed, ended on another
     thread, backward links and module paths across windows) gives the one-pass tables."""
     rows = [(t, s, e, None) for t, s, e in ranges] + [(t, s, s + d, kind) for t, s, d, kind in extra]
     rows.sort(key=lambda r: r[1])
-    built = [_range(s, None if kind == "open" else e, rnd.choice(_NAMES).format(k=rnd.randint(0, 3)), tid=t,
-                    end_tid=t + 1 if kind == "other thread" else None) for t, s, e, kind in rows]
+    built = [
+        _range(
+            s,
+            None if kind == "open" else e,
+            rnd.choice(_NAMES).format(k=rnd.randint(0, 3)),
+            tid=t,
+            end_tid=t + 1 if kind == "other thread" else None,
+        )
+        for t, s, e, kind in rows
+    ]
     api = [_api(s, s + d, i, tid=t) for i, (t, s, d) in enumerate(calls)]
     gpu = [_kernel(2000 + i, 2001 + i + i % 3, i) for i in range(len(calls))]
     p = profile(built, api, gpu)
     one = correlate(p)
-    times = [np.asarray(p.ranges.column("start_ns")), np.asarray(p.api_calls.column("start_ns")),
-             np.asarray(p.api_calls.column("end_ns"))]
+    times = [
+        np.asarray(p.ranges.column("start_ns")),
+        np.asarray(p.api_calls.column("start_ns")),
+        np.asarray(p.api_calls.column("end_ns")),
+    ]
     hi = int(max((int(t.max()) for t in times if len(t)), default=0))
     engine = Correlator(p.info, p.api_calls, p.gpu_ops, capture_end(p.info, hi), p.syncs)
     windows = [p.ranges.slice(i, window) for i in range(0, p.ranges.num_rows, window)]

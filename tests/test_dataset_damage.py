@@ -75,8 +75,11 @@ def _damaged(pristine: Path, tmp_path: Path, case: str) -> tuple[Path, Path]:
 
 
 def _commands(ds: Path, tmp_path: Path) -> dict[str, list[str]]:
-    return {"summary": ["summary", str(ds)], "plot": ["plot", str(ds), "-o", str(tmp_path / "p.png")],
-            "trace": ["trace", str(ds), "-o", str(tmp_path / "t.json")]}
+    return {
+        "summary": ["summary", str(ds)],
+        "plot": ["plot", str(ds), "-o", str(tmp_path / "p.png")],
+        "trace": ["trace", str(ds), "-o", str(tmp_path / "t.json")],
+    }
 
 
 @pytest.mark.parametrize("case", DAMAGE)
@@ -116,10 +119,13 @@ def test_partitioned_dataset_names_its_reports(tmp_path: Path) -> None:
     out = tmp_path / "many"
     nvbridge.convert([SAMPLE_DB / "cnn_cpu.sqlite", SAMPLE_DB / "threads_cpu.sqlite"], out)
     first = sorted(out.glob("report=*"))[0]
-    expected = (f"Error: {out} holds 2 converted reports; pass one of them, e.g. {first} "
-                "(`nvbridge summary` reads them all).")
-    for args in (["plot", str(out), "-o", str(tmp_path / "p.png")],
-                 ["trace", str(out), "-o", str(tmp_path / "t.json")]):
+    expected = (
+        f"Error: {out} holds 2 converted reports; pass one of them, e.g. {first} (`nvbridge summary` reads them all)."
+    )
+    for args in (
+        ["plot", str(out), "-o", str(tmp_path / "p.png")],
+        ["trace", str(out), "-o", str(tmp_path / "t.json")],
+    ):
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 1 and result.stderr.strip() == expected
     assert CliRunner().invoke(cli, ["plot", str(first), "-o", str(tmp_path / "p.png"), "--step", "0"]).exit_code == 0

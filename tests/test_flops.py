@@ -53,8 +53,14 @@ ATTN = [((2, 4, 8, 16), (2, 4, 10, 16), (2, 4, 10, 12)), ((1, 8, 5, 8), (1, 2, 7
 
 def conv_params(case: tuple[Any, ...]) -> dict[str, Any]:
     _, _, stride, padding, dilation, transposed, output_padding, groups = case
-    return {"stride": stride, "padding": padding, "dilation": dilation, "transposed": transposed,
-            "output_padding": output_padding, "groups": groups}
+    return {
+        "stride": stride,
+        "padding": padding,
+        "dilation": dilation,
+        "transposed": transposed,
+        "output_padding": output_padding,
+        "groups": groups,
+    }
 
 
 def conv_inputs(case: tuple[Any, ...], device: str = "cpu", grad: bool = False) -> tuple[Any, Any]:
@@ -72,12 +78,25 @@ def check_conv(name: str, op: Any) -> None:
     for case in CONVS:
         x, w = conv_inputs(case)
         p = conv_params(case)
-        expected = counted(lambda: aten.convolution(x, w, None, p["stride"], p["padding"], p["dilation"],
-                                                    p["transposed"], p["output_padding"], p["groups"]))
+        expected = counted(
+            lambda: aten.convolution(
+                x, w, None, p["stride"], p["padding"], p["dilation"], p["transposed"], p["output_padding"], p["groups"]
+            )
+        )
         if op in (aten.convolution, aten._convolution):
             extra = (False, False, False, False) if op is aten._convolution else ()
-            args = (x, w, None, p["stride"], p["padding"], p["dilation"], p["transposed"], p["output_padding"],
-                    p["groups"], *extra)
+            args = (
+                x,
+                w,
+                None,
+                p["stride"],
+                p["padding"],
+                p["dilation"],
+                p["transposed"],
+                p["output_padding"],
+                p["groups"],
+                *extra,
+            )
             assert counted(lambda: op(*args)) == expected
         assert ours(name, x, w, params=p) == expected > 0
 
@@ -86,22 +105,49 @@ def check_conv_backward(name: str, op: Any) -> None:
     for case in CONVS:
         x, w = conv_inputs(case)
         p = conv_params(case)
-        out = aten.convolution(x, w, None, p["stride"], p["padding"], p["dilation"], p["transposed"],
-                               p["output_padding"], p["groups"])
+        out = aten.convolution(
+            x, w, None, p["stride"], p["padding"], p["dilation"], p["transposed"], p["output_padding"], p["groups"]
+        )
         go = torch.randn_like(out)
         for mask in ([True, True, False], [True, False, False], [False, True, True]):
-            expected = counted(lambda: op(go, x, w, None, p["stride"], p["padding"], p["dilation"],
-                                          p["transposed"], p["output_padding"], p["groups"], mask))
+            expected = counted(
+                lambda: op(
+                    go,
+                    x,
+                    w,
+                    None,
+                    p["stride"],
+                    p["padding"],
+                    p["dilation"],
+                    p["transposed"],
+                    p["output_padding"],
+                    p["groups"],
+                    mask,
+                )
+            )
             assert ours(name, go, x, w, params={**p, "output_mask": mask}) == expected > 0
         # Shapes alone (torch's record_shapes): the layout from the channels, both gradients.
         guess = ours(name, go, x, w)
-        assert guess is None or guess == counted(lambda: op(go, x, w, None, p["stride"], p["padding"], p["dilation"],
-                                                         p["transposed"], p["output_padding"], p["groups"],
-                                                         [True, True, False]))
+        assert guess is None or guess == counted(
+            lambda: op(
+                go,
+                x,
+                w,
+                None,
+                p["stride"],
+                p["padding"],
+                p["dilation"],
+                p["transposed"],
+                p["output_padding"],
+                p["groups"],
+                [True, True, False],
+            )
+        )
         # The autograd node, from the forward op's shapes and arguments.
         xg, wg = conv_inputs(case, grad=True)
-        y = aten.convolution(xg, wg, None, p["stride"], p["padding"], p["dilation"], p["transposed"],
-                             p["output_padding"], p["groups"])
+        y = aten.convolution(
+            xg, wg, None, p["stride"], p["padding"], p["dilation"], p["transposed"], p["output_padding"], p["groups"]
+        )
         assert ours("ConvolutionBackward0", xg, wg, params=p) == counted(lambda: y.backward(torch.ones_like(y)))
 
 
@@ -130,25 +176,93 @@ def _seed() -> Any:
 SDPA_BACKWARD = {
     aten._scaled_dot_product_efficient_attention_backward: (
         aten._scaled_dot_product_efficient_attention,
-        lambda go, q, k, v, o, lse: (go, q, k, v, None, o, lse, _seed(), _seed(), 0.0, [True, True, True, False])),
+        lambda go, q, k, v, o, lse: (go, q, k, v, None, o, lse, _seed(), _seed(), 0.0, [True, True, True, False]),
+    ),
     aten._scaled_dot_product_flash_attention_backward: (
         aten._scaled_dot_product_flash_attention,
-        lambda go, q, k, v, o, lse: (go, q, k, v, o, lse, None, None, q.shape[2], k.shape[2], 0.0, False,
-                                     _seed(), _seed())),
+        lambda go, q, k, v, o, lse: (
+            go,
+            q,
+            k,
+            v,
+            o,
+            lse,
+            None,
+            None,
+            q.shape[2],
+            k.shape[2],
+            0.0,
+            False,
+            _seed(),
+            _seed(),
+        ),
+    ),
     aten._scaled_dot_product_cudnn_attention_backward: (
         aten._scaled_dot_product_cudnn_attention,
-        lambda go, q, k, v, o, lse: (go, q, k, v, o, lse, _seed(), _seed(), None, None, None,
-                                     q.shape[2], k.shape[2], 0.0, False)),
+        lambda go, q, k, v, o, lse: (
+            go,
+            q,
+            k,
+            v,
+            o,
+            lse,
+            _seed(),
+            _seed(),
+            None,
+            None,
+            None,
+            q.shape[2],
+            k.shape[2],
+            0.0,
+            False,
+        ),
+    ),
     aten._flash_attention_backward: (
-        None, lambda go, q, k, v, o, lse: (go, q, k, v, o, lse, None, None, q.shape[2], k.shape[2], 0.0, False,
-                                           _seed(), _seed())),
+        None,
+        lambda go, q, k, v, o, lse: (
+            go,
+            q,
+            k,
+            v,
+            o,
+            lse,
+            None,
+            None,
+            q.shape[2],
+            k.shape[2],
+            0.0,
+            False,
+            _seed(),
+            _seed(),
+        ),
+    ),
     aten._efficient_attention_backward: (
-        None, lambda go, q, k, v, o, lse: (go, q, k, v, None, o, None, None, q.shape[2], k.shape[2], lse, 0.0,
-                                           _seed(), _seed(), 0, False)),
+        None,
+        lambda go, q, k, v, o, lse: (
+            go,
+            q,
+            k,
+            v,
+            None,
+            o,
+            None,
+            None,
+            q.shape[2],
+            k.shape[2],
+            lse,
+            0.0,
+            _seed(),
+            _seed(),
+            0,
+            False,
+        ),
+    ),
 }
-NODE = {aten._scaled_dot_product_efficient_attention: "ScaledDotProductEfficientAttentionBackward0",
-        aten._scaled_dot_product_flash_attention: "ScaledDotProductFlashAttentionBackward0",
-        aten._scaled_dot_product_cudnn_attention: "ScaledDotProductCudnnAttentionBackward0"}
+NODE = {
+    aten._scaled_dot_product_efficient_attention: "ScaledDotProductEfficientAttentionBackward0",
+    aten._scaled_dot_product_flash_attention: "ScaledDotProductFlashAttentionBackward0",
+    aten._scaled_dot_product_cudnn_attention: "ScaledDotProductCudnnAttentionBackward0",
+}
 
 
 def check_sdpa_backward(name: str, op: Any) -> None:
@@ -158,7 +272,7 @@ def check_sdpa_backward(name: str, op: Any) -> None:
         o = torch.empty(q.shape[0], q.shape[1], q.shape[2], v.shape[3], device="meta")
         go = torch.randn_like(o)
         lse = torch.empty(q.shape[0], q.shape[1], q.shape[2], device="meta")
-        expected = counted(lambda: op(*arguments(go, q, k, v, o, lse)))
+        expected = counted(lambda: op(*arguments(go, q, k, v, o, lse)))  # type: ignore[no-untyped-call]
         assert ours(name, go, q, k, v) == expected > 0
         if forward is not None:
             # The autograd node carries the forward op's shapes: (q, k, v, ...).
@@ -217,9 +331,15 @@ def test_every_registry_op_counts_as_torch_does(op: Any) -> None:
     check_for(name)(name, op)
 
 
-@pytest.mark.parametrize(("node", "forward", "bias", "batched"), [
-    ("MmBackward0", torch.mm, False, False), ("AddmmBackward0", torch.addmm, True, False),
-    ("BmmBackward0", torch.bmm, False, True), ("BaddbmmBackward0", torch.baddbmm, True, True)])
+@pytest.mark.parametrize(
+    ("node", "forward", "bias", "batched"),
+    [
+        ("MmBackward0", torch.mm, False, False),
+        ("AddmmBackward0", torch.addmm, True, False),
+        ("BmmBackward0", torch.bmm, False, True),
+        ("BaddbmmBackward0", torch.baddbmm, True, True),
+    ],
+)
 def test_matmul_backward_nodes_count_as_torch_does(node: str, forward: Any, bias: bool, batched: bool) -> None:
     for a_shape, b_shape in BATCHED if batched else MATMULS:
         a, b = t(*a_shape, grad=True), t(*b_shape, grad=True)
@@ -237,9 +357,13 @@ def tensor_bytes(*tensors: Any) -> int:
 
 
 ELEMENTWISE = [
-    ("aten::add", lambda a, b: torch.add(a, b), 2), ("aten::mul_", lambda a, b: a.mul_(b), 2),
-    ("aten::relu", torch.relu, 1), ("aten::sigmoid", torch.sigmoid, 1), ("aten::clone", torch.clone, 1),
-    ("aten::gt", lambda a, b: torch.gt(a, b), 2), ("Tensor.__iadd__", lambda a, b: a.__iadd__(b), 2),
+    ("aten::add", lambda a, b: torch.add(a, b), 2),
+    ("aten::mul_", lambda a, b: a.mul_(b), 2),
+    ("aten::relu", torch.relu, 1),
+    ("aten::sigmoid", torch.sigmoid, 1),
+    ("aten::clone", torch.clone, 1),
+    ("aten::gt", lambda a, b: torch.gt(a, b), 2),
+    ("Tensor.__iadd__", lambda a, b: a.__iadd__(b), 2),
 ]
 
 
@@ -276,15 +400,28 @@ def test_backward_nodes_get_their_forward_ops_dtypes_and_cost() -> None:
     from nvbridge.engine import correlate
     from tests.test_correlate import _range, profile
 
-    model = correlate(profile([
-        _range(10, 20, "aten::addmm, seq = 9, op_id = 1, sizes = [[4], [2, 3], [3, 4], [], []], "
-                       "dtypes = [bf16, bf16, bf16, -, -]"),
-        _range(200, 210, "AddmmBackward0, stashed seq = 9, fwd_tid = 1", tid=2),
-        _range(300, 310, "aten::addmm, seq = 10, op_id = 2, sizes = [[4], [2, 3], [3, 4], [], []]"),
-    ], [], []))
+    model = correlate(
+        profile(
+            [
+                _range(
+                    10,
+                    20,
+                    "aten::addmm, seq = 9, op_id = 1, sizes = [[4], [2, 3], [3, 4], [], []], "
+                    "dtypes = [bf16, bf16, bf16, -, -]",
+                ),
+                _range(200, 210, "AddmmBackward0, stashed seq = 9, fwd_tid = 1", tid=2),
+                _range(300, 310, "aten::addmm, seq = 10, op_id = 2, sizes = [[4], [2, 3], [3, 4], [], []]"),
+            ],
+            [],
+            [],
+        )
+    )
     fwd, node, plain = model.ops.to_pylist()
-    a, b, c = torch.randn(4, dtype=torch.bfloat16), torch.randn(2, 3, dtype=torch.bfloat16), \
-        torch.randn(3, 4, dtype=torch.bfloat16)
+    a, b, c = (
+        torch.randn(4, dtype=torch.bfloat16),
+        torch.randn(2, 3, dtype=torch.bfloat16),
+        torch.randn(3, 4, dtype=torch.bfloat16),
+    )
     assert fwd["flops"] == counted(lambda: torch.addmm(a, b, c)) == 48
     assert fwd["bytes"] == tensor_bytes(a, b, c, torch.addmm(a, b, c))
     assert (fwd["compute_dtype"], fwd["dtype_assumed"]) == ("bf16", False)
@@ -294,15 +431,27 @@ def test_backward_nodes_get_their_forward_ops_dtypes_and_cost() -> None:
     assert plain["bytes"] == 2 * fwd["bytes"]  # float32: twice bf16's bytes
 
 
-@pytest.mark.parametrize(("fn", "name", "weight", "values"), [
-    (torch.nn.functional.conv2d, "torch.nn.functional.conv2d", (4, 2, 3, 3),
-     [None, None, None, [2, 1], [1, 0], [1, 2], 2]),
-    (torch.nn.functional.conv2d, "torch.nn.functional.conv2d", (4, 4, 3, 3), [None, None]),  # stride 1, padding 0
-    (torch.nn.functional.conv_transpose2d, "torch.nn.functional.conv_transpose2d", (4, 3, 3, 3),
-     [None, None, None, {"stride": [2, 2]}, {"output_padding": 1}]),
-])
-def test_recorded_argument_values_give_convolution_flops(fn: Any, name: str, weight: tuple[int, ...],
-                                                         values: list[Any]) -> None:
+@pytest.mark.parametrize(
+    ("fn", "name", "weight", "values"),
+    [
+        (
+            torch.nn.functional.conv2d,
+            "torch.nn.functional.conv2d",
+            (4, 2, 3, 3),
+            [None, None, None, [2, 1], [1, 0], [1, 2], 2],
+        ),
+        (torch.nn.functional.conv2d, "torch.nn.functional.conv2d", (4, 4, 3, 3), [None, None]),  # stride 1, padding 0
+        (
+            torch.nn.functional.conv_transpose2d,
+            "torch.nn.functional.conv_transpose2d",
+            (4, 3, 3, 3),
+            [None, None, None, {"stride": [2, 2]}, {"output_padding": 1}],
+        ),
+    ],
+)
+def test_recorded_argument_values_give_convolution_flops(
+    fn: Any, name: str, weight: tuple[int, ...], values: list[Any]
+) -> None:
     """PyProf records non-tensor values (nvbridge's input_values, as JSON); named ones by name."""
     import json
 

@@ -16,8 +16,10 @@ ELEMENT = {"float32": 4, "float16": 2, "int64": 8}
 
 def raw_markers() -> list[dict[str, Any]]:
     """Every PyProf op marker's dict, one per range (flags 2: the range's start row)."""
-    texts = raw(real_db(PYPROF), "SELECT s.value FROM CUPTI_ACTIVITY_KIND_MARKER m "
-                                 "JOIN StringTable s ON s._id_ = m.name WHERE m.flags = 2")
+    texts = raw(
+        real_db(PYPROF),
+        "SELECT s.value FROM CUPTI_ACTIVITY_KIND_MARKER m JOIN StringTable s ON s._id_ = m.name WHERE m.flags = 2",
+    )
     markers = []
     for (text,) in texts:
         if str(text).startswith("{'mod'"):
@@ -43,12 +45,16 @@ def test_pyprof_matmul_flops_equal_the_marker_formula() -> None:
         flops = matmul_flops(marker["op"], [tuple(a["shape"]) for a in tensors])
         if flops is not None:
             # Bytes: both inputs (and linear's bias) read, the output written, float32 each.
-            out = prod(tensors[0]["shape"][:-1]) * (tensors[1]["shape"][0] if marker["op"] == "linear"
-                                                    else tensors[1]["shape"][-1])
+            out = prod(tensors[0]["shape"][:-1]) * (
+                tensors[1]["shape"][0] if marker["op"] == "linear" else tensors[1]["shape"][-1]
+            )
             moved = sum(prod(a["shape"]) * ELEMENT[a["dtype"]] for a in tensors) + out * 4
             expected[(f"{marker['mod']}.{marker['op']}", flops, moved)] += 1
     assert sum(expected.values()) >= 12 and {k[0] for k in expected} >= {
-        "torch.nn.functional.linear", "torch.bmm", "Tensor.matmul"}
+        "torch.nn.functional.linear",
+        "torch.bmm",
+        "Tensor.matmul",
+    }
 
     ops = nvbridge.load(real_db(PYPROF)).df("ops")
     mine = ops[ops["op_name"].isin({k[0] for k in expected})]
@@ -58,11 +64,17 @@ def test_pyprof_matmul_flops_equal_the_marker_formula() -> None:
     # Achieved TFLOP/s over the op's GPU time: the kernels launched inside its range, summed here
     # from raw SQL.
     db = real_db(PYPROF)
-    ranges = raw(db, "SELECT s.value, a.timestamp, b.timestamp FROM CUPTI_ACTIVITY_KIND_MARKER a "
-                     "JOIN CUPTI_ACTIVITY_KIND_MARKER b ON b.id = a.id AND b.flags = 4 "
-                     "JOIN StringTable s ON s._id_ = a.name WHERE a.flags = 2 AND s.value LIKE '{''mod''%'")
-    launches = raw(db, "SELECT r.start, k.\"end\" - k.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
-                       "JOIN CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL k ON k.correlationId = r.correlationId")
+    ranges = raw(
+        db,
+        "SELECT s.value, a.timestamp, b.timestamp FROM CUPTI_ACTIVITY_KIND_MARKER a "
+        "JOIN CUPTI_ACTIVITY_KIND_MARKER b ON b.id = a.id AND b.flags = 4 "
+        "JOIN StringTable s ON s._id_ = a.name WHERE a.flags = 2 AND s.value LIKE '{''mod''%'",
+    )
+    launches = raw(
+        db,
+        'SELECT r.start, k."end" - k.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
+        "JOIN CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL k ON k.correlationId = r.correlationId",
+    )
     rates: Counter[tuple[str, float]] = Counter()
     for text, begin, finish in ranges:
         marker = ast.literal_eval(str(text))
@@ -91,8 +103,9 @@ def test_pyprof_conv2d_flops_equal_flop_counter_on_the_recorded_arguments() -> N
 
     db = real_db("nsys-2024.2-pyprof-markers.sqlite")
     expected: Counter[int] = Counter()
-    for (text,) in raw(db, "SELECT text FROM NVTX_EVENTS WHERE text LIKE '{''mod'': ''torch.nn.functional'', "
-                           "''op'': ''conv2d''%'"):
+    for (text,) in raw(
+        db, "SELECT text FROM NVTX_EVENTS WHERE text LIKE '{''mod'': ''torch.nn.functional'', ''op'': ''conv2d''%'"
+    ):
         args = ast.literal_eval(str(text))["args"]
         x, w = (torch.empty(a["shape"], device="meta") for a in args[:2])
         params = [a["value"] for a in args[3:]]

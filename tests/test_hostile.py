@@ -20,15 +20,28 @@ ELSEWHERE = {"special/url"}
 
 def test_quick_hostile_corpus_has_no_failures(tmp_path: Path) -> None:
     saved = tmp_path / "verdicts.jsonl"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "hostile_inputs.py"), "--quick", "--save",
-                           str(saved)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "hostile_inputs.py"), "--quick", "--save", str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     verdicts = [json.loads(line) for line in saved.read_text().splitlines()]
     assert len(verdicts) >= 30, done.stdout + done.stderr
     families = {v["family"] for v in verdicts}
-    assert {"special files", "hostile values", "truncations", "byte flips", "dropped tables",
-            "dropped columns"} <= families
-    failing = [f"[{v['class']}] {v['name']}: {v['detail']}" for v in verdicts
-               if v["class"] not in ("ok", "clean error") and v["name"] not in ELSEWHERE]
+    assert {
+        "special files",
+        "hostile values",
+        "truncations",
+        "byte flips",
+        "dropped tables",
+        "dropped columns",
+    } <= families
+    failing = [
+        f"[{v['class']}] {v['name']}: {v['detail']}"
+        for v in verdicts
+        if v["class"] not in ("ok", "clean error") and v["name"] not in ELSEWHERE
+    ]
     assert not failing, "\n".join(failing)
     # The refusals are the readers' own one-line messages, not a generic failure.
     refused = [v for v in verdicts if v["family"] == "hostile values" and v["class"] == "clean error"]

@@ -27,8 +27,9 @@ def _load_time_imports(path: Path, modules: set[str]) -> set[str]:
             names: list[str] = []
             if isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
                 # `from nvbridge import errors` is the module nvbridge.errors; `from nvbridge.x import y`, nvbridge.x
-                names = [f"{sub.module}.{a.name}" if f"{sub.module}.{a.name}" in modules else sub.module
-                         for a in sub.names]
+                names = [
+                    f"{sub.module}.{a.name}" if f"{sub.module}.{a.name}" in modules else sub.module for a in sub.names
+                ]
             elif isinstance(sub, ast.Import):
                 names = [a.name for a in sub.names]
             for name in names:
@@ -55,7 +56,7 @@ def test_no_import_cycle() -> None:
         state[m] = 1
         for d in sorted(edges.get(m, ())):
             if state.get(d) == 1:
-                cycles.append(path[path.index(d):] + [d] if d in path else [m, d])
+                cycles.append(path[path.index(d) :] + [d] if d in path else [m, d])
             elif d not in state:
                 visit(d, [*path, d])
         state[m] = 2

@@ -13,15 +13,19 @@ import pytest
 import nvbridge
 from tests.conftest import real_db
 
-REPORTS = ["nsys-2026.2-pytorch2-fsdp-2gpu.sqlite", "nvprof-2020-pytorch14-pyprof-lm.sqlite",
-           "nsys-2024.6-nvfuser-cpp-nvtx.sqlite"]
+REPORTS = [
+    "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite",
+    "nvprof-2020-pytorch14-pyprof-lm.sqlite",
+    "nsys-2024.6-nvfuser-cpp-nvtx.sqlite",
+]
 TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
 
 
 def _tables(root: Path) -> dict[str, bytes]:
     """Every table file's bytes (meta holds the conversion time, so it is left out)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.parquet"))
-            if p.name != "meta.parquet"}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.parquet")) if p.name != "meta.parquet"
+    }
 
 
 def test_jobs_give_the_serial_bytes_and_skip_converted(tmp_path: Path) -> None:
@@ -43,8 +47,7 @@ def test_dask_cluster_gives_the_serial_bytes(tmp_path: Path) -> None:
     distributed = pytest.importorskip("dask.distributed", reason="pip install 'nvbridge[cluster]'")
     sources = [real_db(n) for n in REPORTS]
     nvbridge.convert(sources, tmp_path / "serial")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         results = nvbridge.convert(sources, tmp_path / "dask", scheduler=cluster.scheduler_address)
     assert sorted(r.info.source for r in results) == sorted(REPORTS)
     assert _tables(tmp_path / "serial") == _tables(tmp_path / "dask")
@@ -85,7 +88,8 @@ def test_cross_rank_summary(tmp_path: Path) -> None:
     raw: dict[int, dict[str, int]] = {}
     for rank, src in enumerate(sources):
         for text, start, end in sqlite3.connect(src).execute(
-                "SELECT text, start, end FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'"):
+            "SELECT text, start, end FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'"
+        ):
             raw.setdefault(int(text.split("#")[1]), {}).setdefault(f"rank {rank}", 0)
             raw[int(text.split("#")[1])][f"rank {rank}"] += end - start
     for st in data["ranks"]["steps"]:
@@ -156,7 +160,8 @@ def test_duckdb_examples_from_the_readme(tmp_path: Path) -> None:
             assert rows, sql
             ran += 1
     assert ran >= 2
-    top = con.execute("SELECT name, sum(self_gpu_ns) FROM 'out/ops.parquet' GROUP BY name "
-                      "ORDER BY 2 DESC LIMIT 1").fetchall()[0]
+    top = con.execute(
+        "SELECT name, sum(self_gpu_ns) FROM 'out/ops.parquet' GROUP BY name ORDER BY 2 DESC LIMIT 1"
+    ).fetchall()[0]
     ours = nvbridge.load(tmp_path / "out").df("ops").groupby("name").self_gpu_ns.sum().max()
     assert top[1] == ours

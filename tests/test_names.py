@@ -65,15 +65,25 @@ def one(name: str) -> dict[str, object]:
         ("ProfilerStep#3", {"op_name": "ProfilerStep#3", "step": 3}),
         (
             "aten::mm, seq = 3, op_id = 4, sizes = [[2, 3], [3, 4]], dtypes = [bf16, bf16], input_op_ids = [(1,0)]",
-            {"op_name": "aten::mm", "seq": 3, "torch_op_id": 4, "input_shapes": "[[2, 3], [3, 4]]",
-             "input_dtypes": "[bf16, bf16]", "input_op_ids": "[(1,0)]"},
+            {
+                "op_name": "aten::mm",
+                "seq": 3,
+                "torch_op_id": 4,
+                "input_shapes": "[[2, 3], [3, 4]]",
+                "input_dtypes": "[bf16, bf16]",
+                "input_op_ids": "[(1,0)]",
+            },
         ),
         # PyProf dict markers
         (
             "{'mod': 'torch.nn.functional', 'op': 'embedding', 'args': [{'name': '', 'type': 'tensor', "
             "'shape': (35, 20), 'dtype': 'int64'}, {'name': '', 'type': 'float', 'value': 2.0}]}",
-            {"op_name": "torch.nn.functional.embedding", "input_shapes": "[[35, 20], []]",
-             "input_dtypes": "[int64, -]", "input_values": "[null, 2.0]"},
+            {
+                "op_name": "torch.nn.functional.embedding",
+                "input_shapes": "[[35, 20], []]",
+                "input_dtypes": "[int64, -]",
+                "input_values": "[null, 2.0]",
+            },
         ),
         ("{'traceMarker': ['a.py:1', 'b.py:2']}", {"op_name": "traceMarker", "stack": ["a.py:1", "b.py:2"]}),
         # pass-through: NCCL, user ranges, garbage
@@ -108,13 +118,41 @@ def test_every_real_name_parses_and_keeps_its_op_name() -> None:
 
 
 SIMPLE_AND_NOT = [
-    "a, b, seq = 3", "a, seq = 3, b", "a, seq = 3x", "a, seq = 3, seq = 4", "a, op_id = 1, seq = 2",
-    "a, seq=3", "a, seq =3", "a, seq= 3", "a, stashed seq=3", "a, stashed seq= 3", "a, stashedseq = 3",
-    "a, seq  = 3", "a, seq = ", "a, seq = -3", "a, seq = +3", "a, seq = \uff13", "a, seq = 3 ", "a, ", ", seq = 1",
-    "a, seq = 999999999999999999", "a, seq = 000000000000000000001", "x, stashed seq = 1, seq = 2",
-    "x, seq = 2, stashed seq = 1", "a, fwd_tid = 5, stashed seq = 9", "a, sizes = [x, seq = 4], input_op_ids = [(1,0)]",
-    "a, sizes = [[1]], input_op_ids = [(1,0)], sizes = [[2]]", "a, sizes = [[1]\n]", "a, op_id = 3\n", "a\n, seq = 3",
-    "a, seq = 1\n, op_id = 2", "a,, seq = 1", "a, seq = 1, ", "\u65e5\u672c, op_id = 4", "a\x00, seq = 3", "",
+    "a, b, seq = 3",
+    "a, seq = 3, b",
+    "a, seq = 3x",
+    "a, seq = 3, seq = 4",
+    "a, op_id = 1, seq = 2",
+    "a, seq=3",
+    "a, seq =3",
+    "a, seq= 3",
+    "a, stashed seq=3",
+    "a, stashed seq= 3",
+    "a, stashedseq = 3",
+    "a, seq  = 3",
+    "a, seq = ",
+    "a, seq = -3",
+    "a, seq = +3",
+    "a, seq = \uff13",
+    "a, seq = 3 ",
+    "a, ",
+    ", seq = 1",
+    "a, seq = 999999999999999999",
+    "a, seq = 000000000000000000001",
+    "x, stashed seq = 1, seq = 2",
+    "x, seq = 2, stashed seq = 1",
+    "a, fwd_tid = 5, stashed seq = 9",
+    "a, sizes = [x, seq = 4], input_op_ids = [(1,0)]",
+    "a, sizes = [[1]], input_op_ids = [(1,0)], sizes = [[2]]",
+    "a, sizes = [[1]\n]",
+    "a, op_id = 3\n",
+    "a\n, seq = 3",
+    "a, seq = 1\n, op_id = 2",
+    "a,, seq = 1",
+    "a, seq = 1, ",
+    "\u65e5\u672c, op_id = 4",
+    "a\x00, seq = 3",
+    "",
 ]
 
 

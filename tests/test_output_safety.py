@@ -28,8 +28,9 @@ SAMPLE = SAMPLE_DB / "cnn_cpu.sqlite"
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nvbridge", *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "nvbridge", *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
 
 
 def _tree(path: Path) -> dict[str, bytes]:
@@ -102,14 +103,17 @@ def test_two_runs_racing_to_one_new_output(tmp_path: Path) -> None:
 
 
 # A conversion held open after its tables are written, so a signal lands mid-run.
-_SLOW = ("import sys, time; import nvbridge.conversion.report as r; f = r._convert_into; "
-         "r._convert_into = lambda *a: (f(*a), time.sleep(60))[0]; "
-         "from nvbridge.cli import main; sys.argv[0] = 'nvbridge'; main()")
+_SLOW = (
+    "import sys, time; import nvbridge.conversion.report as r; f = r._convert_into; "
+    "r._convert_into = lambda *a: (f(*a), time.sleep(60))[0]; "
+    "from nvbridge.cli import main; sys.argv[0] = 'nvbridge'; main()"
+)
 
 
 def _start_slow(out: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", _SLOW, "convert", str(SAMPLE), "-o", str(out)],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW, "convert", str(SAMPLE), "-o", str(out)], stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     while not any((p / "meta.parquet").exists() for p in out.parent.glob(f".{out.name}.nvbridge-staging*")):
         assert time.monotonic() < deadline and proc.poll() is None, "the conversion never got under way"
@@ -189,18 +193,27 @@ def test_progress_fits_80_columns_and_never_claims_0_s_left_while_the_trace_is_w
     from nvbridge.cli._common import BAR_WIDTH, status
 
     total = 12_345_678
-    lines = [status("converting", stage, done, total, elapsed) for stage, done, elapsed in
-             (("correlating", 4_000_000, 3.0), ("writing", 12_000_000, 9.0), ("writing trace", total, 9.5))]
+    lines = [
+        status("converting", stage, done, total, elapsed)
+        for stage, done, elapsed in (
+            ("correlating", 4_000_000, 3.0),
+            ("writing", 12_000_000, 9.0),
+            ("writing trace", total, 9.5),
+        )
+    ]
     assert lines[0][1] == "4.0M/12.3M, 1.3M rows/s, 6 s left"  # 8.3M rows to go at 1.33M rows/s
     assert lines[-1][1] == "" and "writing trace" in lines[-1][0]
     # spinner, description, bar, status and elapsed time, one space apart
     assert all(2 + len(d) + 1 + BAR_WIDTH + 1 + len(r) + 1 + 7 <= 80 for d, r in lines), lines
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--chrome", "nodir/t.json"], "nodir does not exist; create the folder first"),
-    (["--chrome", "t.txt"], "t.txt: a Chrome trace is written as .json or .json.gz"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--chrome", "nodir/t.json"], "nodir does not exist; create the folder first"),
+        (["--chrome", "t.txt"], "t.txt: a Chrome trace is written as .json or .json.gz"),
+    ],
+)
 def test_trace_destinations_are_checked_before_converting(tmp_path: Path, args: list[str], message: str) -> None:
     proc = _cli("convert", str(SAMPLE), "-o", "out", *args, cwd=tmp_path)
     assert proc.returncode == 1 and proc.stderr.startswith(f"Error: {message.format(tmp=tmp_path)}")
@@ -237,8 +250,10 @@ def test_staging_files_go_with_an_interrupt_and_after_a_kill(tmp_path: Path) -> 
     """A trace (or any file output) is written under a staging name: an interrupt removes it, and
     the next run into the folder removes one a killed run left."""
     dest = tmp_path / "t.json.gz"
-    make = (f"import os, signal, pathlib, nvbridge.output as o; o.exit_on_interrupt(); "
-            f"o.staging_file(pathlib.Path({str(dest)!r})).write_text('x'); os.kill(os.getpid(), signal.SIG{{}})")
+    make = (
+        f"import os, signal, pathlib, nvbridge.output as o; o.exit_on_interrupt(); "
+        f"o.staging_file(pathlib.Path({str(dest)!r})).write_text('x'); os.kill(os.getpid(), signal.SIG{{}})"
+    )
     proc = subprocess.run([sys.executable, "-c", make.format("TERM")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM and "unfinished output was removed" in proc.stderr
     assert list(tmp_path.iterdir()) == []

@@ -77,11 +77,11 @@ def test_cli_plot(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "0"])
     assert result.exit_code == 0, result.output
     _check_png(out)
-    bad = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "9",
-                                   "--force"])
+    bad = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "9", "--force"])
     assert bad.exit_code == 1 and "steps" in bad.output and "Traceback" not in bad.output
-    both = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "0",
-                                    "--start", "1ms"])
+    both = CliRunner().invoke(
+        cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(out), "--step", "0", "--start", "1ms"]
+    )
     assert both.exit_code == 2
 
 
@@ -93,8 +93,9 @@ def test_empty_window_is_an_error() -> None:
 
 def test_output_without_picture_suffix_is_refused(tmp_path: Path) -> None:  # issue 14, finding 3
     """`-o p5` once printed "Wrote p5" and wrote p5.png: now refused, and nothing is written."""
-    result = CliRunner().invoke(cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(tmp_path / "p5"),
-                                      "--step", "0"])
+    result = CliRunner().invoke(
+        cli, ["plot", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(tmp_path / "p5"), "--step", "0"]
+    )
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.stderr.strip().startswith("Error: ") and len(result.stderr.splitlines()) == 1
     assert "p5.png" in result.stderr

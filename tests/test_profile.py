@@ -25,8 +25,14 @@ with nvbridge.emit_nvtx() as nv:
 
 
 def _nvbridge(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nvbridge", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", "nvbridge", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 @pytest.mark.nsys
@@ -51,23 +57,27 @@ def test_profile_records_converts_and_summarizes(tmp_path: Path) -> None:
         from nvbridge.readers.sources import _importer
 
         rep = tmp_path / "imported.nsys-rep"
-        subprocess.run([_importer(nsys, kept.name), "-i", str(kept), "-o", str(rep)], check=True,
-                       capture_output=True, timeout=300)
+        subprocess.run(
+            [_importer(nsys, kept.name), "-i", str(kept), "-o", str(rep)], check=True, capture_output=True, timeout=300
+        )
     db = tmp_path / "nvidia.sqlite"
-    subprocess.run([nsys, "export", "--type", "sqlite", "-o", str(db), str(rep)], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [nsys, "export", "--type", "sqlite", "-o", str(db), str(rep)], check=True, capture_output=True, timeout=300
+    )
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    ranges = con.execute("SELECT s.value FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
-                         "WHERE e.eventType = 59 UNION ALL SELECT text FROM NVTX_EVENTS "
-                         "WHERE eventType = 59 AND text IS NOT NULL").fetchall()
+    ranges = con.execute(
+        "SELECT s.value FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+        "WHERE e.eventType = 59 UNION ALL SELECT text FROM NVTX_EVENTS "
+        "WHERE eventType = 59 AND text IS NOT NULL"
+    ).fetchall()
     con.close()
     assert ops.num_rows == len(ranges) > 30
     assert sorted(ops.column("name").to_pylist()) == sorted(r[0] for r in ranges)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["again", "imported.nsys-rep", "kept.qdstrm",
-                                                                  "nvidia.sqlite", "out", "train.py"]
-                                                                 if kept.suffix == ".qdstrm" else
-                                                                 ["again", kept.name, "nvidia.sqlite", "out",
-                                                                  "train.py"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["again", "imported.nsys-rep", "kept.qdstrm", "nvidia.sqlite", "out", "train.py"]
+        if kept.suffix == ".qdstrm"
+        else ["again", kept.name, "nvidia.sqlite", "out", "train.py"]
+    )
 
 
 def test_profile_needs_a_command(tmp_path: Path) -> None:

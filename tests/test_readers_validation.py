@@ -27,7 +27,7 @@ from tests.conftest import SAMPLE_DB, raw, real_db, require_nsys
 GPU_SAMPLE = SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"
 DOMAINS = SAMPLE_DB / "nvtx_domains.sqlite"
 K = "CUPTI_ACTIVITY_KIND_"
-RANGE = "eventType IN (59, 60, 70, 71) AND \"end\" IS NOT NULL"
+RANGE = 'eventType IN (59, 60, 70, 71) AND "end" IS NOT NULL'
 
 
 def edited(tmp_path: Path, *sql: str, src: Path = GPU_SAMPLE, relax: str | None = None) -> Path:
@@ -38,8 +38,10 @@ def edited(tmp_path: Path, *sql: str, src: Path = GPU_SAMPLE, relax: str | None 
     con = sqlite3.connect(dst)
     if relax:
         cols = ", ".join(f'"{n}" {t}' for _, n, t, *_ in con.execute(f"PRAGMA table_info({relax})"))
-        con.executescript(f"CREATE TABLE x ({cols}); INSERT INTO x SELECT * FROM {relax}; DROP TABLE {relax};"
-                          f"ALTER TABLE x RENAME TO {relax};")
+        con.executescript(
+            f"CREATE TABLE x ({cols}); INSERT INTO x SELECT * FROM {relax}; DROP TABLE {relax};"
+            f"ALTER TABLE x RENAME TO {relax};"
+        )
     for stmt in sql:
         con.execute(stmt)
     con.commit()
@@ -52,51 +54,93 @@ FIRST_RANGE = f"rowid = (SELECT min(rowid) FROM NVTX_EVENTS WHERE {RANGE})"
 
 # (edit, table to relax or None, the exact message after "<file>: ")
 REFUSED = [
-    (f"UPDATE {K}KERNEL SET \"end\" = start - 1000 WHERE {FIRST_KERNEL}", None,
-     f"{K}KERNEL.end is before start in 1 row; the export is damaged or was edited; export the report again."),
-    (f"UPDATE {K}KERNEL SET start = -5 WHERE {FIRST_KERNEL}", None,
-     f"{K}KERNEL.start is negative or beyond 2^62 ns (year 2116) in 1 row; the export is damaged or was edited; "
-     "export the report again."),
-    (f"UPDATE {K}RUNTIME SET \"end\" = 9223372036854775807 WHERE rowid <= 8", None,
-     f"{K}RUNTIME.end is negative or beyond 2^62 ns (year 2116) in 8 rows; the export is damaged or was edited; "
-     "export the report again."),
-    (f"INSERT INTO {K}KERNEL SELECT * FROM {K}KERNEL WHERE {FIRST_KERNEL}", None,
-     f"{K}KERNEL holds 1 row duplicated (same device, stream and times); the export is damaged or was edited; "
-     "export the report again."),
-    (f"UPDATE {K}MEMCPY SET start = 0, \"end\" = 4611686018427387903", None,
-     f"{K}MEMCPY: durations add up to more than 2^62 ns (146 years), more than a capture can hold; the export "
-     "is damaged or was edited; export the report again."),
-    (f"UPDATE NVTX_EVENTS SET start = \"end\", \"end\" = start WHERE {RANGE} AND \"end\" > start", None,
-     "NVTX_EVENTS.end is before start in 210 rows; the export is damaged or was edited; export the report again."),
-    (f"UPDATE NVTX_EVENTS SET start = NULL WHERE {FIRST_RANGE}", "NVTX_EVENTS",
-     "NVTX_EVENTS.start is empty (NULL) in 1 row; the export is damaged or was edited; export the report again."),
-    (f"UPDATE NVTX_EVENTS SET eventType = NULL WHERE {FIRST_RANGE}", "NVTX_EVENTS",
-     "NVTX_EVENTS.eventType is empty (NULL) in 1 row; the export is damaged or was edited; export the report "
-     "again."),
-    (f"UPDATE {K}KERNEL SET correlationId = NULL WHERE {FIRST_KERNEL}", None,
-     f"{K}KERNEL.correlationId is empty (NULL) in 1 row; the export is damaged or was edited; export the report "
-     "again."),
-    (f"UPDATE {K}KERNEL SET start = 'soon' WHERE {FIRST_KERNEL}", None,
-     f"{K}KERNEL.start holds text, a real or a BLOB instead of an integer in 1 row; the export is damaged or was "
-     "edited; export the report again."),
-    (f"UPDATE {K}RUNTIME SET start = x'00ff' WHERE rowid = 1", None,
-     f"{K}RUNTIME.start holds text, a real or a BLOB instead of an integer in 1 row; the export is damaged or "
-     "was edited; export the report again."),
-    (f"UPDATE {K}RUNTIME SET nameId = 987654321 WHERE rowid = 1", None,
-     f"{K}RUNTIME.nameId names a string that StringIds lacks in 1 row (e.g. id 987654321); the export is "
-     "damaged or was edited; export the report again."),
-    (f"UPDATE NVTX_EVENTS SET text = NULL, textId = 987654321 WHERE {FIRST_RANGE}", None,
-     "NVTX_EVENTS.textId names a string that StringIds lacks in 1 row (e.g. id 987654321); the export is "
-     "damaged or was edited; export the report again."),
-    ("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'n/a'", None,
-     "TARGET_INFO_SESSION_START_TIME.utcEpochNs holds 'n/a' instead of an integer; the export is damaged or was "
-     "edited; export the report again."),
+    (
+        f'UPDATE {K}KERNEL SET "end" = start - 1000 WHERE {FIRST_KERNEL}',
+        None,
+        f"{K}KERNEL.end is before start in 1 row; the export is damaged or was edited; export the report again.",
+    ),
+    (
+        f"UPDATE {K}KERNEL SET start = -5 WHERE {FIRST_KERNEL}",
+        None,
+        f"{K}KERNEL.start is negative or beyond 2^62 ns (year 2116) in 1 row; the export is damaged or was edited; "
+        "export the report again.",
+    ),
+    (
+        f'UPDATE {K}RUNTIME SET "end" = 9223372036854775807 WHERE rowid <= 8',
+        None,
+        f"{K}RUNTIME.end is negative or beyond 2^62 ns (year 2116) in 8 rows; the export is damaged or was edited; "
+        "export the report again.",
+    ),
+    (
+        f"INSERT INTO {K}KERNEL SELECT * FROM {K}KERNEL WHERE {FIRST_KERNEL}",
+        None,
+        f"{K}KERNEL holds 1 row duplicated (same device, stream and times); the export is damaged or was edited; "
+        "export the report again.",
+    ),
+    (
+        f'UPDATE {K}MEMCPY SET start = 0, "end" = 4611686018427387903',
+        None,
+        f"{K}MEMCPY: durations add up to more than 2^62 ns (146 years), more than a capture can hold; the export "
+        "is damaged or was edited; export the report again.",
+    ),
+    (
+        f'UPDATE NVTX_EVENTS SET start = "end", "end" = start WHERE {RANGE} AND "end" > start',
+        None,
+        "NVTX_EVENTS.end is before start in 210 rows; the export is damaged or was edited; export the report again.",
+    ),
+    (
+        f"UPDATE NVTX_EVENTS SET start = NULL WHERE {FIRST_RANGE}",
+        "NVTX_EVENTS",
+        "NVTX_EVENTS.start is empty (NULL) in 1 row; the export is damaged or was edited; export the report again.",
+    ),
+    (
+        f"UPDATE NVTX_EVENTS SET eventType = NULL WHERE {FIRST_RANGE}",
+        "NVTX_EVENTS",
+        "NVTX_EVENTS.eventType is empty (NULL) in 1 row; the export is damaged or was edited; export the report again.",
+    ),
+    (
+        f"UPDATE {K}KERNEL SET correlationId = NULL WHERE {FIRST_KERNEL}",
+        None,
+        f"{K}KERNEL.correlationId is empty (NULL) in 1 row; the export is damaged or was edited; export the report "
+        "again.",
+    ),
+    (
+        f"UPDATE {K}KERNEL SET start = 'soon' WHERE {FIRST_KERNEL}",
+        None,
+        f"{K}KERNEL.start holds text, a real or a BLOB instead of an integer in 1 row; the export is damaged or was "
+        "edited; export the report again.",
+    ),
+    (
+        f"UPDATE {K}RUNTIME SET start = x'00ff' WHERE rowid = 1",
+        None,
+        f"{K}RUNTIME.start holds text, a real or a BLOB instead of an integer in 1 row; the export is damaged or "
+        "was edited; export the report again.",
+    ),
+    (
+        f"UPDATE {K}RUNTIME SET nameId = 987654321 WHERE rowid = 1",
+        None,
+        f"{K}RUNTIME.nameId names a string that StringIds lacks in 1 row (e.g. id 987654321); the export is "
+        "damaged or was edited; export the report again.",
+    ),
+    (
+        f"UPDATE NVTX_EVENTS SET text = NULL, textId = 987654321 WHERE {FIRST_RANGE}",
+        None,
+        "NVTX_EVENTS.textId names a string that StringIds lacks in 1 row (e.g. id 987654321); the export is "
+        "damaged or was edited; export the report again.",
+    ),
+    (
+        "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'n/a'",
+        None,
+        "TARGET_INFO_SESSION_START_TIME.utcEpochNs holds 'n/a' instead of an integer; the export is damaged or was "
+        "edited; export the report again.",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("sql", "relax", "message"), REFUSED, ids=[m.split(" ")[0] for _, _, m in REFUSED])
-def test_impossible_rows_are_refused_naming_table_column_and_rows(tmp_path: Path, sql: str, relax: str | None,
-                                                                  message: str) -> None:
+def test_impossible_rows_are_refused_naming_table_column_and_rows(
+    tmp_path: Path, sql: str, relax: str | None, message: str
+) -> None:
     path = edited(tmp_path, sql, relax=relax)
     with pytest.raises(DamagedDatabase) as err:
         read_profile(path)
@@ -108,12 +152,18 @@ def test_impossible_rows_are_refused_naming_table_column_and_rows(tmp_path: Path
 
 
 def test_the_cli_refuses_in_one_line(tmp_path: Path) -> None:
-    path = edited(tmp_path, f"UPDATE {K}KERNEL SET \"end\" = start - 1 WHERE {FIRST_KERNEL}")
-    out = subprocess.run([sys.executable, "-m", "nvbridge", "convert", str(path), "-o", str(tmp_path / "ds")],
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(SAMPLE_DB.parent)})
+    path = edited(tmp_path, f'UPDATE {K}KERNEL SET "end" = start - 1 WHERE {FIRST_KERNEL}')
+    out = subprocess.run(
+        [sys.executable, "-m", "nvbridge", "convert", str(path), "-o", str(tmp_path / "ds")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SAMPLE_DB.parent)},
+    )
     assert out.returncode == 1
-    assert out.stderr.strip().splitlines() == [f"Error: {path.name}: {K}KERNEL.end is before start in 1 row; the "
-                                               "export is damaged or was edited; export the report again."]
+    assert out.stderr.strip().splitlines() == [
+        f"Error: {path.name}: {K}KERNEL.end is before start in 1 row; the "
+        "export is damaged or was edited; export the report again."
+    ]
 
 
 def test_nvtx_without_end_column_is_refused(tmp_path: Path) -> None:
@@ -132,16 +182,18 @@ def test_fifo_is_refused_at_once(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.sqlite"
     os.mkfifo(fifo)
     outcome: list[BaseException] = []
-    worker = threading.Thread(target=lambda: outcome.append(pytest.raises(NotAProfileDatabase, read_profile, fifo)
-                                                            .value), daemon=True)
+    worker = threading.Thread(
+        target=lambda: outcome.append(pytest.raises(NotAProfileDatabase, read_profile, fifo).value), daemon=True
+    )
     worker.start()
     worker.join(10)
     if worker.is_alive():  # unblock the reader so the test run can end, then fail
         with open(fifo, "wb"):
             pass
         pytest.fail("reading a FIFO blocked")
-    assert str(outcome[0]) == ("pipe.sqlite is not a regular file (a pipe or device); save the export to a file "
-                               "and pass that.")
+    assert str(outcome[0]) == (
+        "pipe.sqlite is not a regular file (a pipe or device); save the export to a file and pass that."
+    )
 
 
 def _listing(folder: Path) -> dict[str, bytes]:
@@ -167,8 +219,10 @@ def test_wal_with_uncheckpointed_rows_reads_them_from_a_copy(tmp_path: Path) -> 
     """A -wal file holding committed rows: they are part of the database, so they are read."""
     path = tmp_path / "wal.sqlite"
     shutil.copyfile(GPU_SAMPLE, path)
-    code = ("import sqlite3, os, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA journal_mode=WAL');"
-            "c.execute('PRAGMA wal_autocheckpoint=0'); c.execute(sys.argv[2]); c.commit(); os._exit(0)")
+    code = (
+        "import sqlite3, os, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA journal_mode=WAL');"
+        "c.execute('PRAGMA wal_autocheckpoint=0'); c.execute(sys.argv[2]); c.commit(); os._exit(0)"
+    )
     rename = f"UPDATE NVTX_EVENTS SET text = 'renamed' WHERE {FIRST_RANGE}"
     subprocess.run([sys.executable, "-c", code, str(path), rename], check=True)  # exits without a checkpoint
     assert (tmp_path / "wal.sqlite-wal").stat().st_size > 0
@@ -180,9 +234,11 @@ def test_wal_with_uncheckpointed_rows_reads_them_from_a_copy(tmp_path: Path) -> 
 
 def test_locked_database_says_locked(tmp_path: Path) -> None:
     path = edited(tmp_path)
-    code = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
-            "c.execute('BEGIN EXCLUSIVE'); c.execute('DELETE FROM StringIds'); print('held', flush=True); "
-            "time.sleep(60)")
+    code = (
+        "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
+        "c.execute('BEGIN EXCLUSIVE'); c.execute('DELETE FROM StringIds'); print('held', flush=True); "
+        "time.sleep(60)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
@@ -211,9 +267,11 @@ def test_nvtx_rowid_gap_converts_to_the_same_dataset(tmp_path: Path, monkeypatch
     """Rowids with gaps (rows past 100 moved up by 2^40, the last row to 2^62): windows follow rows
     (the rowid span would be 2^45 windows), so with 64-row windows the dataset is the original's."""
     monkeypatch.setattr(sys.modules["nvbridge.conversion.report"], "WINDOW_ROWS", 64)
-    path = edited(tmp_path, "UPDATE NVTX_EVENTS SET rowid = rowid + 1099511627776 WHERE rowid > 100",
-                  "UPDATE NVTX_EVENTS SET rowid = 4611686018427387904 "
-                  "WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS)")
+    path = edited(
+        tmp_path,
+        "UPDATE NVTX_EVENTS SET rowid = rowid + 1099511627776 WHERE rowid > 100",
+        "UPDATE NVTX_EVENTS SET rowid = 4611686018427387904 WHERE rowid = (SELECT max(rowid) FROM NVTX_EVENTS)",
+    )
     result: list[object] = []
     worker = threading.Thread(target=lambda: result.append(nvbridge.convert(path, tmp_path / "gap")), daemon=True)
     worker.start()
@@ -246,11 +304,14 @@ def test_every_nvtx_domain_shape_converts(tmp_path: Path) -> None:
         nvbridge.convert(path, tmp_path / f"{shape}.ds")
         ops = pq.read_table(tmp_path / f"{shape}.ds" / "ops.parquet").sort_by("start_ns")
         # Independent reference: names through StringIds and domain names from the creation rows.
-        expected = raw(path, """
+        expected = raw(
+            path,
+            """
             SELECT coalesce(e.text, s.value), d.text FROM NVTX_EVENTS e
             LEFT JOIN StringIds s ON s.id = e.textId
             LEFT JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = e.domainId AND e.domainId != 0
-            WHERE e.eventType IN (59, 60, 70, 71) AND e."end" IS NOT NULL ORDER BY e.start""")
+            WHERE e.eventType IN (59, 60, 70, 71) AND e."end" IS NOT NULL ORDER BY e.start""",
+        )
         got = list(zip(ops.column("name").to_pylist(), ops.column("domain").to_pylist()))
         assert got == [tuple(r) for r in expected], shape
         assert len(got) == {"recorded": 22, "named-only": 12, "default-only": 10, "uncreated": 22}[shape]
@@ -273,9 +334,25 @@ def _record_true(tmp_path: Path) -> Path:
     nsys = require_nsys()
     folder = tmp_path / "capture"
     folder.mkdir()
-    subprocess.run([nsys, "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none", "-f", "true",
-                    "-o", str(folder / "rep"), "/bin/true"], capture_output=True, timeout=300, check=False,
-                   stdin=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            nsys,
+            "profile",
+            "-t",
+            "nvtx,osrt",
+            "--sample=none",
+            "--cpuctxsw=none",
+            "-f",
+            "true",
+            "-o",
+            str(folder / "rep"),
+            "/bin/true",
+        ],
+        capture_output=True,
+        timeout=300,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     for name in ("rep.nsys-rep", "rep.qdstrm"):
         if (folder / name).is_file():
             return folder / name
@@ -293,8 +370,9 @@ def test_exported_reads_reports_through_nsys_and_writes_nothing_beside_them(tmp_
     assert _listing(report.parent) == before
 
 
-def test_exported_passes_sqlite_through_and_names_the_install_step(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_exported_passes_sqlite_through_and_names_the_install_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with exported(GPU_SAMPLE) as path:
         assert path == GPU_SAMPLE
     report = tmp_path / "run.nsys-rep"
@@ -302,13 +380,16 @@ def test_exported_passes_sqlite_through_and_names_the_install_step(tmp_path: Pat
     monkeypatch.setenv("PATH", str(tmp_path))  # no nsys here
     with pytest.raises(NotAProfileDatabase) as err, exported(report):
         pass
-    assert str(err.value).startswith("run.nsys-rep is an Nsight Systems report and nsys is not on PATH; install "
-                                     "Nsight Systems (")
+    assert str(err.value).startswith(
+        "run.nsys-rep is an Nsight Systems report and nsys is not on PATH; install Nsight Systems ("
+    )
 
 
 def test_estimate_rows_is_the_event_tables_largest_rowids() -> None:
-    expected = sum(int(str(raw(GPU_SAMPLE, f"SELECT coalesce(max(rowid), 0) FROM {t}")[0][0]))
-                   for t in ("NVTX_EVENTS", K + "RUNTIME", K + "KERNEL", K + "MEMCPY"))
+    expected = sum(
+        int(str(raw(GPU_SAMPLE, f"SELECT coalesce(max(rowid), 0) FROM {t}")[0][0]))
+        for t in ("NVTX_EVENTS", K + "RUNTIME", K + "KERNEL", K + "MEMCPY")
+    )
     assert expected > 0 and estimate_rows(GPU_SAMPLE) == expected
     assert estimate_rows("sqlite:///x.sqlite") == 0
 
@@ -316,8 +397,10 @@ def test_estimate_rows_is_the_event_tables_largest_rowids() -> None:
 @pytest.mark.parametrize("name", ["nsys-2024.2-pyprof-markers.sqlite", "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"])
 def test_diagnostics_are_the_profilers_warnings_and_errors(name: str) -> None:
     path = real_db(name)
-    texts = [str(r[0]).strip() for r in raw(path, "SELECT text FROM DIAGNOSTIC_EVENT WHERE severity IN (2, 3) "
-                                               "ORDER BY timestamp")]
+    texts = [
+        str(r[0]).strip()
+        for r in raw(path, "SELECT text FROM DIAGNOSTIC_EVENT WHERE severity IN (2, 3) ORDER BY timestamp")
+    ]
     info = read_profile(path).info
     assert (info.diagnostics or "").splitlines() == list(dict.fromkeys(texts))
     if name.startswith("nsys-2024.2"):  # this capture warned (no CPU sampling, no MMAP events)
@@ -348,11 +431,14 @@ def test_fuzz_regressions_read_or_refuse_in_one_line(tmp_path: Path, case: Path)
 def test_optional_columns_an_exporter_lacks_still_read(tmp_path: Path) -> None:
     """Absent columns read as their defaults (older exporters); only NULLs stored in a present
     column are damage."""
-    path = edited(tmp_path, f"ALTER TABLE {K}KERNEL DROP COLUMN streamId",
-                  f"ALTER TABLE {K}RUNTIME DROP COLUMN globalTid")
+    path = edited(
+        tmp_path, f"ALTER TABLE {K}KERNEL DROP COLUMN streamId", f"ALTER TABLE {K}RUNTIME DROP COLUMN globalTid"
+    )
     profile = read_profile(path)
-    assert profile.gpu_ops.num_rows == raw(GPU_SAMPLE, f"SELECT (SELECT count(*) FROM {K}KERNEL) + "
-                                                       f"(SELECT count(*) FROM {K}MEMCPY)")[0][0]
+    assert (
+        profile.gpu_ops.num_rows
+        == raw(GPU_SAMPLE, f"SELECT (SELECT count(*) FROM {K}KERNEL) + (SELECT count(*) FROM {K}MEMCPY)")[0][0]
+    )
     assert profile.api_calls.num_rows == raw(GPU_SAMPLE, f"SELECT count(*) FROM {K}RUNTIME")[0][0]
 
 

@@ -34,8 +34,13 @@ def test_duckdb_example_groups_calls_by_op_name(tmp_path: Path) -> None:
 def test_emit_nvtx_examples_call_step_at_the_top_of_the_loop(doc: str) -> None:
     """step() closes the previous ProfilerStep range and opens the next: called last in the body,
     the first iteration runs outside any step and every step range holds the next iteration."""
-    loops = [node for block in _blocks(ROOT / doc, "python") if "emit_nvtx" in block
-             for node in ast.walk(ast.parse(block)) if isinstance(node, ast.For)]
+    loops = [
+        node
+        for block in _blocks(ROOT / doc, "python")
+        if "emit_nvtx" in block
+        for node in ast.walk(ast.parse(block))
+        if isinstance(node, ast.For)
+    ]
     assert loops
     for loop in loops:
         first = loop.body[0]

@@ -55,7 +55,9 @@ def test_fsdp_report_has_no_backward_nodes_to_link() -> None:
     assert report.ops.column("fwd_op_id").null_count == report.ops.num_rows
 
 
-@pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLE_DB.glob("*_cpu*.sqlite")) or ["<none>"])  # the torch loops
+@pytest.mark.parametrize(
+    "sample", sorted(p.name for p in SAMPLE_DB.glob("*_cpu*.sqlite")) or ["<none>"]
+)  # the torch loops
 def test_sample_recordings_link_99_percent(sample: str) -> None:
     path = SAMPLE_DB / sample
     if not path.is_file():
@@ -146,23 +148,25 @@ def test_torch_names_on_colliding_threads_link_only_where_decided() -> None:
     Expected links are written from the workload's structure, not from our output: each thread
     ran linear (t, addmm) and sum; thread 2 also ran relu with seq 7 where thread 1 ran add_.
     """
-    links = _links([
-        (0, 50, "aten::linear, seq = 6, op_id = 1", 1),
-        (1, 10, "aten::t, seq = 6, op_id = 2", 1),
-        (11, 40, "aten::addmm, seq = 7, op_id = 3", 1),
-        (51, 60, "aten::add_, seq = 8, op_id = 4", 1),
-        (5, 55, "aten::linear, seq = 6, op_id = 5", 2),
-        (6, 15, "aten::t, seq = 6, op_id = 6", 2),
-        (16, 45, "aten::addmm, seq = 7, op_id = 7", 2),
-        (56, 66, "aten::relu, seq = 8, op_id = 8", 2),
-        # thread 2 runs its own backward (CPU engine: on the calling thread)
-        (100, 110, "ReluBackward0, seq = 8, op_id = 9", 2),
-        (111, 120, "AddmmBackward0, seq = 7, op_id = 10", 2),
-        (121, 130, "TBackward0, seq = 6, op_id = 11", 2),
-        # a device thread runs thread 1's nodes: one fitting op on one thread decides AddBackward0
-        (200, 210, "AddBackward0, seq = 8, op_id = 12", 3),
-        (211, 220, "AddmmBackward0, seq = 7, op_id = 13", 3),
-    ])
+    links = _links(
+        [
+            (0, 50, "aten::linear, seq = 6, op_id = 1", 1),
+            (1, 10, "aten::t, seq = 6, op_id = 2", 1),
+            (11, 40, "aten::addmm, seq = 7, op_id = 3", 1),
+            (51, 60, "aten::add_, seq = 8, op_id = 4", 1),
+            (5, 55, "aten::linear, seq = 6, op_id = 5", 2),
+            (6, 15, "aten::t, seq = 6, op_id = 6", 2),
+            (16, 45, "aten::addmm, seq = 7, op_id = 7", 2),
+            (56, 66, "aten::relu, seq = 8, op_id = 8", 2),
+            # thread 2 runs its own backward (CPU engine: on the calling thread)
+            (100, 110, "ReluBackward0, seq = 8, op_id = 9", 2),
+            (111, 120, "AddmmBackward0, seq = 7, op_id = 10", 2),
+            (121, 130, "TBackward0, seq = 6, op_id = 11", 2),
+            # a device thread runs thread 1's nodes: one fitting op on one thread decides AddBackward0
+            (200, 210, "AddBackward0, seq = 8, op_id = 12", 3),
+            (211, 220, "AddmmBackward0, seq = 7, op_id = 13", 3),
+        ]
+    )
     assert links == {
         "ReluBackward0, seq = 8, op_id = 9": "aten::relu, seq = 8, op_id = 8",  # add_ (thread 1) does not fit
         "AddmmBackward0, seq = 7, op_id = 10": "aten::addmm, seq = 7, op_id = 7",  # its own thread
@@ -174,11 +178,13 @@ def test_torch_names_on_colliding_threads_link_only_where_decided() -> None:
 
 def test_nodes_named_by_the_observer_are_backward_whatever_their_class() -> None:
     """CopySlices carries fwd_tid: it is a backward node (linked), never a forward candidate."""
-    links = _links([
-        (0, 10, "aten::copy_, seq = 3, op_id = 1", 1),
-        (20, 30, "torch::autograd::CopySlices, seq = 3, op_id = 2, fwd_tid = 1", 1),
-        (40, 50, "CopyBackwards, seq = 3, op_id = 3, fwd_tid = 1", 1),
-    ])
+    links = _links(
+        [
+            (0, 10, "aten::copy_, seq = 3, op_id = 1", 1),
+            (20, 30, "torch::autograd::CopySlices, seq = 3, op_id = 2, fwd_tid = 1", 1),
+            (40, 50, "CopyBackwards, seq = 3, op_id = 3, fwd_tid = 1", 1),
+        ]
+    )
     assert links == {
         "torch::autograd::CopySlices, seq = 3, op_id = 2, fwd_tid = 1": "aten::copy_, seq = 3, op_id = 1",
         "CopyBackwards, seq = 3, op_id = 3, fwd_tid = 1": "aten::copy_, seq = 3, op_id = 1",
@@ -193,8 +199,11 @@ _NAME = re.compile(
 
 def _raw_ranges(path: Path) -> list[tuple[int, int, int, str]]:
     """(tid, start, end, name) of every push/pop range, straight from NVTX_EVENTS (no reader)."""
-    rows = raw(path, "SELECT n.globalTid, n.start, n.end, COALESCE(n.text, s.value) FROM NVTX_EVENTS n "
-                     "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59 ORDER BY n.start")
+    rows = raw(
+        path,
+        "SELECT n.globalTid, n.start, n.end, COALESCE(n.text, s.value) FROM NVTX_EVENTS n "
+        "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59 ORDER BY n.start",
+    )
     return [(int(str(g)) & 0xFFFFFF, int(str(a)), int(str(b)), str(t)) for g, a, b, t in rows]
 
 
@@ -218,8 +227,11 @@ def _expected_links(ranges: list[tuple[int, int, int, str]]) -> dict[tuple[int, 
 def _converted(ranges: list[dict[str, object]]) -> dict[tuple[int, int], tuple[int, int] | None]:
     rows = correlate(profile(ranges, [], [])).ops.to_pylist()
     place = {r["op_id"]: (r["thread_id"], r["start_ns"]) for r in rows}
-    return {place[r["op_id"]]: place.get(r["fwd_op_id"]) for r in rows
-            if r["is_backward"] and r["seq"] is not None and not r["name"].startswith(names.EVALUATE)}
+    return {
+        place[r["op_id"]]: place.get(r["fwd_op_id"])
+        for r in rows
+        if r["is_backward"] and r["seq"] is not None and not r["name"].startswith(names.EVALUATE)
+    }
 
 
 @pytest.mark.parametrize("sample", OBSERVER_SAMPLES or ["<none>"])
@@ -236,8 +248,9 @@ def test_observer_recordings_link_as_torch_does(sample: str) -> None:
     ops = nvbridge.load(path).df("ops")
     place = {row.op_id: (row.thread_id, row.start_ns) for row in ops.itertuples()}
     nodes = ops[ops.name.str.contains(", fwd_tid = ", regex=False)]
-    got = {place[r.op_id]: place.get(int(r.fwd_op_id)) if r.fwd_op_id == r.fwd_op_id else None
-           for r in nodes.itertuples()}
+    got = {
+        place[r.op_id]: place.get(int(r.fwd_op_id)) if r.fwd_op_id == r.fwd_op_id else None for r in nodes.itertuples()
+    }
     assert got == expected
 
     stripped = [_range(a, b, re.sub(r", fwd_tid = \d+", "", name), tid=tid) for tid, a, b, name in ranges]
@@ -267,13 +280,18 @@ def _one_fitting_op(ranges: list[tuple[int, int, int, str]]) -> list[tuple[int, 
 
 def test_observer_names_parse_whole() -> None:
     """The observer's backward node name: seq, fwd_tid and sizes all read, and it is backward."""
-    table = names.parse(pa.array([
-        "AddmmBackward0, seq = 1, op_id = 61, fwd_tid = 23949, sizes = [[4, 6]]",
-        "torch::autograd::CopySlices, seq = 11, op_id = 81, fwd_tid = 23949, sizes = [[4, 6]]",
-        "aten::stack, seq = 2, op_id = 11, sizes = [[2, 3], [2, 3], []]",
-    ])).to_pylist()
-    assert [(r["op_name"], r["seq"], r["torch_op_id"], r["fwd_tid"], r["input_shapes"], r["is_backward"])
-            for r in table] == [
+    table = names.parse(
+        pa.array(
+            [
+                "AddmmBackward0, seq = 1, op_id = 61, fwd_tid = 23949, sizes = [[4, 6]]",
+                "torch::autograd::CopySlices, seq = 11, op_id = 81, fwd_tid = 23949, sizes = [[4, 6]]",
+                "aten::stack, seq = 2, op_id = 11, sizes = [[2, 3], [2, 3], []]",
+            ]
+        )
+    ).to_pylist()
+    assert [
+        (r["op_name"], r["seq"], r["torch_op_id"], r["fwd_tid"], r["input_shapes"], r["is_backward"]) for r in table
+    ] == [
         ("AddmmBackward0", 1, 61, 23949, "[[4, 6]]", True),
         ("torch::autograd::CopySlices", 11, 81, 23949, "[[4, 6]]", True),
         ("aten::stack", 2, 11, None, "[[2, 3], [2, 3], []]", False),

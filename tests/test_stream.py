@@ -63,16 +63,18 @@ def test_windows_give_the_one_window_dataset(name: str, tmp_path: Path, monkeypa
     for table in ("api_calls", "gpu_ops"):
         if getattr(streamed, table).num_rows > 61:
             assert pq.ParquetFile(out / f"{table}.parquet").num_row_groups > 1, table
-    ranges = raw(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71)")[0][0] \
-        if raw(path, "SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'") else 0
+    ranges = (
+        raw(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71)")[0][0]
+        if raw(path, "SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'")
+        else 0
+    )
     assert streamed.ops.num_rows == ranges
     if ranges > 97:
         # More than one row group: the ops really went out window by window.
         assert pq.ParquetFile(out / "ops.parquet").num_row_groups > 1
 
 
-def test_ranges_still_open_at_a_cut_keep_their_subtree_sums(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ranges_still_open_at_a_cut_keep_their_subtree_sums(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The FSDP capture's longest range spans many windows of 97 rows; its inclusive GPU
     time must still be every GPU op launched inside it on its thread, summed here in SQL."""
     path = real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite")
@@ -80,23 +82,30 @@ def test_ranges_still_open_at_a_cut_keep_their_subtree_sums(tmp_path: Path,
     nvbridge.convert(path, tmp_path / "out")
     ops = nvbridge.load(tmp_path / "out").df("ops")
     longest = ops.sort_values("total_cpu_ns").iloc[-1]
-    (rows_during,), = raw(path, f"""SELECT count(*) FROM NVTX_EVENTS
-        WHERE start > {int(longest.start_ns)} AND start < {int(longest.end_ns)}""")
+    ((rows_during,),) = raw(
+        path,
+        f"""SELECT count(*) FROM NVTX_EVENTS
+        WHERE start > {int(longest.start_ns)} AND start < {int(longest.end_ns)}""",
+    )
     assert rows_during > 97 * 3  # it really stayed open across windows
-    gpu = " UNION ALL ".join(f"SELECT start, end, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_{t}"
-                             for t in ("KERNEL", "MEMCPY", "MEMSET"))
-    (expected,), = raw(path, f"""
+    gpu = " UNION ALL ".join(
+        f"SELECT start, end, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_{t}"
+        for t in ("KERNEL", "MEMCPY", "MEMSET")
+    )
+    ((expected,),) = raw(
+        path,
+        f"""
         SELECT sum(g.end - g.start) FROM ({gpu}) g JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
           ON r.correlationId = g.correlationId AND (r.globalTid >> 24) = (g.globalPid >> 24)
         WHERE r.start >= {int(longest.start_ns)} AND r.end <= {int(longest.end_ns)}
           AND (r.globalTid >> 24) % 16777216 = {int(longest.process_id)}
-          AND r.globalTid % 16777216 = {int(longest.thread_id)}""")
+          AND r.globalTid % 16777216 = {int(longest.thread_id)}""",
+    )
     assert expected > 0
     assert int(longest.total_gpu_ns) == expected
 
 
-def test_ranges_out_of_start_order_fall_back_to_one_window(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ranges_out_of_start_order_fall_back_to_one_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = SAMPLE_DB / "transformer_shapes_cpu.sqlite"
     shuffled = tmp_path / "shuffled.sqlite"
     shutil.copy(src, shuffled)

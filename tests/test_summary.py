@@ -137,10 +137,13 @@ def test_summary_reads_only_what_its_tables_need(tmp_path: Path, monkeypatch: py
     assert (np.diff(in_file) < 0).any()
     whole = nvbridge.load(out)
     cases: list[tuple[dict[str, Any], list[str]]] = [
-             ({}, []), ({"group_by_input_shape": True}, ["--group-by", "shape"]),
-             ({"group_by_module": True}, ["--group-by", "module"]),
-             ({"group_by_stack_n": 2}, ["--group-by", "stack", "--stack-depth", "2"]),
-             ({"top_level_events_only": True}, ["--top-level"]), ({"device": 1}, ["--device", "1"])]
+        ({}, []),
+        ({"group_by_input_shape": True}, ["--group-by", "shape"]),
+        ({"group_by_module": True}, ["--group-by", "module"]),
+        ({"group_by_stack_n": 2}, ["--group-by", "stack", "--stack-depth", "2"]),
+        ({"top_level_events_only": True}, ["--top-level"]),
+        ({"device": 1}, ["--device", "1"]),
+    ]
     for kwargs, flags in cases:
         result = CliRunner().invoke(cli, ["summary", str(out), "--json", "--limit", "-1", *flags])
         assert result.exit_code == 0, result.output

@@ -60,12 +60,15 @@ def test_bare_min_time_is_microseconds_and_documented() -> None:  # finding 11
     assert "a bare number is microseconds" in docs
 
 
-@pytest.mark.parametrize("flags, named", [
-    (["--csv", "--json"], "--csv"),
-    (["--limit", "-5"], "--limit"),
-    (["--stack-depth", "2"], "--stack-depth"),
-    (["--stack-depth", "0", "--group-by", "stack"], "--stack-depth"),
-])
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--csv", "--json"], "--csv"),
+        (["--limit", "-5"], "--limit"),
+        (["--stack-depth", "2"], "--stack-depth"),
+        (["--stack-depth", "0", "--group-by", "stack"], "--stack-depth"),
+    ],
+)
 def test_conflicting_or_meaningless_options_are_refused(flags: list[str], named: str) -> None:  # finding 12
     line = _one_line_error(_summary(str(real_db(LM)), *flags), 2)
     assert named in line
@@ -82,8 +85,11 @@ def test_no_nvtx_says_so() -> None:  # finding 13
 def test_ranges_open_at_the_end_get_a_notice() -> None:  # finding 13
     path = real_db("nsys-2024.2-pyprof-markers.sqlite")
     # This exporter stores the capture end (ANALYSIS_DETAILS.duration) as a never-closed range's end.
-    unended = raw(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND (end IS NULL "
-                        "OR end = (SELECT duration FROM ANALYSIS_DETAILS))")[0][0]
+    unended = raw(
+        path,
+        "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND (end IS NULL "
+        "OR end = (SELECT duration FROM ANALYSIS_DETAILS))",
+    )[0][0]
     assert isinstance(unended, int) and unended > 0
     result = _summary(str(path))
     assert result.exit_code == 0, result.output
@@ -91,11 +97,14 @@ def test_ranges_open_at_the_end_get_a_notice() -> None:  # finding 13
     assert len(notes) == 1 and f"{unended:,} ranges" in notes[0]
 
 
-@pytest.mark.parametrize("name, tables", [
-    (LM, ("CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")),
-    (FSDP, ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")),
-    ("nsys-2023.3-openmp-offload.sqlite", ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY")),
-])
+@pytest.mark.parametrize(
+    "name, tables",
+    [
+        (LM, ("CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")),
+        (FSDP, ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")),
+        ("nsys-2023.3-openmp-offload.sqlite", ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY")),
+    ],
+)
 def test_self_cuda_sums_to_all_gpu_time_with_a_no_op_row(name: str, tables: tuple[str, ...]) -> None:  # finding 13
     path = real_db(name)
     gpu_ns = sum(int(str(raw(path, f"SELECT coalesce(sum(end - start), 0) FROM {t}")[0][0])) for t in tables)
@@ -130,9 +139,16 @@ def test_load_nvprof_without_torch_names_the_install(monkeypatch: pytest.MonkeyP
 
 def test_table_takes_torchs_arguments() -> None:  # finding 15
     averages = nvbridge.load(real_db(LM)).key_averages()
-    text = averages.table(sort_by="self_cpu_time_total", row_limit=5, max_name_column_width=12,
-                          max_src_column_width=75, max_shapes_column_width=80, header="LM", time_unit="ms",
-                          top_level_events_only=False)
+    text = averages.table(
+        sort_by="self_cpu_time_total",
+        row_limit=5,
+        max_name_column_width=12,
+        max_src_column_width=75,
+        max_shapes_column_width=80,
+        header="LM",
+        time_unit="ms",
+        top_level_events_only=False,
+    )
     lines = text.splitlines()
     assert lines[0] == "LM" and len(lines[5].split("  ")[0]) <= 12
 

@@ -101,11 +101,17 @@ def test_summary_prints_mfu_and_states_the_assumed_dtype() -> None:
 
 def test_rates_follow_the_documented_formulas() -> None:
     peaks = Peaks("test", gbps=1000, fp32=20, bf16=300)
-    rows = pa.table({
-        "name": ["gemm", "add", "unknown", "mixed"],
-        "calls": [1, 1, 2, 2], "unknown_calls": [0, 0, 2, 1],
-        "flops": [4_000_000_000, 1_000_000, 0, 10_000_000], "bytes": [10_000_000, 12_000_000, 0, 1_000_000],
-        "gpu_total_ns": [1_000_000, 20_000, 5_000, 1_000], "compute_dtype": ["bf16", "float32", None, "float32"]})
+    rows = pa.table(
+        {
+            "name": ["gemm", "add", "unknown", "mixed"],
+            "calls": [1, 1, 2, 2],
+            "unknown_calls": [0, 0, 2, 1],
+            "flops": [4_000_000_000, 1_000_000, 0, 10_000_000],
+            "bytes": [10_000_000, 12_000_000, 0, 1_000_000],
+            "gpu_total_ns": [1_000_000, 20_000, 5_000, 1_000],
+            "compute_dtype": ["bf16", "float32", None, "float32"],
+        }
+    )
     out = throughput.rates(rows, peaks).to_pylist()
     gemm, add, unknown, mixed = out
     assert math.isclose(gemm["achieved_tflops"], 4e9 / 1e-3 / 1e12)  # 4 TFLOP/s
@@ -121,15 +127,26 @@ def test_rates_follow_the_documented_formulas() -> None:
 
 def test_gpu_table_matches_the_reports_device_names_and_their_recorded_bandwidth() -> None:
     recorded = []
-    for file in ("nsys-2023.3-openmp-offload.sqlite", "nsys-2024.2-pyprof-markers.sqlite",
-                 "nsys-2024.6-nvfuser-cpp-nvtx.sqlite"):
+    for file in (
+        "nsys-2023.3-openmp-offload.sqlite",
+        "nsys-2024.2-pyprof-markers.sqlite",
+        "nsys-2024.6-nvfuser-cpp-nvtx.sqlite",
+    ):
         recorded += raw(real_db(file), "SELECT DISTINCT name, memoryBandwidth / 1e9 FROM TARGET_INFO_GPU")
     for file in ("nvprof-2020-pytorch14-pyprof-lm.sqlite", "nvprof-2021-mxnet-driver.nvvp"):
         # CUPTI records the bandwidth in KB/s.
-        recorded += raw(real_db(file), "SELECT s.value, d.globalMemoryBandwidth / 1e6 "
-                                       "FROM CUPTI_ACTIVITY_KIND_DEVICE d JOIN StringTable s ON s._id_ = d.name")
-    expected = {"Tesla T4": "T4", "NVIDIA A100-SXM4-40GB": "A100 40GB", "NVIDIA H200": "H200 SXM",
-                "Tesla V100-SXM2-16GB": "V100 SXM2", "TITAN V": "TITAN V"}
+        recorded += raw(
+            real_db(file),
+            "SELECT s.value, d.globalMemoryBandwidth / 1e6 "
+            "FROM CUPTI_ACTIVITY_KIND_DEVICE d JOIN StringTable s ON s._id_ = d.name",
+        )
+    expected = {
+        "Tesla T4": "T4",
+        "NVIDIA A100-SXM4-40GB": "A100 40GB",
+        "NVIDIA H200": "H200 SXM",
+        "Tesla V100-SXM2-16GB": "V100 SXM2",
+        "TITAN V": "TITAN V",
+    }
     assert {str(name) for name, _ in recorded} == set(expected)
     for name, gbps in recorded:
         peaks = lookup(str(name))
@@ -137,13 +154,24 @@ def test_gpu_table_matches_the_reports_device_names_and_their_recorded_bandwidth
         assert abs(peaks.gbps - float(gbps)) / float(gbps) < 0.03, name  # datasheet vs what the driver reports
 
 
-@pytest.mark.parametrize(("name", "row"), [
-    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
-    ("NVIDIA A100-SXM4-80GB", "A100 80GB"), ("NVIDIA A10", "A10"), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"),
-    ("NVIDIA B200", "B200"), ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("NVIDIA GeForce RTX 3090", "RTX 3090"),
-    ("NVIDIA GeForce RTX 5090", "RTX 5090"), ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
-    ("Tesla V100-PCIE-32GB", "V100 PCIe")])
+@pytest.mark.parametrize(
+    ("name", "row"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+        ("NVIDIA GeForce RTX 5090", "RTX 5090"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
+        ("Tesla V100-PCIE-32GB", "V100 PCIe"),
+    ],
+)
 def test_device_names_pick_their_row(name: str, row: str) -> None:
     peaks = lookup(name)
     assert peaks is not None and peaks.name == row
@@ -175,8 +203,9 @@ def test_overrides_replace_the_table() -> None:
 
 def test_roofline_picture(tmp_path: Path) -> None:
     out = tmp_path / "roof.png"
-    result = CliRunner().invoke(cli, ["plot", str(real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite")), "-o", str(out),
-                                      "--roofline"])
+    result = CliRunner().invoke(
+        cli, ["plot", str(real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite")), "-o", str(out), "--roofline"]
+    )
     assert result.exit_code == 0, result.output
     assert out.stat().st_size > 20_000 and out.read_bytes()[:4] == b"\x89PNG"
     drawn = int(result.stdout.split("(")[1].split()[0])
@@ -199,8 +228,9 @@ def test_a_dataset_written_before_cost_columns_is_refused_in_one_line(tmp_path: 
     out = tmp_path / "old"
     nvbridge.convert(SAMPLE, out)
     ops = pq.read_table(out / "ops.parquet")
-    pq.write_table(ops.drop_columns(["flops", "bytes", "compute_dtype", "dtype_assumed", "input_dtypes"]),
-                   out / "ops.parquet")
+    pq.write_table(
+        ops.drop_columns(["flops", "bytes", "compute_dtype", "dtype_assumed", "input_dtypes"]), out / "ops.parquet"
+    )
     result = CliRunner().invoke(cli, ["summary", str(out)])
     assert result.exit_code == 1
     assert "lacks the columns flops, bytes, compute_dtype, dtype_assumed" in result.output
@@ -235,7 +265,16 @@ def test_float32_convolutions_compare_with_tf32_and_matmuls_with_fp32() -> None:
     a100, v100 = lookup("NVIDIA A100-SXM4-40GB"), lookup("Tesla V100-SXM2-16GB")
     assert a100 is not None and v100 is not None
     assert a100.tflops("tf32") == 156 and v100.tflops("tf32") == v100.fp32 == 15.7  # no TF32 before Ampere
-    rows = pa.table({"name": ["torch.nn.functional.conv2d"], "calls": [1], "unknown_calls": [0],
-                     "flops": [10**12], "bytes": [10**9], "gpu_total_ns": [10**8], "compute_dtype": ["float32"]})
+    rows = pa.table(
+        {
+            "name": ["torch.nn.functional.conv2d"],
+            "calls": [1],
+            "unknown_calls": [0],
+            "flops": [10**12],
+            "bytes": [10**9],
+            "gpu_total_ns": [10**8],
+            "compute_dtype": ["float32"],
+        }
+    )
     (row,) = throughput.rates(rows, a100).to_pylist()
     assert math.isclose(row["pct_of_peak"], 100 * 10 / 156)  # 10 TFLOP/s at intensity 1000: compute-bound

@@ -55,13 +55,17 @@ def test_steps_and_a_time_window_conflict(dataset: Path, tmp_path: Path) -> None
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--start", "1000s"], "nothing to trace from 1,000,000.000 ms to the end: the report's events span 0 to"),
-    (["--process", "1"], "no host process 1 in the report (it has 23604); pass one of those to --process."),
-    (["--steps", "9"], "no steps 9..9 in the report (it has steps 0..1)"),
-])
-def test_nothing_to_write_says_so_and_writes_nothing(dataset: Path, tmp_path: Path, args: list[str],
-                                                     message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--start", "1000s"], "nothing to trace from 1,000,000.000 ms to the end: the report's events span 0 to"),
+        (["--process", "1"], "no host process 1 in the report (it has 23604); pass one of those to --process."),
+        (["--steps", "9"], "no steps 9..9 in the report (it has steps 0..1)"),
+    ],
+)
+def test_nothing_to_write_says_so_and_writes_nothing(
+    dataset: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
     code, _, err = run(dataset, "-o", tmp_path / "t.json", *args)
     assert code == 1
     _one_line_error(err, message)
@@ -98,11 +102,14 @@ def test_window_from_a_report_and_its_dataset_agree(dataset: Path, tmp_path: Pat
     assert 0 < sum(events(tmp_path / "ds.json")[1].values()) < sum(events(tmp_path / "all.json")[1].values())
 
 
-@pytest.mark.parametrize(("damage", "message"), [
-    ("junk", "ops.parquet is not a readable Parquet file"),
-    ("missing", "gpu_ops.parquet is missing; convert the report again with `nvbridge convert REPORT -o"),
-    ("meta", "is not an nvbridge dataset (no meta.parquet)"),
-])
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("junk", "ops.parquet is not a readable Parquet file"),
+        ("missing", "gpu_ops.parquet is missing; convert the report again with `nvbridge convert REPORT -o"),
+        ("meta", "is not an nvbridge dataset (no meta.parquet)"),
+    ],
+)
 def test_broken_dataset_is_named(dataset: Path, tmp_path: Path, damage: str, message: str) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(dataset, broken)

@@ -45,8 +45,10 @@ def _chunks(table: pa.Table, size: int) -> list[pa.Table]:
 def scrambled(report: nvbridge.Report, dest: Path, size: int, **window: Any) -> chrome.TraceStats:
     """Feed ``size``-row chunks: GPU ops first, then API calls interleaved with ops."""
     tables = (report.ops, report.api_calls, report.gpu_ops)
-    keep = [np_col(t, "start_ns")[in_window(t, window.get("start_ns"), window.get("end_ns"),
-                                           window.get("processes"))] for t in tables]
+    keep = [
+        np_col(t, "start_ns")[in_window(t, window.get("start_ns"), window.get("end_ns"), window.get("processes"))]
+        for t in tables
+    ]
     origin = min(int(k.min()) for k in keep if len(k))
     with chrome.TraceWriter(dest, origin_ns=origin, meta=report.meta, devices=report.devices, **window) as writer:
         for chunk in _chunks(report.gpu_ops, size):
@@ -76,8 +78,12 @@ def test_chunks_in_any_order_write_the_same_events(name: str, size: int, tmp_pat
     want = chrome.write(report, whole)
     got = scrambled(report, part, size)
     assert events(part) == events(whole)
-    assert (got.slices, got.flows, got.gpu_ns_by_device, got.overlapping_gpu_ops) == \
-        (want.slices, want.flows, want.gpu_ns_by_device, want.overlapping_gpu_ops)
+    assert (got.slices, got.flows, got.gpu_ns_by_device, got.overlapping_gpu_ops) == (
+        want.slices,
+        want.flows,
+        want.gpu_ns_by_device,
+        want.overlapping_gpu_ops,
+    )
     assert sum(want.flows.values()) > 0
 
 
@@ -94,8 +100,9 @@ def test_windows_and_processes_stream_the_same(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", [FSDP, "cnn_cpu.sqlite"])
-def test_dataset_streams_row_groups_to_the_same_trace(name: str, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dataset_streams_row_groups_to_the_same_trace(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A dataset written in small row groups (as a large one is) gives the in-memory trace."""
     import nvbridge.export.parquet as parquet
 
@@ -196,11 +203,17 @@ def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
         # The header lists the dataset's devices: those the report names plus any a GPU op ran on.
         seen = set(np_col(read.devices, "device_id").tolist())
         extra = sorted(set(np.unique(np_col(read.gpu_ops, "device_id", fill=-1)).tolist()) - seen - {-1})
-        devices = pa.concat_tables([read.devices.select(["device_id", "name"]).cast(
-            pa.schema([("device_id", pa.int64()), ("name", pa.string())])),
-            pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())})])
+        devices = pa.concat_tables(
+            [
+                read.devices.select(["device_id", "name"]).cast(
+                    pa.schema([("device_id", pa.int64()), ("name", pa.string())])
+                ),
+                pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())}),
+            ]
+        )
         done = [0, 0]
         with chrome.TraceWriter(tmp_path / "conv.json.gz", origin_ns=origin, meta=meta, devices=devices) as writer:
+
             def final() -> None:
                 ready = engine.final_rows()
                 if ready[1] > done[1]:  # GPU ops first: their calls may come later
@@ -208,6 +221,7 @@ def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
                 if ready[0] > done[0]:
                     writer.api_calls(engine.api_calls(done[0], ready[0]))
                 done[:] = ready
+
             windows = 0
             for chunk in stream(engine, read.windows()):
                 writer.ops(chunk)

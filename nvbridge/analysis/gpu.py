@@ -52,9 +52,19 @@ def gpu_header(gpu_ops: pa.Table, devices: pa.Table, report: str | None = None) 
         busy = busy_ns(s[m], e[m])
         is_copy = m & (kinds == "memcpy")
         copies = {k: int(nbytes[is_copy & (copy == k)].sum()) for k in sorted(set(copy[is_copy]))}
-        out.append(GpuHeader(
-            device_id=int(d), name=names.get(int(d)), busy_ns=busy, span_ns=span,
-            idle_share=1.0 - busy / span if span else 0.0, kernels=int((m & (kinds == "kernel")).sum()),
-            gpu_ops=int(m.sum()), summed_ns=int((e[m] - s[m]).sum()),
-            attributed_ns=int((e[m] - s[m])[attributed[m]].sum()), memcpy_bytes=copies, report=report))
+        out.append(
+            GpuHeader(
+                device_id=int(d),
+                name=names.get(int(d)),
+                busy_ns=busy,
+                span_ns=span,
+                idle_share=1.0 - busy / span if span else 0.0,
+                kernels=int((m & (kinds == "kernel")).sum()),
+                gpu_ops=int(m.sum()),
+                summed_ns=int((e[m] - s[m]).sum()),
+                attributed_ns=int((e[m] - s[m])[attributed[m]].sum()),
+                memcpy_bytes=copies,
+                report=report,
+            )
+        )
     return out

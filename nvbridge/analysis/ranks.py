@@ -58,8 +58,9 @@ def step_times(ops: pa.Table) -> dict[int, int]:
 
 def rank_facts(rank: int | None, source: str | None, ops: pa.Table, gpu: Sequence[GpuHeader]) -> RankFacts:
     """One report's facts, from its ops and its GPU header."""
-    return RankFacts(rank, source, ops.num_rows, sum(d.kernels for d in gpu), {d.device_id: d.busy_ns for d in gpu},
-                     step_times(ops))
+    return RankFacts(
+        rank, source, ops.num_rows, sum(d.kernels for d in gpu), {d.device_id: d.busy_ns for d in gpu}, step_times(ops)
+    )
 
 
 def step_spreads(facts: Sequence[RankFacts]) -> list[StepSpread]:

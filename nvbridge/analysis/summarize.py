@@ -46,18 +46,29 @@ class Summary:
         out = []
         if self.ops == 0:
             gpu = f", and all its GPU time is the row {NO_OP}" if self.averages.self_gpu_total_ns else ""
-            out.append(f"the report has no NVTX ranges, so no op rows{gpu}; record with nvbridge.emit_nvtx() "
-                       "(or nsys --trace=nvtx) to see ops.")
+            out.append(
+                f"the report has no NVTX ranges, so no op rows{gpu}; record with nvbridge.emit_nvtx() "
+                "(or nsys --trace=nvtx) to see ops."
+            )
         if self.open_at_end:
-            out.append(f"{self.open_at_end:,} ranges were still open at the capture end and are cut there "
-                       "(ops.flags OPEN_AT_END): their CPU totals run to the end of the capture.")
+            out.append(
+                f"{self.open_at_end:,} ranges were still open at the capture end and are cut there "
+                "(ops.flags OPEN_AT_END): their CPU totals run to the end of the capture."
+            )
         return out
 
 
-def summarize(path: str | os.PathLike[str], *, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
-              group_by_module: bool = False, top_level_events_only: bool = False,
-              device: int | None = None, peak_tflops: float | None = None,
-              peak_gbps: float | None = None) -> Summary:
+def summarize(
+    path: str | os.PathLike[str],
+    *,
+    group_by_input_shape: bool = False,
+    group_by_stack_n: int = 0,
+    group_by_module: bool = False,
+    top_level_events_only: bool = False,
+    device: int | None = None,
+    peak_tflops: float | None = None,
+    peak_gbps: float | None = None,
+) -> Summary:
     """Summarize a report, a dataset or a partitioned dataset (reports merged, rows adding up).
 
     Raises:
@@ -71,10 +82,16 @@ def summarize(path: str | os.PathLike[str], *, group_by_input_shape: bool = Fals
     ops = open_at_end = 0
     for source in sources:
         report = load(source, SUMMARY_COLUMNS, in_order=False)
-        parts.append(report.key_averages(
-            group_by_input_shape=group_by_input_shape, group_by_stack_n=group_by_stack_n,
-            group_by_module=group_by_module, top_level_events_only=top_level_events_only, device=device,
-            unattributed=True))
+        parts.append(
+            report.key_averages(
+                group_by_input_shape=group_by_input_shape,
+                group_by_stack_n=group_by_stack_n,
+                group_by_module=group_by_module,
+                top_level_events_only=top_level_events_only,
+                device=device,
+                unattributed=True,
+            )
+        )
         header = gpu_header(report.gpu_ops, report.devices, report.meta.get("source"))
         if len(sources) > 1:
             facts.append(rank_facts(report.rank, report.meta.get("source"), report.ops, header))
@@ -90,5 +107,6 @@ def summarize(path: str | os.PathLike[str], *, group_by_input_shape: bool = Fals
         have = f"GPUs {', '.join(map(str, sorted(devices)))}" if devices else "no GPU ops"
         raise OptionError(f"there is no GPU {device} in {os.fspath(path)}: it has {have}")
     averages = parts[0] if len(parts) == 1 else merge_averages(parts)
-    return Summary(averages, tuple(gpus), tuple(facts), tuple(step_spreads(facts)), ops, open_at_end, peaks,
-                   tuple(flops))
+    return Summary(
+        averages, tuple(gpus), tuple(facts), tuple(step_spreads(facts)), ops, open_at_end, peaks, tuple(flops)
+    )

@@ -22,9 +22,15 @@ from nvbridge.columns import np_col, roll_up, sum_by
 
 SORT_KEYS = {
     # torch's sort_by names, and the column each sorts on
-    "self_cpu_time_total": "self_cpu_ns", "cpu_time_total": "cpu_total_ns", "cpu_time": "cpu_avg_ns",
-    "self_cuda_time_total": "self_gpu_ns", "cuda_time_total": "gpu_total_ns", "cuda_time": "gpu_avg_ns",
-    "self_device_time_total": "self_gpu_ns", "device_time_total": "gpu_total_ns", "count": "calls",
+    "self_cpu_time_total": "self_cpu_ns",
+    "cpu_time_total": "cpu_total_ns",
+    "cpu_time": "cpu_avg_ns",
+    "self_cuda_time_total": "self_gpu_ns",
+    "cuda_time_total": "gpu_total_ns",
+    "cuda_time": "gpu_avg_ns",
+    "self_device_time_total": "self_gpu_ns",
+    "device_time_total": "gpu_total_ns",
+    "count": "calls",
 }
 # Sorting a report without GPU time by a GPU column would order rows by name: use the CPU one.
 CPU_FALLBACK = {"self_gpu_ns": "self_cpu_ns", "gpu_total_ns": "cpu_total_ns", "gpu_avg_ns": "cpu_avg_ns"}
@@ -34,11 +40,29 @@ NO_OP = "[no op]"  # the row of GPU ops launched outside every op
 # What the summary tables (key_averages, gpu_header, rank_facts) read of a dataset: a third of
 # the ops columns, without the range names (unique per row; op_name is what they group by).
 SUMMARY_COLUMNS: dict[str, list[str]] = {
-    "ops": ["op_id", "parent_id", "depth", "op_name", "start_ns", "end_ns", "self_cpu_ns", "total_cpu_ns",
-            "self_gpu_ns", "total_gpu_ns", "input_shapes", "module_path", "stack", "flags", *COST_COLUMNS],
+    "ops": [
+        "op_id",
+        "parent_id",
+        "depth",
+        "op_name",
+        "start_ns",
+        "end_ns",
+        "self_cpu_ns",
+        "total_cpu_ns",
+        "self_gpu_ns",
+        "total_gpu_ns",
+        "input_shapes",
+        "module_path",
+        "stack",
+        "flags",
+        *COST_COLUMNS,
+    ],
     "gpu_ops": ["op_id", "kind", "device_id", "start_ns", "end_ns", "bytes", "copy_kind"],
     # API calls only for the check that no interval ends before it starts (dataset.load)
-    "api_calls": ["start_ns", "end_ns"], "marks": [], "syncs": [], "threads": [],
+    "api_calls": ["start_ns", "end_ns"],
+    "marks": [],
+    "syncs": [],
+    "threads": [],
 }
 
 
@@ -92,8 +116,10 @@ def check_regex(name_regex: str) -> None:
     try:
         pc.match_substring_regex(pa.array([""]), name_regex)
     except pa.ArrowInvalid as exc:
-        raise ValueError(f"cannot read regular expression {name_regex!r} "
-                         f"({str(exc).split(':')[0].lower()}); check its brackets and escapes") from None
+        raise ValueError(
+            f"cannot read regular expression {name_regex!r} "
+            f"({str(exc).split(':')[0].lower()}); check its brackets and escapes"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -110,8 +136,13 @@ class KeyAverages:
         column = sort_column(sort_by)
         return CPU_FALLBACK.get(column, column) if self.self_gpu_total_ns == 0 else column
 
-    def sorted(self, sort_by: str = "self_cuda_time_total", row_limit: int = -1,
-               name_regex: str | None = None, min_time_us: float = 0.0) -> pa.Table:
+    def sorted(
+        self,
+        sort_by: str = "self_cuda_time_total",
+        row_limit: int = -1,
+        name_regex: str | None = None,
+        min_time_us: float = 0.0,
+    ) -> pa.Table:
         """Rows sorted by a torch sort key, filtered, limited."""
         column = self.sort_column(sort_by)
         rows = self.rows
@@ -120,17 +151,31 @@ class KeyAverages:
             rows = rows.filter(pc.match_substring_regex(rows.column("name"), name_regex))
         if min_time_us > 0:
             floor = min_time_us * 1e3
-            rows = rows.filter(pc.or_(pc.greater_equal(rows.column("cpu_total_ns"), floor),
-                                      pc.greater_equal(rows.column("gpu_total_ns"), floor)))
+            rows = rows.filter(
+                pc.or_(
+                    pc.greater_equal(rows.column("cpu_total_ns"), floor),
+                    pc.greater_equal(rows.column("gpu_total_ns"), floor),
+                )
+            )
         # Ties break on every grouping key, so the order never depends on the ops' row order.
         ties = [(k, "ascending") for k in dict.fromkeys(("name", *self.group_by)) if k != column]
         rows = rows.sort_by([(column, "ascending" if column == "name" else "descending"), *ties])
         return rows.slice(0, row_limit) if row_limit >= 0 else rows
 
-    def table(self, sort_by: str | None = "self_cuda_time_total", row_limit: int = 100,
-              name_regex: str | None = None, min_time_us: float = 0.0, *, max_src_column_width: int = 80,
-              max_name_column_width: int = 60, max_shapes_column_width: int = 80, header: str | None = None,
-              top_level_events_only: bool = False, time_unit: str | None = None) -> str:
+    def table(
+        self,
+        sort_by: str | None = "self_cuda_time_total",
+        row_limit: int = 100,
+        name_regex: str | None = None,
+        min_time_us: float = 0.0,
+        *,
+        max_src_column_width: int = 80,
+        max_name_column_width: int = 60,
+        max_shapes_column_width: int = 80,
+        header: str | None = None,
+        top_level_events_only: bool = False,
+        time_unit: str | None = None,
+    ) -> str:
         """The table as torch prints it (Name, Self CPU %, Self CPU, ..., # of Calls); takes the
         arguments of torch's ``EventList.table`` (``top_level_events_only`` belongs to
         ``key_averages`` here: the rows are already grouped)."""
@@ -142,20 +187,44 @@ class KeyAverages:
         def t(ns: float) -> str:
             return format_time(ns / 1e3, time_unit)
 
-        headers = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg",
-                   "Self CUDA", "Self CUDA %", "CUDA total", "CUDA time avg", "# of Calls"]
+        headers = [
+            "Name",
+            "Self CPU %",
+            "Self CPU",
+            "CPU total %",
+            "CPU total",
+            "CPU time avg",
+            "Self CUDA",
+            "Self CUDA %",
+            "CUDA total",
+            "CUDA time avg",
+            "# of Calls",
+        ]
         extra = [k for k in self.group_by if k != "name"]
         titles = {"input_shapes": "Input Shapes", "module_path": "Module", "stack": "Source Location"}
         limits = {"input_shapes": max_shapes_column_width, "module_path": 80, "stack": max_src_column_width}
-        body = [[r["name"], f"{100 * r['self_cpu_ns'] / cpu_all:.2f}%", t(r["self_cpu_ns"]),
-                 f"{100 * r['cpu_total_ns'] / cpu_all:.2f}%", t(r["cpu_total_ns"]), t(r["cpu_avg_ns"]),
-                 t(r["self_gpu_ns"]), f"{100 * r['self_gpu_ns'] / gpu_all:.2f}%", t(r["gpu_total_ns"]),
-                 t(r["gpu_avg_ns"]), str(r["calls"])] + [str(r[k]) if r[k] is not None else "" for k in extra]
-                for r in rows]
+        body = [
+            [
+                r["name"],
+                f"{100 * r['self_cpu_ns'] / cpu_all:.2f}%",
+                t(r["self_cpu_ns"]),
+                f"{100 * r['cpu_total_ns'] / cpu_all:.2f}%",
+                t(r["cpu_total_ns"]),
+                t(r["cpu_avg_ns"]),
+                t(r["self_gpu_ns"]),
+                f"{100 * r['self_gpu_ns'] / gpu_all:.2f}%",
+                t(r["gpu_total_ns"]),
+                t(r["gpu_avg_ns"]),
+                str(r["calls"]),
+            ]
+            + [str(r[k]) if r[k] is not None else "" for k in extra]
+            for r in rows
+        ]
         headers += [titles[k] for k in extra]
         caps = [max_name_column_width] + [80] * 10 + [limits[k] for k in extra]
-        widths = [min(max([len(h)] + [len(row[i]) for row in body]), cap)
-                  for i, (h, cap) in enumerate(zip(headers, caps))]
+        widths = [
+            min(max([len(h)] + [len(row[i]) for row in body]), cap) for i, (h, cap) in enumerate(zip(headers, caps))
+        ]
         rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
 
         def line(cells: list[str]) -> str:
@@ -171,10 +240,17 @@ class KeyAverages:
         return "\n".join(text) + "\n"
 
 
-def key_averages(ops: pa.Table, gpu_ops: pa.Table, *, group_by_input_shape: bool = False,
-                 group_by_stack_n: int = 0, group_by_module: bool = False,
-                 top_level_events_only: bool = False, device: int | None = None,
-                 unattributed: bool = False) -> KeyAverages:
+def key_averages(
+    ops: pa.Table,
+    gpu_ops: pa.Table,
+    *,
+    group_by_input_shape: bool = False,
+    group_by_stack_n: int = 0,
+    group_by_module: bool = False,
+    top_level_events_only: bool = False,
+    device: int | None = None,
+    unattributed: bool = False,
+) -> KeyAverages:
     """Group ops like torch's ``EventList.key_averages``.
 
     Args:
@@ -211,11 +287,19 @@ def key_averages(ops: pa.Table, gpu_ops: pa.Table, *, group_by_input_shape: bool
     table = pa.table(cols)
     if top_level_events_only:
         table = table.filter(ops.column("parent_id").is_null())
-    agg = table.group_by(keys, use_threads=False).aggregate([
-        ("self_cpu_ns", "sum"), ("cpu_total_ns", "sum"), ("self_gpu_ns", "sum"), ("gpu_total_ns", "sum"),
-        ("name", "count"), *COST_AGGREGATES])
-    agg = agg.rename_columns([c.replace("_sum", "").replace("_min", "").replace("name_count", "calls")
-                              for c in agg.column_names])
+    agg = table.group_by(keys, use_threads=False).aggregate(
+        [
+            ("self_cpu_ns", "sum"),
+            ("cpu_total_ns", "sum"),
+            ("self_gpu_ns", "sum"),
+            ("gpu_total_ns", "sum"),
+            ("name", "count"),
+            *COST_AGGREGATES,
+        ]
+    )
+    agg = agg.rename_columns(
+        [c.replace("_sum", "").replace("_min", "").replace("name_count", "calls") for c in agg.column_names]
+    )
     gpu_total = int(self_gpu.sum())
     if unattributed:
         no_op = _no_op_row(agg.schema, gpu_ops, device)
@@ -249,9 +333,16 @@ def merge_averages(parts: list[KeyAverages]) -> KeyAverages:
     """One table over several reports: rows with the same keys add up."""
     rows = pa.concat_tables([p.rows.select(list(parts[0].rows.column_names)) for p in parts])
     keys = list(parts[0].group_by)
-    agg = rows.group_by(keys, use_threads=False).aggregate([
-        *((c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")),
-        *COST_AGGREGATES])
+    agg = rows.group_by(keys, use_threads=False).aggregate(
+        [
+            *((c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")),
+            *COST_AGGREGATES,
+        ]
+    )
     agg = agg.rename_columns([c.removesuffix("_sum").removesuffix("_min") for c in agg.column_names])
-    return KeyAverages(_with_averages(agg), sum(p.self_cpu_total_ns for p in parts),
-                       sum(p.self_gpu_total_ns for p in parts), parts[0].group_by)
+    return KeyAverages(
+        _with_averages(agg),
+        sum(p.self_cpu_total_ns for p in parts),
+        sum(p.self_gpu_total_ns for p in parts),
+        parts[0].group_by,
+    )

@@ -42,16 +42,28 @@ def cost_inputs(ops: pa.Table) -> dict[str, pa.Array | pa.ChunkedArray]:
     before cost columns existed."""
     n = ops.num_rows
     if "flops" not in ops.column_names:
-        return {"flops": pa.array(np.zeros(n, np.int64)), "bytes": pa.array(np.zeros(n, np.int64)),
-                "unknown_calls": pa.array(np.ones(n, np.int64)), "compute_dtype": pa.nulls(n, pa.string())}
+        return {
+            "flops": pa.array(np.zeros(n, np.int64)),
+            "bytes": pa.array(np.zeros(n, np.int64)),
+            "unknown_calls": pa.array(np.ones(n, np.int64)),
+            "compute_dtype": pa.nulls(n, pa.string()),
+        }
     known = np.asarray(ops.column("flops").is_valid().to_numpy(zero_copy_only=False))
-    return {"flops": pa.array(np_col(ops, "flops", fill=0)), "bytes": pa.array(np_col(ops, "bytes", fill=0)),
-            "unknown_calls": pa.array((~known).astype(np.int64)),
-            "compute_dtype": ops.column("compute_dtype").cast(pa.string())}
+    return {
+        "flops": pa.array(np_col(ops, "flops", fill=0)),
+        "bytes": pa.array(np_col(ops, "bytes", fill=0)),
+        "unknown_calls": pa.array((~known).astype(np.int64)),
+        "compute_dtype": ops.column("compute_dtype").cast(pa.string()),
+    }
 
 
-def device_peaks(devices: pa.Table, gpu_ops: pa.Table, device: int | None = None, peak_tflops: float | None = None,
-                 peak_gbps: float | None = None) -> Peaks | None:
+def device_peaks(
+    devices: pa.Table,
+    gpu_ops: pa.Table,
+    device: int | None = None,
+    peak_tflops: float | None = None,
+    peak_gbps: float | None = None,
+) -> Peaks | None:
     """The peaks of ``device`` (default: the device that ran the most GPU ops), from its name
     and the user's overrides."""
     if device is None:
@@ -60,8 +72,9 @@ def device_peaks(devices: pa.Table, gpu_ops: pa.Table, device: int | None = None
         device = int(np.bincount(ids).argmax()) if len(ids) else None
     ids = np_col(devices, "device_id", fill=-1).tolist()
     names = dict(zip(ids, devices.column("name").to_pylist()))
-    recorded = dict(zip(ids, devices.column("memory_gbps").to_pylist())) if "memory_gbps" in devices.column_names \
-        else {}
+    recorded = (
+        dict(zip(ids, devices.column("memory_gbps").to_pylist())) if "memory_gbps" in devices.column_names else {}
+    )
     return resolve(names.get(device), peak_tflops, peak_gbps, recorded.get(device))
 
 
@@ -89,8 +102,12 @@ def rates(rows: pa.Table, peaks: Peaks | None) -> pa.Table:
             pct = 100 * tflops / roof
             ok = ~np.isnan(intensity) & ~np.isnan(ridge)
         bound[ok] = np.where(intensity[ok] >= ridge[ok], "compute", "memory")
-    for name, values in (("achieved_tflops", tflops), ("achieved_gbps", gbps), ("intensity", intensity),
-                         ("pct_of_peak", pct)):
+    for name, values in (
+        ("achieved_tflops", tflops),
+        ("achieved_gbps", gbps),
+        ("intensity", intensity),
+        ("pct_of_peak", pct),
+    ):
         rows = rows.append_column(name, pa.array(values, pa.float64(), from_pandas=True))
     return rows.append_column("bound", pa.array(bound.tolist(), pa.string()))
 
@@ -136,8 +153,9 @@ def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]
     precision = by_precision.most_common(1)[0][0] if by_precision else None
     gpus = max(len(set(np_col(gpu_ops, "device_id", fill=-1).tolist()) - {-1}), 1)
     peak = peaks.tflops(precision) if peaks is not None and precision else None
-    assumed = int((np.asarray(ops.column("dtype_assumed").fill_null(False).to_numpy(zero_copy_only=False))
-                   & once).sum())
+    assumed = int(
+        (np.asarray(ops.column("dtype_assumed").fill_null(False).to_numpy(zero_copy_only=False)) & once).sum()
+    )
     steps = []
     step_rows = np.flatnonzero(np.asarray(pc.starts_with(names, "ProfilerStep#").to_numpy(zero_copy_only=False)))
     step_of = np_col(ops, "step", fill=-1)
@@ -148,8 +166,14 @@ def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]
         model = int(f[once & (step_of == n)].sum())
         value = 100 * model / (wall * 1e-9 * peak * 1e12 * gpus) if peak and wall > 0 else None
         steps.append({"step": n, "flops": model, "wall_ns": wall, "mfu_pct": value})
-    return {"flops": int(f[once].sum()), "precision": precision, "peak_tflops": peak, "gpus": gpus,
-            "assumed_dtype_ops": assumed, "steps": sorted(steps, key=lambda s: s["step"])}
+    return {
+        "flops": int(f[once].sum()),
+        "precision": precision,
+        "peak_tflops": peak,
+        "gpus": gpus,
+        "assumed_dtype_ops": assumed,
+        "steps": sorted(steps, key=lambda s: s["step"]),
+    }
 
 
 def _si(value: float | None, unit: str) -> str:
@@ -164,25 +188,34 @@ def _si(value: float | None, unit: str) -> str:
 
 def cost_table(rows: pa.Table, keys: tuple[str, ...]) -> str:
     """The cost columns of ``rates`` rows, one line per row in their order (beside the torch table)."""
-    headers = ["Name", "FLOPs", "Bytes", "Unknown calls", "TFLOP/s", "GB/s", "FLOP/B", "% of peak", "Bound",
-               "Dtype"]
+    headers = ["Name", "FLOPs", "Bytes", "Unknown calls", "TFLOP/s", "GB/s", "FLOP/B", "% of peak", "Bound", "Dtype"]
     extra = [k for k in keys if k != "name"]
     body = []
     for r in rows.to_pylist():
         some = r["unknown_calls"] < r["calls"]
-        body.append([r["name"], _si(r["flops"], "FLOP") if some else "", _si(r["bytes"], "B") if some else "",
-                     str(r["unknown_calls"] or ""),
-                     "" if r["achieved_tflops"] is None else f"{r['achieved_tflops']:.3f}",
-                     "" if r["achieved_gbps"] is None else f"{r['achieved_gbps']:.1f}",
-                     "" if r["intensity"] is None else f"{r['intensity']:.2f}",
-                     "" if r["pct_of_peak"] is None else f"{r['pct_of_peak']:.1f}%", r["bound"] or "",
-                     r["compute_dtype"] or ""] + [str(r[k] or "") for k in extra])
+        body.append(
+            [
+                r["name"],
+                _si(r["flops"], "FLOP") if some else "",
+                _si(r["bytes"], "B") if some else "",
+                str(r["unknown_calls"] or ""),
+                "" if r["achieved_tflops"] is None else f"{r['achieved_tflops']:.3f}",
+                "" if r["achieved_gbps"] is None else f"{r['achieved_gbps']:.1f}",
+                "" if r["intensity"] is None else f"{r['intensity']:.2f}",
+                "" if r["pct_of_peak"] is None else f"{r['pct_of_peak']:.1f}%",
+                r["bound"] or "",
+                r["compute_dtype"] or "",
+            ]
+            + [str(r[k] or "") for k in extra]
+        )
     headers += extra
     widths = [min(max([len(h)] + [len(b[i]) for b in body]), 60) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
-        out = [(c if len(c) <= w else c[: w - 3] + "...").ljust(w) if i in (0, 8, 9) or i >= 10
-               else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        out = [
+            (c if len(c) <= w else c[: w - 3] + "...").ljust(w) if i in (0, 8, 9) or i >= 10 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths))
+        ]
         return "  ".join(out).rstrip()
 
     rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
@@ -195,20 +228,29 @@ def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]])
     if peaks is None:
         lines.append("Peaks: unknown GPU; give --peak-tflops and --peak-gbps for % of peak and MFU")
     else:
-        rates_text = ", ".join(f"{p} {getattr(peaks, p):g}" for p in ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
-                               if getattr(peaks, p) is not None)
+        rates_text = ", ".join(
+            f"{p} {getattr(peaks, p):g}"
+            for p in ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
+            if getattr(peaks, p) is not None
+        )
         lines.append(f"Peaks ({peaks.name}): {rates_text} TFLOP/s; {peaks.gbps:.0f} GB/s ({peaks.gbps_source})")
     for label, fig in figures:
         where = f"{label}: " if label else ""
         if fig["flops"] is None:
             lines.append(f"{where}model FLOPs unknown: {fig['unknown']}")
             continue
-        assumed = (f"; {fig['assumed_dtype_ops']:,} ops without recorded dtypes assume {costs.ASSUMED_DTYPE}"
-                   if fig["assumed_dtype_ops"] else "")
-        lines.append(f"{where}model FLOPs {_si(fig['flops'], 'FLOP')} ({fig['precision'] or 'no known'} precision, "
-                     f"{fig['gpus']} GPU){assumed}")
+        assumed = (
+            f"; {fig['assumed_dtype_ops']:,} ops without recorded dtypes assume {costs.ASSUMED_DTYPE}"
+            if fig["assumed_dtype_ops"]
+            else ""
+        )
+        lines.append(
+            f"{where}model FLOPs {_si(fig['flops'], 'FLOP')} ({fig['precision'] or 'no known'} precision, "
+            f"{fig['gpus']} GPU){assumed}"
+        )
         for st in fig["steps"]:
             value = "unknown peak" if st["mfu_pct"] is None else f"{st['mfu_pct']:.3g}%"
-            lines.append(f"{where}  step {st['step']}: MFU {value} ({_si(st['flops'], 'FLOP')} in "
-                         f"{st['wall_ns'] / 1e6:.3f} ms)")
+            lines.append(
+                f"{where}  step {st['step']}: MFU {value} ({_si(st['flops'], 'FLOP')} in {st['wall_ns'] / 1e6:.3f} ms)"
+            )
     return lines

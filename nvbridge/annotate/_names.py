@@ -17,9 +17,22 @@ from collections.abc import Sequence
 __all__ = ["backward_name", "dtypes_text", "forward_name", "module_name", "sizes_text", "step_name"]
 
 # torch dtype -> the short name nvbridge writes (nvbridge.flops.DTYPE_BYTES reads both).
-_SHORT_DTYPE = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64", "int64": "i64",
-                "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "b8",
-                "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2", "complex64": "c64", "complex128": "c128"}
+_SHORT_DTYPE = {
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "float32": "f32",
+    "float64": "f64",
+    "int64": "i64",
+    "int32": "i32",
+    "int16": "i16",
+    "int8": "i8",
+    "uint8": "u8",
+    "bool": "b8",
+    "float8_e4m3fn": "f8e4m3",
+    "float8_e5m2": "f8e5m2",
+    "complex64": "c64",
+    "complex128": "c128",
+}
 
 
 def sizes_text(sizes: Sequence[Sequence[int]]) -> str:

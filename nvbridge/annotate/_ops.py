@@ -97,8 +97,9 @@ class _SchemaInfo:
 
     def sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[int]]:
         """One shape per schema argument, positional then keyword, defaults filled in."""
-        values = [args[i] if i < len(args) else kwargs.get(name, self.defaults[i])
-                  for i, name in enumerate(self.arg_names)]
+        values = [
+            args[i] if i < len(args) else kwargs.get(name, self.defaults[i]) for i, name in enumerate(self.arg_names)
+        ]
         return input_sizes(values)
 
 
@@ -180,7 +181,7 @@ class OpDispatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             name = b"%s%d" % (info.plain_prefix, next_op_id())
         if self._record_shapes:
             name += b", sizes = " + sizes_text(info.sizes(args, kwargs or {})).encode()
-            values = [*args, *((kwargs or {}).get(arg) for arg in info.arg_names[len(args):])]
+            values = [*args, *((kwargs or {}).get(arg) for arg in info.arg_names[len(args) :])]
             name += b", dtypes = " + dtypes_text(values).encode()
         self._push(name)
         try:

@@ -43,9 +43,15 @@ def progress(enabled: bool, label: str, total_rows: int) -> Iterator[Progress | 
     from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as Bar
 
-    with Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=BAR_WIDTH),
-             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=Console(stderr=True),
-             transient=True) as bar:
+    with Bar(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=BAR_WIDTH),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
         task = bar.add_task(label, total=max(total_rows, 1), rate="")
         start = time.perf_counter()
 
@@ -54,6 +60,7 @@ def progress(enabled: bool, label: str, total_rows: int) -> Iterator[Progress | 
             done, total = bar.tasks[task].completed, bar.tasks[task].total or 1
             description, rate = status(label, stage, done, total, time.perf_counter() - start)
             bar.update(task, description=description, rate=rate)
+
         yield update
 
 
@@ -87,8 +94,10 @@ def window(report: Report, start: str | None, end: str | None) -> tuple[int | No
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
     origin = earliest_start_ns(report.ops, report.api_calls, report.gpu_ops) or 0
-    return (None if start_us is None else origin + int(start_us * 1e3),
-            None if end_us is None else origin + int(end_us * 1e3))
+    return (
+        None if start_us is None else origin + int(start_us * 1e3),
+        None if end_us is None else origin + int(end_us * 1e3),
+    )
 
 
 def steps(text: str | None) -> tuple[int, int] | None:
@@ -98,8 +107,9 @@ def steps(text: str | None) -> tuple[int, int] | None:
     try:
         return int(first), int(last or first)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a step range; write it like 3:5 or 4",
-                                 param_hint="--steps") from None
+        raise click.BadParameter(
+            f"{text!r} is not a step range; write it like 3:5 or 4", param_hint="--steps"
+        ) from None
 
 
 def human_bytes(n: int) -> str:
@@ -107,4 +117,3 @@ def human_bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:,.1f} {unit}"
     return f"{n} B"
-

@@ -12,22 +12,41 @@ from nvbridge.dataset import load
 
 @click.command("plot")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
-              help="Picture to write: a .png, .svg or .pdf file (timeline.png).")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Picture to write: a .png, .svg or .pdf file (timeline.png).",
+)
 @click.option("--step", type=int, default=None, help="Draw ProfilerStep#N.")
-@click.option("--start", "start", default=None,
-              help="Window start, from the first event (1.5s, 200ms; a bare number is microseconds).")
+@click.option(
+    "--start",
+    "start",
+    default=None,
+    help="Window start, from the first event (1.5s, 200ms; a bare number is microseconds).",
+)
 @click.option("--end", "end", default=None, help="Window end, from the first event.")
 @click.option("--force", is_flag=True, help="Replace the picture if it exists.")
 @click.option("--roofline", is_flag=True, help="Draw the roofline instead: ops by arithmetic intensity and TFLOP/s.")
 @click.option("--peak-tflops", type=float, default=None, help="Roofline: peak TFLOP/s (default: the GPU table).")
 @click.option("--peak-gbps", type=float, default=None, help="Roofline: peak memory bandwidth in GB/s.")
-def plot_cmd(path: Path, output: Path, step: int | None, start: str | None, end: str | None, force: bool,
-             roofline: bool, peak_tflops: float | None, peak_gbps: float | None) -> None:
+def plot_cmd(
+    path: Path,
+    output: Path,
+    step: int | None,
+    start: str | None,
+    end: str | None,
+    force: bool,
+    roofline: bool,
+    peak_tflops: float | None,
+    peak_gbps: float | None,
+) -> None:
     """Draw one step or window as a timeline picture: host threads above GPU streams, idle GPU shaded."""
     if roofline and (step is not None or start or end):
-        raise click.BadParameter("the roofline covers the whole report; drop --step/--start/--end",
-                                 param_hint="--roofline")
+        raise click.BadParameter(
+            "the roofline covers the whole report; drop --step/--start/--end", param_hint="--roofline"
+        )
     if step is not None and (start or end):
         raise click.BadParameter("give either --step or --start/--end, not both", param_hint="--step")
     with errors():

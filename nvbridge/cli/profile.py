@@ -15,16 +15,26 @@ from nvbridge.profiling import record
 
 
 @click.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
-              help="Dataset directory to create (its folder must exist).")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Dataset directory to create (its folder must exist).",
+)
 @click.option("--force", is_flag=True, help="Replace the output dataset if it exists.")
-@click.option("--keep-report", type=click.Path(path_type=Path), default=None,
-              help="Also keep the .nsys-rep report at this path (by default it is removed after conversion).")
+@click.option(
+    "--keep-report",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also keep the .nsys-rep report at this path (by default it is removed after conversion).",
+)
 @click.option("--limit", default=20, show_default=True, help="Rows of the summary table to print (-1: all).")
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def profile_cmd(ctx: click.Context, output: Path, force: bool, keep_report: Path | None, limit: int,
-                argv: tuple[str, ...]) -> None:
+def profile_cmd(
+    ctx: click.Context, output: Path, force: bool, keep_report: Path | None, limit: int, argv: tuple[str, ...]
+) -> None:
     """Profile a command under Nsight Systems, convert the report and print its summary.
 
     \b
@@ -36,14 +46,15 @@ def profile_cmd(ctx: click.Context, output: Path, force: bool, keep_report: Path
     """
     from nvbridge.cli.summary import summary_cmd
 
-    nsys_options, command = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else ((), argv)
+    nsys_options, command = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else ((), argv)
     with errors():
         outputs.check_destination(output, force, [])
         if keep_report is not None:
             outputs.check_file_destination(keep_report.with_suffix(".nsys-rep"), force, "the report")
         if not command:
-            raise click.ClickException("give the command to profile after --, e.g. nvbridge profile -o out -- "
-                                       "python train.py")
+            raise click.ClickException(
+                "give the command to profile after --, e.g. nvbridge profile -o out -- python train.py"
+            )
         with tempfile.TemporaryDirectory(prefix="nvbridge-profile-") as work:
             rep = record(list(command), Path(work) / "report", nsys_options)
             [result] = convert(rep, output, force=force)  # exported to SQLite with nsys first

@@ -35,35 +35,59 @@ def _rank_lines(summary: Summary) -> list[str]:
         name = r.label if r.label == str(r.source) else f"{r.label} ({r.source})"
         lines.append(f"  {name}: {plural(r.ops, 'op')}, {plural(r.kernels, 'kernel')}, busy {busy}")
     for st in summary.steps:
-        lines.append(f"  step {st.step}: slowest {st.slowest} {format_time(st.max_ns / 1e3)}, "
-                     f"spread {format_time(st.spread_ns / 1e3)} over {plural(st.ranks, 'rank')}")
+        lines.append(
+            f"  step {st.step}: slowest {st.slowest} {format_time(st.max_ns / 1e3)}, "
+            f"spread {format_time(st.spread_ns / 1e3)} over {plural(st.ranks, 'rank')}"
+        )
     return lines
 
 
 def gpu_line(d: GpuHeader, several: bool) -> str:
     copies = ", ".join(f"{k} {human_bytes(v)}" for k, v in d.memcpy_bytes.items()) or "none"
     where = f"{d.report}: " if d.report and several else ""
-    return (f"{where}GPU {d.device_id} ({d.name or 'unnamed'}): busy {format_time(d.busy_ns / 1e3)} of "
-            f"{format_time(d.span_ns / 1e3)} ({100 * d.idle_share:.1f}% idle), {plural(d.kernels, 'kernel')}, "
-            f"{plural(d.gpu_ops, 'GPU op')}, memcpy: {copies}")
+    return (
+        f"{where}GPU {d.device_id} ({d.name or 'unnamed'}): busy {format_time(d.busy_ns / 1e3)} of "
+        f"{format_time(d.span_ns / 1e3)} ({100 * d.idle_share:.1f}% idle), {plural(d.kernels, 'kernel')}, "
+        f"{plural(d.gpu_ops, 'GPU op')}, memcpy: {copies}"
+    )
 
 
 def _json(summary: Summary, rows: list[dict[str, Any]]) -> str:
     ranks = None
     if summary.several:
-        ranks = {"ranks": [{"rank": r.label, "source": r.source, "ops": r.ops, "kernels": r.kernels,
-                            "gpu_busy_ns": dict(r.gpu_busy_ns)} for r in summary.ranks],
-                 "steps": [dataclasses.asdict(s) for s in summary.steps]}
+        ranks = {
+            "ranks": [
+                {
+                    "rank": r.label,
+                    "source": r.source,
+                    "ops": r.ops,
+                    "kernels": r.kernels,
+                    "gpu_busy_ns": dict(r.gpu_busy_ns),
+                }
+                for r in summary.ranks
+            ],
+            "steps": [dataclasses.asdict(s) for s in summary.steps],
+        }
     gpu = [dict(dataclasses.asdict(d), several=summary.several) for d in summary.gpus]
     flops = dict(summary.flops) if summary.several else summary.flops[0][1] if summary.flops else None
     return json.dumps({"gpu": gpu, "ranks": ranks, "flops": flops, "rows": rows}, indent=1)
 
 
-def _check_options(sort_by: str, limit: int, group_by: str, stack_depth: int | None, min_time: str,
-                   name_regex: str | None, as_csv: bool, as_json: bool) -> float:
+def _check_options(
+    sort_by: str,
+    limit: int,
+    group_by: str,
+    stack_depth: int | None,
+    min_time: str,
+    name_regex: str | None,
+    as_csv: bool,
+    as_json: bool,
+) -> float:
     """Every option on its own and together, before any file is read; the --min-time in us."""
+
     def bad(message: str, option: str) -> click.BadParameter:
         return click.BadParameter(message, param_hint=option)
+
     try:
         min_us = parse_time(min_time)
     except ValueError as exc:
@@ -90,27 +114,57 @@ def _check_options(sort_by: str, limit: int, group_by: str, stack_depth: int | N
 
 @click.command("summary")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--sort", "sort_by", default="self_cuda_time_total", show_default=True,
-              help="torch sort key: self_cuda_time_total, cuda_time_total, self_cpu_time_total, "
-                   "cpu_time_total, cpu_time, cuda_time, count. CUDA keys sort by CPU time when "
-                   "nothing ran on a GPU.")
+@click.option(
+    "--sort",
+    "sort_by",
+    default="self_cuda_time_total",
+    show_default=True,
+    help="torch sort key: self_cuda_time_total, cuda_time_total, self_cpu_time_total, "
+    "cpu_time_total, cpu_time, cuda_time, count. CUDA keys sort by CPU time when "
+    "nothing ran on a GPU.",
+)
 @click.option("--limit", default=30, show_default=True, help="Rows to show (-1: all).")
-@click.option("--group-by", "group_by", type=click.Choice(["name", "shape", "module", "stack"]), default="name",
-              show_default=True, help="Group ops by name, or by name and input shape, module or stack.")
+@click.option(
+    "--group-by",
+    "group_by",
+    type=click.Choice(["name", "shape", "module", "stack"]),
+    default="name",
+    show_default=True,
+    help="Group ops by name, or by name and input shape, module or stack.",
+)
 @click.option("--stack-depth", type=int, default=None, help="Frames to group by with --group-by stack [default: 1].")
-@click.option("--min-time", default="0", help="Hide rows whose CPU and CUDA totals are both below this "
-                                              "(10us, 1ms; a bare number is microseconds).")
+@click.option(
+    "--min-time",
+    default="0",
+    help="Hide rows whose CPU and CUDA totals are both below this (10us, 1ms; a bare number is microseconds).",
+)
 @click.option("--filter", "name_regex", default=None, help="Only rows whose name matches this regular expression.")
 @click.option("--device", type=int, default=None, help="Count GPU time of this device only.")
 @click.option("--top-level", is_flag=True, help="Only ops without a parent range.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows and the GPU header as JSON.")
-@click.option("--peak-tflops", type=float, default=None,
-              help="Peak TFLOP/s for %% of peak and MFU (default: the GPU table, by the report's device name).")
+@click.option(
+    "--peak-tflops",
+    type=float,
+    default=None,
+    help="Peak TFLOP/s for %% of peak and MFU (default: the GPU table, by the report's device name).",
+)
 @click.option("--peak-gbps", type=float, default=None, help="Peak memory bandwidth in GB/s for %% of peak.")
-def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth: int | None, min_time: str,
-                name_regex: str | None, device: int | None, top_level: bool, as_csv: bool, as_json: bool,
-                peak_tflops: float | None, peak_gbps: float | None) -> None:
+def summary_cmd(
+    path: Path,
+    sort_by: str,
+    limit: int,
+    group_by: str,
+    stack_depth: int | None,
+    min_time: str,
+    name_regex: str | None,
+    device: int | None,
+    top_level: bool,
+    as_csv: bool,
+    as_json: bool,
+    peak_tflops: float | None,
+    peak_gbps: float | None,
+) -> None:
     """Print a torch-style key_averages table for a report or a converted dataset.
 
     GPU time no op launched is the row [no op], so Self CUDA adds up to all GPU time; notes
@@ -119,18 +173,25 @@ def summary_cmd(path: Path, sort_by: str, limit: int, group_by: str, stack_depth
     min_us = _check_options(sort_by, limit, group_by, stack_depth, min_time, name_regex, as_csv, as_json)
     with errors():
         try:
-            summary = summarize(path, group_by_input_shape=group_by == "shape", group_by_module=group_by == "module",
-                                group_by_stack_n=(stack_depth or 1) if group_by == "stack" else 0,
-                                top_level_events_only=top_level, device=device, peak_tflops=peak_tflops,
-                                peak_gbps=peak_gbps)
+            summary = summarize(
+                path,
+                group_by_input_shape=group_by == "shape",
+                group_by_module=group_by == "module",
+                group_by_stack_n=(stack_depth or 1) if group_by == "stack" else 0,
+                top_level_events_only=top_level,
+                device=device,
+                peak_tflops=peak_tflops,
+                peak_gbps=peak_gbps,
+            )
         except OptionError as exc:
             raise click.BadParameter(str(exc), param_hint="--device") from exc
         averages = summary.averages
         rows = throughput.rates(averages.sorted(sort_by, limit, name_regex, min_us), summary.peaks)
     notes = summary.notes()
     if averages.sort_column(sort_by) != sort_column(sort_by) and averages.rows.num_rows:
-        notes.append(f"no GPU time was recorded: rows are sorted by {CPU_LABELS[averages.sort_column(sort_by)]} "
-                     "instead")
+        notes.append(
+            f"no GPU time was recorded: rows are sorted by {CPU_LABELS[averages.sort_column(sort_by)]} instead"
+        )
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if as_json:

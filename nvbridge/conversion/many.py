@@ -18,9 +18,16 @@ from nvbridge.errors import ExportError, NotAProfileDatabase
 Source = str | os.PathLike[str]
 
 
-def convert(sources: Source | Sequence[Source], output: Source, *, force: bool = False,
-            progress: Progress | None = None, chrome_trace: Source | None = None,
-            jobs: int = 1, scheduler: str | None = None) -> list[ConversionResult]:
+def convert(
+    sources: Source | Sequence[Source],
+    output: Source,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+    chrome_trace: Source | None = None,
+    jobs: int = 1,
+    scheduler: str | None = None,
+) -> list[ConversionResult]:
     """Convert one or more reports. One source writes ``output`` itself; several write
     ``output/report=<file stem>/`` each, a layout DuckDB, Polars and Spark read as one
     dataset partitioned by report, skipping reports already converted unless ``force``.
@@ -50,8 +57,11 @@ def convert(sources: Source | Sequence[Source], output: Source, *, force: bool =
     if len(set(stems)) != len(stems):
         raise ExportError("two inputs share a file name; rename one so each report gets its own partition.")
     _check_partitioned_destination(out, sources)
-    todo = [(s, out / f"report={stem}") for s, stem in zip(sources, stems)
-            if force or not (out / f"report={stem}" / "meta.parquet").is_file()]
+    todo = [
+        (s, out / f"report={stem}")
+        for s, stem in zip(sources, stems)
+        if force or not (out / f"report={stem}" / "meta.parquet").is_file()
+    ]
     if scheduler is not None:
         return _on_dask(scheduler, out, todo, force)
     created = outputs.make_dir(out)
@@ -75,11 +85,13 @@ def check_inputs(sources: Sequence[Source], deep: bool = False) -> None:
             if not path.exists():
                 raise NotAProfileDatabase(f"{name}: no such file; check the path.")
             if path.is_dir():
-                raise NotAProfileDatabase(f"{name} is a directory, not a profiler database; pass the .sqlite file "
-                                          f"itself.")
+                raise NotAProfileDatabase(
+                    f"{name} is a directory, not a profiler database; pass the .sqlite file itself."
+                )
             if not path.is_file():
-                raise NotAProfileDatabase(f"{name} is not a regular file (a pipe or a device); export the report "
-                                          f"to a file and convert that.")
+                raise NotAProfileDatabase(
+                    f"{name} is not a regular file (a pipe or a device); export the report to a file and convert that."
+                )
             if not os.access(path, os.R_OK):
                 raise NotAProfileDatabase(f"{name} cannot be read (permission denied); check its permissions.")
         if deep and not _is_report(text):
@@ -106,14 +118,17 @@ def _check_partitioned_destination(out: Path, sources: Sequence[Source]) -> None
         raise ExportError(f"{out} is a file; pass a directory path for the dataset.")
     for source in sources:
         if "://" not in os.fspath(source) and out.resolve() in Path(os.fspath(source)).resolve().parents:
-            raise ExportError(f"the input {source} is inside the output directory {out}; "
-                              f"choose an output directory that does not hold the input.")
+            raise ExportError(
+                f"the input {source} is inside the output directory {out}; "
+                f"choose an output directory that does not hold the input."
+            )
     if any(p for p in out.iterdir() if not p.name.startswith(".")) and not outputs.is_dataset(out):
         raise ExportError(f"{out} is not an nvbridge dataset (it holds other files); choose another output directory.")
 
 
-def _locally(todo: list[tuple[Source, Path]], force: bool, jobs: int,
-             progress: Progress | None) -> list[ConversionResult]:
+def _locally(
+    todo: list[tuple[Source, Path]], force: bool, jobs: int, progress: Progress | None
+) -> list[ConversionResult]:
     if jobs > 1 and len(todo) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor

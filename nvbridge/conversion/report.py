@@ -41,9 +41,14 @@ INIT_WINDOWS = 8
 STAGE_SHARE = {"reading": 0.38, "correlating": 0.40, "writing": 0.22}
 
 
-def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], *, force: bool = False,
-                progress: Progress | None = None, chrome_trace: str | os.PathLike[str] | None = None,
-                ) -> ConversionResult:
+def convert_one(
+    source: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+    chrome_trace: str | os.PathLike[str] | None = None,
+) -> ConversionResult:
     """Convert one profiler database into a Parquet dataset directory.
 
     An Nsight Systems file streams: its NVTX rows are read, correlated and written
@@ -83,8 +88,9 @@ def convert_one(source: str | os.PathLike[str], output: str | os.PathLike[str], 
     return tallies.result(out, time.perf_counter() - t0)
 
 
-def _convert_into(source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int,
-                  trace: Path | None) -> Tallies:
+def _convert_into(
+    source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: Path | None
+) -> Tallies:
     """Stream the report into ``tmp`` (and ``trace``), or read it whole where it cannot stream."""
     try:
         return _streamed(source, tmp, report, trace)
@@ -115,8 +121,14 @@ def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress, trace
             # The engine's set-up sorts every API call and GPU op (0.15 s at 2M NVTX rows, 0.8-1.1 s
             # at 10M): it runs beside the readers, which fetch windows meanwhile instead of waiting.
             with ThreadPoolExecutor(max_workers=1) as pool:
-                building = pool.submit(Correlator, info, stream_in.api_calls, stream_in.gpu_ops,
-                                       capture_end(info, stream_in.latest_ns), stream_in.syncs)
+                building = pool.submit(
+                    Correlator,
+                    info,
+                    stream_in.api_calls,
+                    stream_in.gpu_ops,
+                    capture_end(info, stream_in.latest_ns),
+                    stream_in.syncs,
+                )
                 stream_in.read_while(building, INIT_WINDOWS)
                 engine = building.result()
             _trim_heap()
@@ -147,8 +159,7 @@ class _Outputs:
     """Where a streamed conversion's rows go: the ops, API call and GPU op files, written as
     their rows become final, and the trace (``convert --chrome``) fed the same tables."""
 
-    def __init__(self, tmp: Path, engine: Correlator, trace: Path | None, info: SourceInfo,
-                 devices: pa.Table) -> None:
+    def __init__(self, tmp: Path, engine: Correlator, trace: Path | None, info: SourceInfo, devices: pa.Table) -> None:
         self.tmp = tmp
         self.engine = engine
         self.ops = OpsTally()
@@ -193,8 +204,12 @@ class _Outputs:
             feed.finish(tables["threads"])
 
     def rows(self, tables: dict[str, pa.Table]) -> dict[str, int]:
-        return {"ops": self.ops.rows, "api_calls": self.api.writer.rows, "gpu_ops": self.gpu.writer.rows,
-                **{name: t.num_rows for name, t in tables.items()}}
+        return {
+            "ops": self.ops.rows,
+            "api_calls": self.api.writer.rows,
+            "gpu_ops": self.gpu.writer.rows,
+            **{name: t.num_rows for name, t in tables.items()},
+        }
 
     def abort(self) -> None:
         if self.feed is not None:
@@ -253,8 +268,7 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int,
-           trace: Path | None) -> Tallies:
+def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: Path | None) -> Tallies:
     """Read, correlate and write a report in one window."""
     report("reading", 0)
     profile = read_profile(source)
@@ -273,6 +287,11 @@ def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected
     ops = OpsTally()
     ops.add(model.ops)
     g = model.gpu_ops
-    gpu = gpu_figures(g.column("kind"), np_col(g, "start_ns"), np_col(g, "end_ns"), np_col(g, "op_id", fill=-1),
-                       np_col(g, "api_call_id", fill=-1))
+    gpu = gpu_figures(
+        g.column("kind"),
+        np_col(g, "start_ns"),
+        np_col(g, "end_ns"),
+        np_col(g, "op_id", fill=-1),
+        np_col(g, "api_call_id", fill=-1),
+    )
     return Tallies(info, ops, np_col(model.api_calls, "op_id", fill=-1), gpu, rows_read)

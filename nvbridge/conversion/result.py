@@ -57,11 +57,14 @@ class ConversionResult:
         """A capture with nothing in it: say so, with what the profiler itself said about it."""
         if self.ops or self.api_calls or self.kernels or self.memcpys or self.memsets:
             return ""
-        note = (" Nothing was recorded: no NVTX ranges and no CUDA activity (profile with nsys --trace=cuda,nvtx "
-                "and annotate with nvbridge.emit_nvtx()).")
+        note = (
+            " Nothing was recorded: no NVTX ranges and no CUDA activity (profile with nsys --trace=cuda,nvtx "
+            "and annotate with nvbridge.emit_nvtx())."
+        )
         if self.info.diagnostics:
-            note += " The profiler reported: " + " ".join(line.rstrip(".") + "." for line in
-                                                          self.info.diagnostics.splitlines())
+            note += " The profiler reported: " + " ".join(
+                line.rstrip(".") + "." for line in self.info.diagnostics.splitlines()
+            )
         return note
 
 
@@ -78,16 +81,22 @@ def with_rank(info: SourceInfo, source: str | os.PathLike[str]) -> SourceInfo:
     return info
 
 
-def gpu_figures(kind: pa.ChunkedArray, start: np.ndarray, end: np.ndarray, op_id: np.ndarray,
-                api_call_id: np.ndarray) -> dict[str, int]:
+def gpu_figures(
+    kind: pa.ChunkedArray, start: np.ndarray, end: np.ndarray, op_id: np.ndarray, api_call_id: np.ndarray
+) -> dict[str, int]:
     """The summary's GPU counts and times (ids -1 where null)."""
     counts = {str(v["values"]): int(v["counts"]) for v in pc.value_counts(kind).to_pylist()}
     dur = end - start
     lost = op_id < 0
-    return {"kernels": counts.get("kernel", 0), "memcpys": counts.get("memcpy", 0),
-            "memsets": counts.get("memset", 0), "gpu_ops_without_api_call": int((api_call_id < 0).sum()),
-            "gpu_ops_unattributed": int(lost.sum()), "gpu_ns_total": int(dur.sum()),
-            "gpu_ns_unattributed": int(dur[lost].sum())}
+    return {
+        "kernels": counts.get("kernel", 0),
+        "memcpys": counts.get("memcpy", 0),
+        "memsets": counts.get("memset", 0),
+        "gpu_ops_without_api_call": int((api_call_id < 0).sum()),
+        "gpu_ops_unattributed": int(lost.sum()),
+        "gpu_ns_total": int(dur.sum()),
+        "gpu_ns_unattributed": int(dur[lost].sum()),
+    }
 
 
 class OpsTally:
@@ -115,8 +124,14 @@ class Tallies:
 
     def result(self, output: Path, seconds: float) -> ConversionResult:
         return ConversionResult(
-            info=self.info, output=output, rows_read=self.rows_read, ops=self.ops.rows,
-            threads=len(self.ops.threads), processes=len({key >> 32 for key in self.ops.threads}),
-            api_calls=len(self.api_op), api_calls_outside_ranges=int((self.api_op < 0).sum()),
-            seconds=seconds, **self.gpu,
+            info=self.info,
+            output=output,
+            rows_read=self.rows_read,
+            ops=self.ops.rows,
+            threads=len(self.ops.threads),
+            processes=len({key >> 32 for key in self.ops.threads}),
+            api_calls=len(self.api_op),
+            api_calls_outside_ranges=int((self.api_op < 0).sum()),
+            seconds=seconds,
+            **self.gpu,
         )

@@ -24,8 +24,10 @@ from nvbridge.export.chrome import TraceWriter
 from nvbridge.export.trace import export_chrome_trace
 from nvbridge.profile import SourceInfo
 
-NOTHING = ("the report has no ranges, API calls or GPU ops: nothing to trace; convert without --chrome, or "
-           "profile with NVTX or CUDA tracing (nsys profile -t cuda,nvtx).")
+NOTHING = (
+    "the report has no ranges, API calls or GPU ops: nothing to trace; convert without --chrome, or "
+    "profile with NVTX or CUDA tracing (nsys profile -t cuda,nvtx)."
+)
 
 
 def header_meta(info: SourceInfo) -> dict[str, str | None]:
@@ -48,8 +50,11 @@ class TraceFeed:
     def __init__(self, dest: Path, info: SourceInfo, devices: pa.Table, earliest_ns: int | None) -> None:
         self.dest = dest
         self.rows = 0
-        self._writer = None if earliest_ns is None else TraceWriter(
-            dest, origin_ns=earliest_ns, meta=header_meta(info), devices=devices, rank=info.rank or 0)
+        self._writer = (
+            None
+            if earliest_ns is None
+            else TraceWriter(dest, origin_ns=earliest_ns, meta=header_meta(info), devices=devices, rank=info.rank or 0)
+        )
 
     def ops(self, table: pa.Table) -> None:
         self._feed(table, "ops")
@@ -100,8 +105,7 @@ class _InMemory:
 
 def write_whole(model: Model, dest: str | os.PathLike[str]) -> None:
     """The trace of a report read whole, from memory."""
-    tables = _InMemory(header_meta(model.info), model.ops, model.api_calls, model.gpu_ops, model.threads,
-                       model.devices)
+    tables = _InMemory(header_meta(model.info), model.ops, model.api_calls, model.gpu_ops, model.threads, model.devices)
     try:
         export_chrome_trace(tables, dest, force=True)
     except ExportError as exc:

@@ -87,8 +87,9 @@ class Correlator:
         self.gpu_order, self._g_start, self._g_end, self._g_api = match_gpu_ops(api, gpu)
         self.syncs = syncs
         # Position of each sync's API call (-1 none).
-        self.sync_api = api_by_correlation(api, np_col(syncs, "process_key", fill=0),
-                                           np_col(syncs, "correlation_id", fill=-1))
+        self.sync_api = api_by_correlation(
+            api, np_col(syncs, "process_key", fill=0), np_col(syncs, "correlation_id", fill=-1)
+        )
         # Some Nsight Systems exporters store a never-closed range's end as the capture end.
         self._open_marker = info.capture_end_ns if info.kind == "nsys" else None
         self._end_thread_mask = 0xFFFFFF if info.kind == "nsys" else 0xFFFFFFFF
@@ -134,8 +135,11 @@ class Correlator:
         """
         new, parsed_new = self._accept(ranges, cut)
         # Name parsing (Arrow string work, GIL released) runs beside the forest below.
-        parsing = (self._pool.submit(names.parse, new.column("name")) if parsed_new is None
-                   else parsed_new.cast(names.PARSED_SCHEMA))
+        parsing = (
+            self._pool.submit(names.parse, new.column("name"))
+            if parsed_new is None
+            else parsed_new.cast(names.PARSED_SCHEMA)
+        )
         rows = self._rows(new)
         api_rows, a_start, a_end, a_key, a0, a1 = self._api_window(cut)
         tree = window.build_tree(rows, a_start, a_end, a_key, self.capture_end)
@@ -189,10 +193,15 @@ class Correlator:
         # Carried ranges are tree ranges: only OPEN_AT_END can be set on them.
         p_end, p_open = window.ends(prev.raw, p_start, self.capture_end, self._open_marker)
         return window.Rows(
-            pa.concat_tables([prev.raw, new]), np.concatenate([prev.op_id, op_id]),
-            np.concatenate([p_start, start]), np.concatenate([p_end, end]),
+            pa.concat_tables([prev.raw, new]),
+            np.concatenate([prev.op_id, op_id]),
+            np.concatenate([p_start, start]),
+            np.concatenate([p_end, end]),
             np.concatenate([np.where(p_open, OPEN_AT_END, 0).astype(np.int64), flags]),
-            np.concatenate([np.zeros(k, bool), cross]), np.concatenate([np_col(prev.raw, "thread_key"), key]), k)
+            np.concatenate([np.zeros(k, bool), cross]),
+            np.concatenate([np_col(prev.raw, "thread_key"), key]),
+            k,
+        )
 
     def _api_window(self, cut: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
         """This window's API calls (those starting before the cut, in start order): their rows,
@@ -204,8 +213,9 @@ class Correlator:
         a_start = self._a_start[a0:a1]
         return api_rows, a_start, np.maximum(self._a_end[api_rows], a_start), self._a_key[a0:a1], a0, a1
 
-    def _emit(self, rows: window.Rows, tree: window.Tree, sums: window.Sums, parsed: pa.Table,
-              cut: int | None) -> pa.Table:
+    def _emit(
+        self, rows: window.Rows, tree: window.Tree, sums: window.Sums, parsed: pa.Table, cut: int | None
+    ) -> pa.Table:
         """Add what carried ranges had, attach the PyTorch columns, check, and emit the rows
         that have closed; carry the tree ranges that may still contain later work."""
         prev, k, n = self._open, rows.carried, rows.n
@@ -219,16 +229,34 @@ class Correlator:
         pid = np_col(rows.raw, "process_id", fill=0)
         tid = np_col(rows.raw, "thread_id", fill=-1)
         torch_cols, state, links = semantics.annotate(
-            tree.parent, tree.depth, pid, tid, rows.start, rows.op_id, parsed, self._forward,
-            None if prev is None else prev.links)
+            tree.parent,
+            tree.depth,
+            pid,
+            tid,
+            rows.start,
+            rows.op_id,
+            parsed,
+            self._forward,
+            None if prev is None else prev.links,
+        )
         keep = tree.in_tree & (rows.end >= cut) if cut is not None else np.zeros(n, bool)
         emit = np.flatnonzero(~keep)
         carry = np.flatnonzero(keep)
         parent_id = through(rows.op_id, tree.parent)
         dur = rows.end - rows.start
         self_cpu = np.where(tree.in_tree, dur - s["child_cpu"], dur)
-        invariants.check_window(rows.op_id, parent_id, tree.in_tree & ~keep, rows.start, rows.end, tree.parent,
-                                self_cpu, s, emit, self._last_cut)
+        invariants.check_window(
+            rows.op_id,
+            parent_id,
+            tree.in_tree & ~keep,
+            rows.start,
+            rows.end,
+            tree.parent,
+            self_cpu,
+            s,
+            emit,
+            self._last_cut,
+        )
         self._emitted.add(rows.op_id[emit])
         # Every column over the whole window, then the emitted rows as slices of their runs:
         # no column is copied.
@@ -238,9 +266,15 @@ class Correlator:
         self._self_gpu_sum += int(s["self_gpu"][emit].sum())
         if len(carry):
             # Compact copies: slices would keep this window's buffers alive.
-            self._open = _Carried(take_sorted(rows.raw, carry).combine_chunks(), rows.op_id[carry],
-                                  {name: s[name][carry] for name in window.SUMS}, sums.gpu_first[carry],
-                                  sums.gpu_last[carry], take_sorted(state, carry).combine_chunks(), links.take(carry))
+            self._open = _Carried(
+                take_sorted(rows.raw, carry).combine_chunks(),
+                rows.op_id[carry],
+                {name: s[name][carry] for name in window.SUMS},
+                sums.gpu_first[carry],
+                sums.gpu_last[carry],
+                take_sorted(state, carry).combine_chunks(),
+                links.take(carry),
+            )
         else:
             self._open = None
         self._last_cut = cut
@@ -269,8 +303,10 @@ class Correlator:
         change): those rows may be built and written while later windows are correlated."""
         if self._done:
             return self.api.num_rows, len(self._g_start)
-        return (int(np.searchsorted(self._api_ready, self._api_done, "left")),
-                int(np.searchsorted(self._g_ready, self._api_done, "left")))
+        return (
+            int(np.searchsorted(self._api_ready, self._api_done, "left")),
+            int(np.searchsorted(self._g_ready, self._api_done, "left")),
+        )
 
     def api_calls(self, first: int = 0, stop: int | None = None) -> pa.Table:
         """The api_calls table, or its rows ``first:stop`` (final rows: :meth:`final_rows`)."""
@@ -340,5 +376,10 @@ def correlate(profile: RawProfile) -> Model:
         engine.finish()
     finally:
         engine.close()
-    return Model(profile.info, ops, gpu_ops=engine.gpu_ops(), api_calls=engine.api_calls(),
-                 **other_tables(engine, profile.marks, profile.threads, profile.devices))
+    return Model(
+        profile.info,
+        ops,
+        gpu_ops=engine.gpu_ops(),
+        api_calls=engine.api_calls(),
+        **other_tables(engine, profile.marks, profile.threads, profile.devices),
+    )

@@ -30,9 +30,18 @@ class EmittedIds:
             raise CorrelationError("op ids are not 0..n-1")
 
 
-def check_window(op_id: np.ndarray, parent_id: np.ndarray, emitted_tree: np.ndarray, start: np.ndarray,
-                 end: np.ndarray, parent: np.ndarray, self_cpu: np.ndarray, sums: dict[str, np.ndarray],
-                 emit: np.ndarray, after_cut: int | None) -> None:
+def check_window(
+    op_id: np.ndarray,
+    parent_id: np.ndarray,
+    emitted_tree: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    parent: np.ndarray,
+    self_cpu: np.ndarray,
+    sums: dict[str, np.ndarray],
+    emit: np.ndarray,
+    after_cut: int | None,
+) -> None:
     """The invariants on the rows a window emits (``emit``; ``emitted_tree`` marks the tree
     ranges among them; GPU time and op ids are checked once the report is done): parents
     precede children, a tree child lies inside its parent, self times are never negative,
@@ -51,7 +60,8 @@ def check_window(op_id: np.ndarray, parent_id: np.ndarray, emitted_tree: np.ndar
         raise CorrelationError(
             f"total GPU time below self GPU time (op {int(op_id[i])}: self {int(sums['self_gpu'][i])} ns, "
             f"total {int(sums['total_gpu'][i])} ns, after the window starting at {after_cut}); "
-            "please report this file")
+            "please report this file"
+        )
 
 
 def check_gpu_time(self_gpu_sum: int, g_start: np.ndarray, g_end: np.ndarray, g_op: np.ndarray) -> None:
@@ -82,8 +92,9 @@ def check(model: Model) -> None:
     if ((s[p] > s[tree]) | (e[tree] > e[p])).any():
         raise CorrelationError("a child range is not inside its parent")
     g = model.gpu_ops
-    check_gpu_time(int(np_col(ops, "self_gpu_ns").sum()), np_col(g, "start_ns"), np_col(g, "end_ns"),
-                   np_col(g, "op_id", fill=-1))
+    check_gpu_time(
+        int(np_col(ops, "self_gpu_ns").sum()), np_col(g, "start_ns"), np_col(g, "end_ns"), np_col(g, "op_id", fill=-1)
+    )
     if (np_col(ops, "self_cpu_ns")[tree] < 0).any():
         raise CorrelationError("negative self CPU time")
     if (np_col(ops, "total_gpu_ns") < np_col(ops, "self_gpu_ns")).any():

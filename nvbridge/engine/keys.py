@@ -41,16 +41,18 @@ def lookup_keys(keys: np.ndarray, queries: np.ndarray, size: int | None = None) 
     return np.where(sorted_keys[pos] == queries, order[pos], -1)
 
 
-def correlation_keys(api_proc: np.ndarray, api_corr: np.ndarray, gpu_proc: np.ndarray,
-                     gpu_corr: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def correlation_keys(
+    api_proc: np.ndarray, api_corr: np.ndarray, gpu_proc: np.ndarray, gpu_corr: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
     """One int64 key per (process, correlation id), ids repeating across processes; and the
     bound of the keys (every key is below it)."""
     # Dense process indices by hashing (a handful of processes over millions of rows); the two
     # chunks share one dictionary, so nothing is concatenated.
     enc = pa.chunked_array([pa.array(api_proc, pa.int64()), pa.array(gpu_proc, pa.int64())]).dictionary_encode()
-    inverse = np.concatenate([np.asarray(c.indices.to_numpy(zero_copy_only=False), np.int64) for c in enc.chunks]
-                             or [np.zeros(0, np.int64)])
-    api_inv, gpu_inv = inverse[: len(api_proc)], inverse[len(api_proc):]
+    inverse = np.concatenate(
+        [np.asarray(c.indices.to_numpy(zero_copy_only=False), np.int64) for c in enc.chunks] or [np.zeros(0, np.int64)]
+    )
+    api_inv, gpu_inv = inverse[: len(api_proc)], inverse[len(api_proc) :]
     processes = len(enc.chunk(0).dictionary) if enc.num_chunks else 0
     width = int(max(api_corr.max(initial=0), gpu_corr.max(initial=0))) + 2
     if processes * width >= 2**62:
@@ -75,6 +77,7 @@ def match_gpu_ops(api: pa.Table, gpu: pa.Table) -> tuple[np.ndarray, np.ndarray,
     """
     g_start, g_end = np_col(gpu, "start_ns"), np_col(gpu, "end_ns")
     g_order = np.argsort(g_start, kind="stable")
-    g_api = api_by_correlation(api, np_col(gpu, "process_key", fill=0)[g_order],
-                               np_col(gpu, "correlation_id", fill=-1)[g_order])
+    g_api = api_by_correlation(
+        api, np_col(gpu, "process_key", fill=0)[g_order], np_col(gpu, "correlation_id", fill=-1)[g_order]
+    )
     return g_order, g_start[g_order], g_end[g_order], g_api

@@ -16,28 +16,44 @@ if TYPE_CHECKING:
     from nvbridge.engine.correlator import Correlator
 
 # gpu_ops columns copied from the reader's table as they are.
-_GPU_PASSED = ("bytes", "copy_kind", "src_kind", "dst_kind", "grid_x", "grid_y", "grid_z",
-               "block_x", "block_y", "block_z",
-               "registers_per_thread", "static_shared_bytes", "dynamic_shared_bytes",
-               "short_name", "mangled_name", "graph_node_id")
+_GPU_PASSED = (
+    "bytes",
+    "copy_kind",
+    "src_kind",
+    "dst_kind",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "registers_per_thread",
+    "static_shared_bytes",
+    "dynamic_shared_bytes",
+    "short_name",
+    "mangled_name",
+    "graph_node_id",
+)
 
 
 def api_calls_table(api: pa.Table, api_op: np.ndarray, gpu_count: np.ndarray, first: int, stop: int) -> pa.Table:
     """Rows ``first:stop`` of the api_calls table (``api_op``: each call's op, -1 none)."""
     api, api_op = api.slice(first, stop - first), api_op[first:stop]
-    return pa.table({
-        "api_call_id": pa.array(np.arange(first, stop, dtype=np.int64)),
-        "op_id": pa.array(api_op, mask=api_op < 0),
-        "name": api.column("name").cast(DICT_STR),
-        "kind": api.column("kind"),
-        "process_id": api.column("process_id"),
-        "thread_id": api.column("thread_id"),
-        "correlation_id": api.column("correlation_id"),
-        "start_ns": api.column("start_ns"),
-        "end_ns": api.column("end_ns"),
-        "gpu_op_count": pa.array(gpu_count[first:stop].astype(np.int64)),
-        "return_value": api.column("return_value"),
-    })
+    return pa.table(
+        {
+            "api_call_id": pa.array(np.arange(first, stop, dtype=np.int64)),
+            "op_id": pa.array(api_op, mask=api_op < 0),
+            "name": api.column("name").cast(DICT_STR),
+            "kind": api.column("kind"),
+            "process_id": api.column("process_id"),
+            "thread_id": api.column("thread_id"),
+            "correlation_id": api.column("correlation_id"),
+            "start_ns": api.column("start_ns"),
+            "end_ns": api.column("end_ns"),
+            "gpu_op_count": pa.array(gpu_count[first:stop].astype(np.int64)),
+            "return_value": api.column("return_value"),
+        }
+    )
 
 
 def gpu_ops_table(engine: Correlator, first: int, stop: int) -> pa.Table:
@@ -80,8 +96,13 @@ def devices_table(engine: Correlator, devices: pa.Table) -> pa.Table:
     extra = sorted({int(d) for d in np.unique(np_col(engine.gpu, "device_id", fill=-1)) if d >= 0} - seen)
     if "memory_gbps" not in devices.column_names:  # a reader that knows no bandwidth
         devices = devices.append_column("memory_gbps", pa.nulls(devices.num_rows, pa.float64()))
-    extra_t = pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string()),
-                        "memory_gbps": pa.nulls(len(extra), pa.float64())})
+    extra_t = pa.table(
+        {
+            "device_id": pa.array(extra, pa.int64()),
+            "name": pa.nulls(len(extra), pa.string()),
+            "memory_gbps": pa.nulls(len(extra), pa.float64()),
+        }
+    )
     return pa.concat_tables([devices.cast(extra_t.schema), extra_t]).sort_by([("device_id", "ascending")])
 
 
@@ -92,8 +113,10 @@ def other_tables(engine: Correlator, marks: pa.Table, threads: pa.Table, devices
     return {
         "marks": marks.sort_by([("ts_ns", "ascending")]),
         "syncs": syncs.append_column("api_call_id", pa.array(s_api, mask=s_api < 0)).sort_by(
-            [("start_ns", "ascending")]),
-        "threads": threads.drop_columns(["thread_key"]).sort_by([("process_id", "ascending"),
-                                                                   ("thread_id", "ascending")]),
+            [("start_ns", "ascending")]
+        ),
+        "threads": threads.drop_columns(["thread_key"]).sort_by(
+            [("process_id", "ascending"), ("thread_id", "ascending")]
+        ),
         "devices": devices_table(engine, devices),
     }

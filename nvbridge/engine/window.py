@@ -25,8 +25,9 @@ from nvbridge.intervals import Forest, stable_order
 SUMS = ("self_gpu", "self_count", "api_count", "child_cpu", "total_gpu", "total_count")
 
 
-def ends(ranges: pa.Table, start: np.ndarray, capture_end: int,
-         open_marker: int | None) -> tuple[np.ndarray, np.ndarray]:
+def ends(
+    ranges: pa.Table, start: np.ndarray, capture_end: int, open_marker: int | None
+) -> tuple[np.ndarray, np.ndarray]:
     """Each range's end, a never-closed one clamped to the capture end, and which were.
 
     ``open_marker``: an end value that also means never closed (some exporters store the
@@ -162,33 +163,45 @@ def roll_up(rows: Rows, tree: Tree, g_local: np.ndarray, g_start: np.ndarray, g_
     return Sums(sums, g_first, g_last)
 
 
-def ops_table(rows: Rows, tree: Tree, sums: Sums, self_cpu: np.ndarray, parent_id: np.ndarray, pid: np.ndarray,
-              end_thread_mask: int, torch_cols: dict[str, pa.Array]) -> pa.Table:
+def ops_table(
+    rows: Rows,
+    tree: Tree,
+    sums: Sums,
+    self_cpu: np.ndarray,
+    parent_id: np.ndarray,
+    pid: np.ndarray,
+    end_thread_mask: int,
+    torch_cols: dict[str, pa.Array],
+) -> pa.Table:
     """Every ops column over the whole window, zero-copy from NumPy where it can be."""
     raw, s = rows.raw, sums.values
     has_gpu = s["total_count"] > 0
-    return flops.with_rates(pa.table({
-        "op_id": pa.array(rows.op_id),
-        "parent_id": pa.array(parent_id, mask=parent_id < 0),
-        "depth": pa.array(tree.depth),
-        "name": raw.column("name"),
-        "domain": raw.column("domain"),
-        "domain_id": raw.column("domain_id"),
-        "process_id": pa.array(pid),
-        "thread_id": raw.column("thread_id"),
-        "start_ns": pa.array(rows.start),
-        "end_ns": pa.array(rows.end),
-        "self_cpu_ns": pa.array(self_cpu),
-        "total_cpu_ns": pa.array(rows.end - rows.start),
-        "self_gpu_ns": pa.array(s["self_gpu"]),
-        "total_gpu_ns": pa.array(s["total_gpu"]),
-        "gpu_op_count": pa.array(s["self_count"]),
-        "total_gpu_op_count": pa.array(s["total_count"]),
-        "api_call_count": pa.array(s["api_count"]),
-        "gpu_start_ns": pa.array(sums.gpu_first, mask=~has_gpu),
-        "gpu_end_ns": pa.array(sums.gpu_last, mask=~has_gpu),
-        "style": raw.column("style"),
-        "end_thread_id": pc.bit_wise_and(raw.column("end_thread_key"), pa.scalar(end_thread_mask)),
-        "flags": pa.array(rows.flags),
-        **torch_cols,
-    }))
+    return flops.with_rates(
+        pa.table(
+            {
+                "op_id": pa.array(rows.op_id),
+                "parent_id": pa.array(parent_id, mask=parent_id < 0),
+                "depth": pa.array(tree.depth),
+                "name": raw.column("name"),
+                "domain": raw.column("domain"),
+                "domain_id": raw.column("domain_id"),
+                "process_id": pa.array(pid),
+                "thread_id": raw.column("thread_id"),
+                "start_ns": pa.array(rows.start),
+                "end_ns": pa.array(rows.end),
+                "self_cpu_ns": pa.array(self_cpu),
+                "total_cpu_ns": pa.array(rows.end - rows.start),
+                "self_gpu_ns": pa.array(s["self_gpu"]),
+                "total_gpu_ns": pa.array(s["total_gpu"]),
+                "gpu_op_count": pa.array(s["self_count"]),
+                "total_gpu_op_count": pa.array(s["total_count"]),
+                "api_call_count": pa.array(s["api_count"]),
+                "gpu_start_ns": pa.array(sums.gpu_first, mask=~has_gpu),
+                "gpu_end_ns": pa.array(sums.gpu_last, mask=~has_gpu),
+                "style": raw.column("style"),
+                "end_thread_id": pc.bit_wise_and(raw.column("end_thread_key"), pa.scalar(end_thread_mask)),
+                "flags": pa.array(rows.flags),
+                **torch_cols,
+            }
+        )
+    )

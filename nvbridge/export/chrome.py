@@ -53,13 +53,54 @@ SPLIT_ROWS = 16_384  # chunks at least this long are turned into lines on two th
 GZIP_LEVEL = 1  # measured at 2M NVTX rows: zlib's level 1 writes 5x faster than 9 for a file 1.3x larger
 META_PREFIXES = ("source", "kind", "producer", "schema", "time_base", "nvbridge", "dataset")
 # Columns each table must have (a dataset's or a conversion's chunks).
-OP_COLUMNS = ("op_id", "op_name", "name", "domain", "process_id", "thread_id", "start_ns", "end_ns", "flags",
-              "seq", "torch_op_id", "fwd_tid", "fwd_op_id", "input_shapes", "module_path")
-API_COLUMNS = ("api_call_id", "kind", "name", "process_id", "thread_id", "start_ns", "end_ns", "correlation_id",
-               "op_id")
-GPU_COLUMNS = ("gpu_op_id", "kind", "name", "process_id", "device_id", "stream_id", "start_ns", "end_ns",
-               "correlation_id", "op_id", "api_call_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
-               "block_z", "bytes")
+OP_COLUMNS = (
+    "op_id",
+    "op_name",
+    "name",
+    "domain",
+    "process_id",
+    "thread_id",
+    "start_ns",
+    "end_ns",
+    "flags",
+    "seq",
+    "torch_op_id",
+    "fwd_tid",
+    "fwd_op_id",
+    "input_shapes",
+    "module_path",
+)
+API_COLUMNS = (
+    "api_call_id",
+    "kind",
+    "name",
+    "process_id",
+    "thread_id",
+    "start_ns",
+    "end_ns",
+    "correlation_id",
+    "op_id",
+)
+GPU_COLUMNS = (
+    "gpu_op_id",
+    "kind",
+    "name",
+    "process_id",
+    "device_id",
+    "stream_id",
+    "start_ns",
+    "end_ns",
+    "correlation_id",
+    "op_id",
+    "api_call_id",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "bytes",
+)
 
 
 @dataclass
@@ -90,17 +131,30 @@ class Tables(Protocol):
     def devices(self) -> pa.Table: ...
 
 
-def header(meta: Mapping[str, str | None], devices: pa.Table | None, origin_ns: int, rank: int,
-           world_size: int) -> dict[str, object]:
+def header(
+    meta: Mapping[str, str | None], devices: pa.Table | None, origin_ns: int, rank: int, world_size: int
+) -> dict[str, object]:
     """Kineto's header: base time (the session's epoch added when times count from it), rank, GPUs."""
     epoch = meta.get("session_start_utc_ns") if meta.get("time_base") == "session" else None
     kept = {k: v for k, v in meta.items() if k.startswith(META_PREFIXES)}
-    props = [] if devices is None else [
-        {"id": int(d), "name": n or f"GPU {d}"} for d, n in zip(
-            np_col(devices, "device_id", fill=-1).tolist(), devices.column("name").to_pylist()) if d >= 0]
-    return {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": origin_ns + int(epoch or 0),
-            "distributedInfo": {"rank": rank, "world_size": world_size},
-            "deviceProperties": props, "traceName": kept.get("source"), "nvbridge": kept}
+    props = (
+        []
+        if devices is None
+        else [
+            {"id": int(d), "name": n or f"GPU {d}"}
+            for d, n in zip(np_col(devices, "device_id", fill=-1).tolist(), devices.column("name").to_pylist())
+            if d >= 0
+        ]
+    )
+    return {
+        "schemaVersion": 1,
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": origin_ns + int(epoch or 0),
+        "distributedInfo": {"rank": rank, "world_size": world_size},
+        "deviceProperties": props,
+        "traceName": kept.get("source"),
+        "nvbridge": kept,
+    }
 
 
 class TraceWriter:
@@ -118,14 +172,27 @@ class TraceWriter:
             host process ids (GPU ops by the process that launched them).
     """
 
-    def __init__(self, dest: str | os.PathLike[str], *, origin_ns: int, meta: Mapping[str, str | None] | None = None,
-                 devices: pa.Table | None = None, rank: int = 0, world_size: int = 1, start_ns: int | None = None,
-                 end_ns: int | None = None, processes: set[int] | None = None) -> None:
+    def __init__(
+        self,
+        dest: str | os.PathLike[str],
+        *,
+        origin_ns: int,
+        meta: Mapping[str, str | None] | None = None,
+        devices: pa.Table | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        processes: set[int] | None = None,
+    ) -> None:
         self.path = Path(dest)
         self.origin = origin_ns
         self.window = (start_ns, end_ns, None if processes is None else sorted(processes))
-        self.devices = devices if devices is not None else pa.table({"device_id": pa.array([], pa.int64()),
-                                                                      "name": pa.array([], pa.string())})
+        self.devices = (
+            devices
+            if devices is not None
+            else pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
+        )
         self.stats = TraceStats(self.path)
         self._threads = ThreadCodes()
         self._flows = FlowState(self._threads)
@@ -134,8 +201,9 @@ class TraceWriter:
         self._unnested: list[pa.Table] = []  # ranges that cannot nest on their thread
         self._moved: list[pa.Table] = []  # GPU ops overlapping an earlier op of their stream
         self._tmp = outputs.staging_file(self.path)
-        self._fh = io.BufferedWriter(_open_gzip(self._tmp) if self.path.suffix == ".gz" else io.FileIO(self._tmp, "wb"),
-                                     buffer_size=1 << 20)
+        self._fh = io.BufferedWriter(
+            _open_gzip(self._tmp) if self.path.suffix == ".gz" else io.FileIO(self._tmp, "wb"), buffer_size=1 << 20
+        )
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvbridge-lines")
         try:
             self._sink = EventSink(self._fh, header(meta or {}, devices, origin_ns, rank, world_size))
@@ -155,8 +223,9 @@ class TraceWriter:
         """Build a chunk's lines in two halves at once (Arrow's string kernels release the GIL);
         write them in order."""
         half = table.num_rows // 2 if table.num_rows >= SPLIT_ROWS else table.num_rows
-        second = self._builder.submit(build, table.slice(half), tid[half:], self.origin) if half < table.num_rows \
-            else None
+        second = (
+            self._builder.submit(build, table.slice(half), tid[half:], self.origin) if half < table.num_rows else None
+        )
         self._sink.lines(build(table.slice(0, half), tid[:half], self.origin))
         if second is not None:
             self._sink.lines(second.result())
@@ -212,8 +281,9 @@ class TraceWriter:
             _bump(self.stats.slices, str(row["values"]), int(row["counts"]))
         moved = self._lanes.moved((dev << 32) | stream, start, end)
         stay = t.filter(pa.array(~moved)) if moved.any() else t
-        self._streams |= {(int(d), int(s)) for d, s in np.unique(np.stack([dev[~moved], stream[~moved]], 1),
-                                                                  axis=0).tolist()}
+        self._streams |= {
+            (int(d), int(s)) for d, s in np.unique(np.stack([dev[~moved], stream[~moved]], 1), axis=0).tolist()
+        }
         self._lines(gpu_lines, stay, stream[~moved])
         self._sink.lines(self._flows.ac2g(stay, stream[~moved], self.origin))
         if moved.any():
@@ -299,16 +369,31 @@ def _bump(counts: dict[K, int], key: K, n: int) -> None:
 def _in_order(parts: list[pa.Table], key: str) -> pa.Table:
     """The held-back rows, in id order (the order a whole-table writer would see them in)."""
     if not parts:
-        return pa.table({key: pa.array([], pa.int64()), "process_id": pa.array([], pa.int64()),
-                         "thread_id": pa.array([], pa.int64()), "device_id": pa.array([], pa.int64()),
-                         "stream_id": pa.array([], pa.int64()), "start_ns": pa.array([], pa.int64()),
-                         "end_ns": pa.array([], pa.int64())})
+        return pa.table(
+            {
+                key: pa.array([], pa.int64()),
+                "process_id": pa.array([], pa.int64()),
+                "thread_id": pa.array([], pa.int64()),
+                "device_id": pa.array([], pa.int64()),
+                "stream_id": pa.array([], pa.int64()),
+                "start_ns": pa.array([], pa.int64()),
+                "end_ns": pa.array([], pa.int64()),
+            }
+        )
     table = pa.concat_tables(parts, promote_options="permissive")
     return table.take(pa.array(np.argsort(np_col(table, key), kind="stable")))
 
 
-def write(report: Tables, dest: str | os.PathLike[str], *, start_ns: int | None = None, end_ns: int | None = None,
-          processes: set[int] | None = None, rank: int = 0, world_size: int = 1) -> TraceStats:
+def write(
+    report: Tables,
+    dest: str | os.PathLike[str],
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    processes: set[int] | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+) -> TraceStats:
     """Write a loaded report's tables as a Chrome trace (``.json`` or ``.json.gz``).
 
     Args:
@@ -322,8 +407,17 @@ def write(report: Tables, dest: str | os.PathLike[str], *, start_ns: int | None 
     tables = (report.ops, report.api_calls, report.gpu_ops)
     starts = [np_col(t, "start_ns")[in_window(t, start_ns, end_ns, processes)] for t in tables]
     origin = min((int(s.min()) for s in starts if len(s)), default=0)
-    with TraceWriter(dest, origin_ns=origin, meta=report.meta, devices=report.devices, rank=rank,
-                     world_size=world_size, start_ns=start_ns, end_ns=end_ns, processes=processes) as writer:
+    with TraceWriter(
+        dest,
+        origin_ns=origin,
+        meta=report.meta,
+        devices=report.devices,
+        rank=rank,
+        world_size=world_size,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        processes=processes,
+    ) as writer:
         for lo in range(0, max(report.api_calls.num_rows, 1), BATCH_ROWS):
             writer.api_calls(report.api_calls.slice(lo, BATCH_ROWS))
         for lo in range(0, max(report.gpu_ops.num_rows, 1), BATCH_ROWS):

@@ -91,8 +91,17 @@ class FlowState:
 
     def ac2g(self, gpu: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
         """Flows to these kept GPU ops (drawn on tracks ``tid``) from their kept launching calls."""
-        return self._ac2g((np_col(gpu, "gpu_op_id"), np_col(gpu, "api_call_id", fill=-1),
-                           np_col(gpu, "device_id", fill=0), tid, np_col(gpu, "start_ns")), origin, hold=True)
+        return self._ac2g(
+            (
+                np_col(gpu, "gpu_op_id"),
+                np_col(gpu, "api_call_id", fill=-1),
+                np_col(gpu, "device_id", fill=0),
+                tid,
+                np_col(gpu, "start_ns"),
+            ),
+            origin,
+            hold=True,
+        )
 
     def ac2g_pending(self, origin: int, final: bool) -> pa.Array:
         """Flows to GPU ops that arrived before their API call; at the end, drop what never came."""
@@ -114,8 +123,16 @@ class FlowState:
             return _no_lines()
         self.counts["ac2g"] += int(ok.sum())
         pid, api_tid = self.threads.pid_tid(code[ok])
-        return flow_lines("ac2g", ids[ok] + 1, pid, api_tid, self._api_start[api_of[ok]] - origin,
-                          dev[ok], tid[ok], start[ok] - origin)
+        return flow_lines(
+            "ac2g",
+            ids[ok] + 1,
+            pid,
+            api_tid,
+            self._api_start[api_of[ok]] - origin,
+            dev[ok],
+            tid[ok],
+            start[ok] - origin,
+        )
 
     def add_ops(self, ops: pa.Table, codes: np.ndarray) -> None:
         """Kept ops; ``codes``: thread code, -1 for a range drawn on an extra track (known at the end)."""
@@ -150,8 +167,9 @@ class FlowState:
         pid_s, tid_s = self._where(f_code[pos], f_id[pos], unnested)
         pid_f, tid_f = self._where(b_code, b_id, unnested)
         first = self.gpu_rows if gpu_rows is None else gpu_rows
-        return flow_lines("fwdbwd", first + 1 + b_id, pid_s, tid_s, f_start[pos] - origin, pid_f, tid_f,
-                          b_start - origin)
+        return flow_lines(
+            "fwdbwd", first + 1 + b_id, pid_s, tid_s, f_start[pos] - origin, pid_f, tid_f, b_start - origin
+        )
 
     def _where(self, codes: np.ndarray, op_id: np.ndarray, unnested: Arrays) -> tuple[np.ndarray, np.ndarray]:
         """(pid, tid) of each op's track: its thread, or the extra track it was drawn on."""

@@ -68,8 +68,12 @@ def _opt(label: str, values: pa.Array | pa.ChunkedArray, quote: bool = False) ->
 def decoded(table: pa.Table) -> pa.Table:
     """The table with dictionary-encoded columns decoded (string kernels want strings), but for
     the names, which :func:`escape` takes encoded."""
-    schema = pa.schema([pa.field(f.name, f.type.value_type)
-                        if pa.types.is_dictionary(f.type) and f.name not in ESCAPED else f for f in table.schema])
+    schema = pa.schema(
+        [
+            pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) and f.name not in ESCAPED else f
+            for f in table.schema
+        ]
+    )
     return table.cast(schema)
 
 
@@ -79,15 +83,29 @@ def op_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
     torch_op = pc.or_(pc.is_valid(t.column("seq")), pc.is_valid(t.column("torch_op_id")))
     cat = pc.if_else(torch_op, pa.scalar('"cpu_op"'), pa.scalar('"user_annotation"'))
     return join(
-        '{"ph":"X","cat":', cat, ',"name":', pc.fill_null(escape(t.column("op_name")), EMPTY),
-        ',"pid":', num(np_col(t, "process_id")), ',"tid":', num(tid),
-        ',"ts":', us(s), ',"dur":', us(e),
-        ',"args":{"External id":', num(np_col(t, "op_id")),
-        _opt("Sequence number", t.column("seq")), _opt("Fwd thread id", t.column("fwd_tid")),
+        '{"ph":"X","cat":',
+        cat,
+        ',"name":',
+        pc.fill_null(escape(t.column("op_name")), EMPTY),
+        ',"pid":',
+        num(np_col(t, "process_id")),
+        ',"tid":',
+        num(tid),
+        ',"ts":',
+        us(s),
+        ',"dur":',
+        us(e),
+        ',"args":{"External id":',
+        num(np_col(t, "op_id")),
+        _opt("Sequence number", t.column("seq")),
+        _opt("Fwd thread id", t.column("fwd_tid")),
         _opt("Input Dims", t.column("input_shapes"), quote=True),
         _opt("Module", t.column("module_path"), quote=True),
         _opt("NVTX domain", t.column("domain"), quote=True),
-        ',"NVTX name":', pc.fill_null(escape(t.column("name")), EMPTY), "}},\n")
+        ',"NVTX name":',
+        pc.fill_null(escape(t.column("name")), EMPTY),
+        "}},\n",
+    )
 
 
 def api_lines(t: pa.Table, origin: int) -> pa.Array:
@@ -95,11 +113,23 @@ def api_lines(t: pa.Table, origin: int) -> pa.Array:
     d = np_col(t, "end_ns") - np_col(t, "start_ns")
     cat = pc.if_else(pc.equal(t.column("kind"), "driver"), pa.scalar('"cuda_driver"'), pa.scalar('"cuda_runtime"'))
     return join(
-        '{"ph":"X","cat":', cat, ',"name":', pc.fill_null(escape(t.column("name")), EMPTY),
-        ',"pid":', num(np_col(t, "process_id")), ',"tid":', num(np_col(t, "thread_id")),
-        ',"ts":', us(s), ',"dur":', us(d),
-        ',"args":{"correlation":', t.column("correlation_id").cast(pa.string()).fill_null("null"),
-        _opt("External id", t.column("op_id")), "}},\n")
+        '{"ph":"X","cat":',
+        cat,
+        ',"name":',
+        pc.fill_null(escape(t.column("name")), EMPTY),
+        ',"pid":',
+        num(np_col(t, "process_id")),
+        ',"tid":',
+        num(np_col(t, "thread_id")),
+        ',"ts":',
+        us(s),
+        ',"dur":',
+        us(d),
+        ',"args":{"correlation":',
+        t.column("correlation_id").cast(pa.string()).fill_null("null"),
+        _opt("External id", t.column("op_id")),
+        "}},\n",
+    )
 
 
 def gpu_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
@@ -107,34 +137,83 @@ def gpu_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
     s = np_col(t, "start_ns") - origin
     d = np_col(t, "end_ns") - np_col(t, "start_ns")
     kind = t.column("kind")
-    cat = pc.binary_join_element_wise('"', pc.replace_substring_regex(
-        pc.replace_substring_regex(pc.replace_substring_regex(kind, "^kernel$|^graph$", "kernel"),
-                                   "^memcpy$", "gpu_memcpy"), "^memset$", "gpu_memset"), '"', "")
-    grid = pc.fill_null(join(',"grid":[', t.column("grid_x").cast(pa.string()), ",",
-                             t.column("grid_y").cast(pa.string()), ",", t.column("grid_z").cast(pa.string()),
-                             '],"block":[', t.column("block_x").cast(pa.string()), ",",
-                             t.column("block_y").cast(pa.string()), ",", t.column("block_z").cast(pa.string()),
-                             "]"), "")
+    cat = pc.binary_join_element_wise(
+        '"',
+        pc.replace_substring_regex(
+            pc.replace_substring_regex(
+                pc.replace_substring_regex(kind, "^kernel$|^graph$", "kernel"), "^memcpy$", "gpu_memcpy"
+            ),
+            "^memset$",
+            "gpu_memset",
+        ),
+        '"',
+        "",
+    )
+    grid = pc.fill_null(
+        join(
+            ',"grid":[',
+            t.column("grid_x").cast(pa.string()),
+            ",",
+            t.column("grid_y").cast(pa.string()),
+            ",",
+            t.column("grid_z").cast(pa.string()),
+            '],"block":[',
+            t.column("block_x").cast(pa.string()),
+            ",",
+            t.column("block_y").cast(pa.string()),
+            ",",
+            t.column("block_z").cast(pa.string()),
+            "]",
+        ),
+        "",
+    )
     nbytes = t.column("bytes").cast(pa.int64())
     bandwidth = pc.divide(nbytes.cast(pa.float64()), pa.array(np.maximum(d, 1).astype(np.float64)))
     bw_text = pc.fill_null(join(',"memory bandwidth (GB/s)":', pc.round(bandwidth, 3).cast(pa.string())), "")
     device = num(np_col(t, "device_id", fill=0))
     return join(
-        '{"ph":"X","cat":', cat, ',"name":', pc.fill_null(escape(t.column("name")), EMPTY),
-        ',"pid":', device, ',"tid":', num(tid), ',"ts":', us(s), ',"dur":', us(d),
-        ',"args":{"device":', device, ',"stream":', num(np_col(t, "stream_id", fill=0)),
-        ',"correlation":', t.column("correlation_id").cast(pa.string()).fill_null("null"),
-        _opt("External id", t.column("op_id")), grid, _opt("bytes", nbytes), bw_text, "}},\n")
+        '{"ph":"X","cat":',
+        cat,
+        ',"name":',
+        pc.fill_null(escape(t.column("name")), EMPTY),
+        ',"pid":',
+        device,
+        ',"tid":',
+        num(tid),
+        ',"ts":',
+        us(s),
+        ',"dur":',
+        us(d),
+        ',"args":{"device":',
+        device,
+        ',"stream":',
+        num(np_col(t, "stream_id", fill=0)),
+        ',"correlation":',
+        t.column("correlation_id").cast(pa.string()).fill_null("null"),
+        _opt("External id", t.column("op_id")),
+        grid,
+        _opt("bytes", nbytes),
+        bw_text,
+        "}},\n",
+    )
 
 
-def flow_lines(cat: str, ids: np.ndarray, pid_s: np.ndarray, tid_s: np.ndarray, ts_s: np.ndarray,
-               pid_f: np.ndarray, tid_f: np.ndarray, ts_f: np.ndarray) -> pa.Array:
+def flow_lines(
+    cat: str,
+    ids: np.ndarray,
+    pid_s: np.ndarray,
+    tid_s: np.ndarray,
+    ts_s: np.ndarray,
+    pid_f: np.ndarray,
+    tid_f: np.ndarray,
+    ts_f: np.ndarray,
+) -> pa.Array:
     """Both ends of each flow: ``ph: "s"`` then ``ph: "f"`` bound to the enclosing slice (``bp: "e"``)."""
     head = f'{{"cat":"{cat}","name":"{cat}","id":'
-    start = join(head, num(ids), ',"ph":"s","pid":', num(pid_s), ',"tid":', num(tid_s), ',"ts":', us(ts_s),
-                 "},\n")
-    finish = join(head, num(ids), ',"ph":"f","bp":"e","pid":', num(pid_f), ',"tid":', num(tid_f),
-                  ',"ts":', us(ts_f), "},\n")
+    start = join(head, num(ids), ',"ph":"s","pid":', num(pid_s), ',"tid":', num(tid_s), ',"ts":', us(ts_s), "},\n")
+    finish = join(
+        head, num(ids), ',"ph":"f","bp":"e","pid":', num(pid_f), ',"tid":', num(tid_f), ',"ts":', us(ts_f), "},\n"
+    )
     return pc.binary_join_element_wise(start, finish, "")
 
 
@@ -171,8 +250,8 @@ class EventSink:
         arr = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
         if arr.type == pa.large_string():
             arr = arr.cast(pa.string())
-        offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset: arr.offset + len(arr) + 1]
-        data = memoryview(arr.buffers()[2])[int(offsets[0]):int(offsets[-1]) - 2]  # keeps the buffer alive
+        offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + len(arr) + 1]
+        data = memoryview(arr.buffers()[2])[int(offsets[0]) : int(offsets[-1]) - 2]  # keeps the buffer alive
         separator = b",\n" if self.pending else b""
         self.pending = True
         self.wait()

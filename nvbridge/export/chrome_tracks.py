@@ -82,14 +82,15 @@ class StreamLanes:
         return out
 
 
-def extra_tids(used: set[int], extra_host: list[Lane], extra_gpu: list[Lane]) -> tuple[dict[Lane, int],
-                                                                                           dict[Lane, int]]:
+def extra_tids(
+    used: set[int], extra_host: list[Lane], extra_gpu: list[Lane]
+) -> tuple[dict[Lane, int], dict[Lane, int]]:
     """Thread ids for the extra tracks: the largest ids below 2**32 that no real track uses."""
     taken = np.array(sorted(used), np.int64)
     need = len(extra_host) + len(extra_gpu)
     free = MAX_TID - np.arange(need + len(taken), dtype=np.int64)
     ids = free[~np.isin(free, taken)][:need].tolist()
-    return dict(zip(extra_host, ids[:len(extra_host)])), dict(zip(extra_gpu, ids[len(extra_host):]))
+    return dict(zip(extra_host, ids[: len(extra_host)])), dict(zip(extra_gpu, ids[len(extra_host) :]))
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,9 @@ def _by_track(extra: dict[Lane, int]) -> dict[tuple[int, int], list[tuple[int, i
 
 
 def _host_names(tracks: TrackSet, threads: pa.Table) -> list[str]:
-    rows = threads.select([c for c in ("process_id", "thread_id", "thread_name", "process_name")
-                           if c in threads.column_names]).to_pylist()
+    rows = threads.select(
+        [c for c in ("process_id", "thread_id", "thread_name", "process_name") if c in threads.column_names]
+    ).to_pylist()
     names = {(t["process_id"], t["thread_id"]): t.get("thread_name") for t in rows}
     procs = {t["process_id"]: t.get("process_name") for t in rows}
     out = []

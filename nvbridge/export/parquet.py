@@ -43,10 +43,12 @@ def meta_table(info: SourceInfo, rows_per_table: Mapping[str, int], nvbridge_ver
         rows[field.name] = None if value is None else str(value)
     for name in TABLES:
         rows[f"rows.{name}"] = str(rows_per_table[name])
-    return pa.table({
-        "key": pa.array(list(rows), pa.string()),
-        "value": pa.array(list(rows.values()), pa.string()),
-    })
+    return pa.table(
+        {
+            "key": pa.array(list(rows), pa.string()),
+            "value": pa.array(list(rows.values()), pa.string()),
+        }
+    )
 
 
 def _encodings(schema: pa.Schema) -> dict[str, object]:
@@ -144,8 +146,11 @@ def read_meta(directory: Path) -> dict[str, str | None]:
     return meta
 
 
-def read(directory: Path, columns: Mapping[str, Sequence[str]] | None = None, in_order: bool = True,
-         ) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
+def read(
+    directory: Path,
+    columns: Mapping[str, Sequence[str]] | None = None,
+    in_order: bool = True,
+) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
     """Read a dataset written by :func:`write`: (meta, tables).
 
     Args:
@@ -161,8 +166,10 @@ def read(directory: Path, columns: Mapping[str, Sequence[str]] | None = None, in
     wanted = dict(columns or {})
     if "ops" in wanted and "op_id" not in wanted["ops"]:
         wanted["ops"] = ["op_id", *wanted["ops"]]
-    tables = {name: pq.read_table(directory / f"{name}.parquet",
-                                  columns=list(wanted[name]) if name in wanted else None) for name in TABLES}
+    tables = {
+        name: pq.read_table(directory / f"{name}.parquet", columns=list(wanted[name]) if name in wanted else None)
+        for name in TABLES
+    }
     # A streamed conversion writes a range that stayed open across windows after later ops:
     # hand the ops back in op_id order.
     op_id = np_col(tables["ops"], "op_id")

@@ -206,10 +206,16 @@ def check_destination(path: Path, force: bool) -> None:
         raise ExportError(f"{path} already exists; choose another file or pass --force to replace it.")
 
 
-def export_chrome_trace(source: str | os.PathLike[str] | Tables, dest: str | os.PathLike[str], *,
-                        start_ns: int | None = None, end_ns: int | None = None,
-                        steps: tuple[int, int] | None = None, processes: set[int] | None = None,
-                        force: bool = True) -> TraceStats:
+def export_chrome_trace(
+    source: str | os.PathLike[str] | Tables,
+    dest: str | os.PathLike[str],
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    steps: tuple[int, int] | None = None,
+    processes: set[int] | None = None,
+    force: bool = True,
+) -> TraceStats:
     """Write a report (or converted dataset) as a Chrome/Perfetto trace.
 
     Args:
@@ -239,17 +245,25 @@ def export_chrome_trace(source: str | os.PathLike[str] | Tables, dest: str | os.
     _check_not_empty(found, start_ns, end_ns, processes)
     rank = src.meta.get("rank")
     try:
-        with TraceWriter(path, origin_ns=found.origin_ns, meta=src.meta, devices=src.devices,
-                         rank=int(rank) if rank not in (None, "None") else 0, start_ns=start_ns, end_ns=end_ns,
-                         processes=processes) as writer:
+        with TraceWriter(
+            path,
+            origin_ns=found.origin_ns,
+            meta=src.meta,
+            devices=src.devices,
+            rank=int(rank) if rank not in (None, "None") else 0,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            processes=processes,
+        ) as writer:
             feed = {"ops": writer.ops, "api_calls": writer.api_calls, "gpu_ops": writer.gpu_ops}
             for name in EVENT_TABLES:
                 for chunk in src.chunks(name, list(COLUMNS[name]), (start_ns, end_ns)):
                     feed[name](chunk)
             return writer.finish(src.threads, gpu_rows=src.rows("gpu_ops"))
     except OSError as exc:  # disk full, permissions: nothing is left behind
-        raise ExportError(f"cannot write {path} ({exc.strerror or exc}); free some space or write it elsewhere.") \
-            from exc
+        raise ExportError(
+            f"cannot write {path} ({exc.strerror or exc}); free some space or write it elsewhere."
+        ) from exc
 
 
 def _step_window(src: Source, steps: tuple[int, int]) -> tuple[int, int]:
@@ -266,15 +280,22 @@ def _check_not_empty(found: Plan, start_ns: int | None, end_ns: int | None, proc
     if found.kept_rows:
         return
     if found.first_ns is None or found.last_ns is None:
-        raise ExportError("the report has no ranges, API calls or GPU ops: nothing to trace; profile with "
-                          "NVTX or CUDA tracing (nsys profile -t cuda,nvtx).")
+        raise ExportError(
+            "the report has no ranges, API calls or GPU ops: nothing to trace; profile with "
+            "NVTX or CUDA tracing (nsys profile -t cuda,nvtx)."
+        )
     if processes is not None and not processes & found.processes:
         have = ", ".join(str(p) for p in sorted(found.processes)) or "none"
-        raise ExportError(f"no host process {', '.join(str(p) for p in sorted(processes))} in the report "
-                          f"(it has {have}); pass one of those to --process.")
+        raise ExportError(
+            f"no host process {', '.join(str(p) for p in sorted(processes))} in the report "
+            f"(it has {have}); pass one of those to --process."
+        )
     span = found.last_ns - found.first_ns
 
     def ms(ns: int | None, default: str) -> str:
         return default if ns is None else f"{(ns - (found.first_ns or 0)) / 1e6:,.3f} ms"
-    raise ExportError(f"nothing to trace from {ms(start_ns, 'the start')} to {ms(end_ns, 'the end')}: the "
-                      f"report's events span 0 to {span / 1e6:,.3f} ms; choose a window inside it.")
+
+    raise ExportError(
+        f"nothing to trace from {ms(start_ns, 'the start')} to {ms(end_ns, 'the end')}: the "
+        f"report's events span 0 to {span / 1e6:,.3f} ms; choose a window inside it."
+    )

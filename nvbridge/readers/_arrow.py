@@ -50,8 +50,10 @@ def blob_u32(blobs: pa.Array, offset: int) -> np.ndarray:
 
 def align_gpu_ops(part: pa.Table) -> pa.Table:
     """A kernel/memcpy/memset table with GPU_OPS_SCHEMA's columns (absent ones null)."""
-    cols = [part.column(f.name).cast(f.type) if f.name in part.column_names else pa.nulls(part.num_rows, f.type)
-            for f in GPU_OPS_SCHEMA]
+    cols = [
+        part.column(f.name).cast(f.type) if f.name in part.column_names else pa.nulls(part.num_rows, f.type)
+        for f in GPU_OPS_SCHEMA
+    ]
     return pa.table(cols, schema=GPU_OPS_SCHEMA)
 
 
@@ -79,5 +81,3 @@ def resolve_strings(strings: pa.Table, ids: np.ndarray) -> pa.Array:
     found = sid[order][pos] == ids
     indices = pa.array(order[pos].astype(np.int32), mask=~found)
     return pa.DictionaryArray.from_arrays(indices, values)
-
-

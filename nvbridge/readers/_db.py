@@ -190,7 +190,11 @@ class Database:
         return self._tables[name]
 
     def select(
-        self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None = None, *,
+        self,
+        table: str,
+        columns: Sequence[Column],
+        where: sa.ColumnElement[bool] | None = None,
+        *,
         plain: bool = False,
     ) -> sa.Select[Any]:
         """Build a SELECT of ``columns`` from ``table``.
@@ -240,8 +244,9 @@ class Database:
         absent = [c.field for c in columns if c.raw not in present]
         if self.path is None:
             return lambda: mark_absent(self._read_generic(generic, columns), absent)
-        sql = str(self.select(table, columns, where, plain=True).compile(
-            self.engine, compile_kwargs={"literal_binds": True}))
+        sql = str(
+            self.select(table, columns, where, plain=True).compile(self.engine, compile_kwargs={"literal_binds": True})
+        )
 
         def fetch() -> pa.Table:
             with self.translate_errors():
@@ -267,8 +272,13 @@ class Database:
 
         return fetch
 
-    def submit(self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None = None,
-               then: Callable[[pa.Table], Any] | None = None) -> Future[Any]:
+    def submit(
+        self,
+        table: str,
+        columns: Sequence[Column],
+        where: sa.ColumnElement[bool] | None = None,
+        then: Callable[[pa.Table], Any] | None = None,
+    ) -> Future[Any]:
         """Start one :meth:`read_table` on the database's two reader threads and return at once.
         The query is built here; reads run in submission order, GIL released. ``then``, if
         given, runs on the table in the same thread, and the future holds what it returns."""
@@ -280,11 +290,14 @@ class Database:
             table = fetch()
             with self.translate_errors():  # ``then`` validates: name the file in its errors
                 return then(table) if then is not None else table
+
         return self._pool.submit(fetch_then)
 
     @contextlib.contextmanager
-    def reading(self, requests: dict[str, tuple[str, Sequence[Column], sa.ColumnElement[bool] | None]],
-                ) -> Iterator[Mapping[str, pa.Table]]:
+    def reading(
+        self,
+        requests: dict[str, tuple[str, Sequence[Column], sa.ColumnElement[bool] | None]],
+    ) -> Iterator[Mapping[str, pa.Table]]:
         """Start every :meth:`read_table` at once, two at a time, and hand back a mapping whose
         items wait for their own query only.
 
@@ -296,8 +309,11 @@ class Database:
         try:
             for key, (table, columns, where) in requests.items():
                 # Other URLs read in this thread: their drivers need not be thread-safe.
-                results[key] = (self.submit(table, columns, where) if self.path is not None
-                                else self.read_table(table, columns, where))
+                results[key] = (
+                    self.submit(table, columns, where)
+                    if self.path is not None
+                    else self.read_table(table, columns, where)
+                )
             # pyarrow imports pandas (when installed) on its first array conversion, 0.3 s:
             # pay that now, while the scans run with the GIL released, not after them.
             pa.array([0])
@@ -321,8 +337,9 @@ class Database:
         if not ints:
             return
         t = self.table(table)
-        counts = sa.select(*(sa.func.sum(sa.case((sa.func.typeof(t.c[c]).in_(("integer", "null")), 0), else_=1))
-                             for c in ints)).select_from(t)
+        counts = sa.select(
+            *(sa.func.sum(sa.case((sa.func.typeof(t.c[c]).in_(("integer", "null")), 0), else_=1)) for c in ints)
+        ).select_from(t)
         counts = counts.where(where) if where is not None else counts
         with self.translate_errors(), self.engine.connect() as conn:
             row = conn.execute(counts).one()
@@ -335,8 +352,9 @@ class Database:
             names = list(result.keys())
             rows = result.fetchall()
         raw = {name: [row[i] for row in rows] for i, name in enumerate(names)}
-        return pa.table([pa.array(raw[c.field], _ARROW_TYPES[c.type]) for c in columns],
-                        names=[c.field for c in columns])
+        return pa.table(
+            [pa.array(raw[c.field], _ARROW_TYPES[c.type]) for c in columns], names=[c.field for c in columns]
+        )
 
     def _fetch_sqlite(self, sql: str) -> pa.Table:
         import connectorx as cx

@@ -26,9 +26,7 @@ def check_file(path: Path) -> None:
     except OSError as exc:  # a symlink loop, a name too long, a folder we may not enter
         raise NotAProfileDatabase(f"{name} cannot be opened ({exc.strerror}); check the path.") from None
     if stat.S_ISDIR(mode):
-        raise NotAProfileDatabase(
-            f"{name} is a directory, not a profiler database; pass the .sqlite file itself."
-        )
+        raise NotAProfileDatabase(f"{name} is a directory, not a profiler database; pass the .sqlite file itself.")
     if not stat.S_ISREG(mode):  # a FIFO or a device: opening it would block or never end
         raise NotAProfileDatabase(
             f"{name} is not a regular file (a pipe or device); save the export to a file and pass that."
@@ -58,9 +56,7 @@ def check_file(path: Path) -> None:
     expected = page_size * page_count
     actual = path.stat().st_size
     if counters_agree and page_count and actual < expected:
-        raise DamagedDatabase(
-            f"{name} is truncated ({actual} of {expected} bytes); copy or export it again."
-        )
+        raise DamagedDatabase(f"{name} is truncated ({actual} of {expected} bytes); copy or export it again.")
 
 
 def sqlite_uri(path: Path, immutable: bool = False) -> str:

@@ -51,8 +51,21 @@ from nvbridge.readers.nsys_tables import (
 )
 
 # bench_convert reads the raw tables as these declarations say.
-__all__ = ["GRAPH_TRACE", "KERNEL", "MEMCPY", "MEMSET", "NVTX", "NVTX_DOMAIN_CREATE", "NVTX_MARK", "NVTX_THREAD_NAME",
-           "RANGE_TYPES", "RUNTIME", "SYNC", "Stream", "read"]
+__all__ = [
+    "GRAPH_TRACE",
+    "KERNEL",
+    "MEMCPY",
+    "MEMSET",
+    "NVTX",
+    "NVTX_DOMAIN_CREATE",
+    "NVTX_MARK",
+    "NVTX_THREAD_NAME",
+    "RANGE_TYPES",
+    "RUNTIME",
+    "SYNC",
+    "Stream",
+    "read",
+]
 
 
 def read(db: Database) -> RawProfile:
@@ -66,11 +79,13 @@ def read(db: Database) -> RawProfile:
         ranges_only = event_type.in_(RANGE_TYPES)
         # NULL event types come with the others, to be refused there rather than dropped unseen.
         others = sa.or_(event_type.in_((NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)), event_type.is_(None))
-    with db.reading({
-        "nvtx": ("NVTX_EVENTS", NVTX, ranges_only),  # the largest: first, on its own worker
-        **{key: (table, columns, None) for key, (table, columns) in WHOLE_TABLES.items()},
-        "nvtx_other": ("NVTX_EVENTS", NVTX, others),  # a scan returning few rows: last
-    }) as raw:
+    with db.reading(
+        {
+            "nvtx": ("NVTX_EVENTS", NVTX, ranges_only),  # the largest: first, on its own worker
+            **{key: (table, columns, None) for key, (table, columns) in WHOLE_TABLES.items()},
+            "nvtx_other": ("NVTX_EVENTS", NVTX, others),  # a scan returning few rows: last
+        }
+    ) as raw:
         # The metadata, then API calls and GPU ops, are processed while NVTX_EVENTS is read.
         info = source_info(db)
         strings = checked_strings(raw["strings"])
@@ -107,8 +122,9 @@ class Stream:
 
     AHEAD = 2
 
-    def __init__(self, db: Database, window_rows: int,
-                 prepare: Callable[[pa.Table], pa.Table] = lambda ranges: ranges) -> None:
+    def __init__(
+        self, db: Database, window_rows: int, prepare: Callable[[pa.Table], pa.Table] = lambda ranges: ranges
+    ) -> None:
         self.db = db
         self.window_rows = window_rows
         self._prepare = prepare
@@ -120,18 +136,23 @@ class Stream:
         # they need, first.
         self._strings = strings = db.submit(*WHOLE_TABLES["strings"], then=checked_strings)
         api = db.submit(*WHOLE_TABLES["runtime"], then=lambda t: normalize_api_calls(t, strings.result()))
-        gpu = {key: db.submit(*WHOLE_TABLES[key], then=functools.partial(gpu_part, key, strings=strings))
-               for key in GPU_TABLES}
+        gpu = {
+            key: db.submit(*WHOLE_TABLES[key], then=functools.partial(gpu_part, key, strings=strings))
+            for key in GPU_TABLES
+        }
         syncs = db.submit(*WHOLE_TABLES["sync"], then=normalize_syncs)
         if db.has("NVTX_EVENTS"):
             db.select("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
             t = db.table("NVTX_EVENTS")
-            self._types = sa.or_(t.c.eventType.in_(RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)),
-                                 t.c.eventType.is_(None))
+            self._types = sa.or_(
+                t.c.eventType.in_(RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)),
+                t.c.eventType.is_(None),
+            )
             # Two subqueries: SQLite answers a lone min() or max() of rowid from the b-tree's ends,
             # but scans every row for both in one SELECT (0.16 s at 2M rows).
-            (first, last), = db.scalar_rows("SELECT (SELECT min(rowid) FROM NVTX_EVENTS), "
-                                            "(SELECT max(rowid) FROM NVTX_EVENTS)")
+            ((first, last),) = db.scalar_rows(
+                "SELECT (SELECT min(rowid) FROM NVTX_EVENTS), (SELECT max(rowid) FROM NVTX_EVENTS)"
+            )
             self._next, self._last = int(first or 0), int(last or -1)
             for _ in range(self.AHEAD):
                 self._submit_window()
@@ -143,8 +164,13 @@ class Stream:
         self.devices = device_table(db)
         # Never-closed ranges are clamped at the latest time of the capture; in a stream the
         # latest range start is the last range row's (the engine checks that it is).
-        last = db.scalar_rows(f"SELECT start FROM NVTX_EVENTS WHERE eventType IN {RANGE_TYPES} "
-                              "ORDER BY rowid DESC LIMIT 1") if db.has("NVTX_EVENTS") else []
+        last = (
+            db.scalar_rows(
+                f"SELECT start FROM NVTX_EVENTS WHERE eventType IN {RANGE_TYPES} ORDER BY rowid DESC LIMIT 1"
+            )
+            if db.has("NVTX_EVENTS")
+            else []
+        )
         times = [int(last[0][0])] if last and last[0][0] is not None else []
         times += [int(np_col(self.api_calls, c).max()) for c in ("start_ns", "end_ns") if self.api_calls.num_rows]
         self.latest_ns = max(times, default=0)
@@ -172,8 +198,10 @@ class Stream:
         # would otherwise cost 2^45 empty windows, and windows (hence the dataset) would depend on
         # rowid gaps. Dense rowids give the same windows as arithmetic would; the OFFSET walk costs
         # about 3 ms per 131,072 rows.
-        end = self.db.scalar_rows(f"SELECT rowid FROM NVTX_EVENTS WHERE rowid >= {self._next} ORDER BY rowid "
-                                  f"LIMIT 1 OFFSET {self.window_rows}")
+        end = self.db.scalar_rows(
+            f"SELECT rowid FROM NVTX_EVENTS WHERE rowid >= {self._next} ORDER BY rowid "
+            f"LIMIT 1 OFFSET {self.window_rows}"
+        )
         stop = int(end[0][0]) if end else self._last + 1
         rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
         where = sa.and_(self._types, rowid >= self._next, rowid < stop)
@@ -206,8 +234,11 @@ class Stream:
             if (domain_id != 0).any():
                 pid = np_col(ranges, "process_id")
                 pairs = np.unique((pid[domain_id != 0] << 32) | domain_id[domain_id != 0])
-                self._unnamed.update((int(p >> 32), int(p & 0xFFFFFFFF)) for p in pairs
-                                     if (int(p >> 32), int(p & 0xFFFFFFFF)) not in self._domains)
+                self._unnamed.update(
+                    (int(p >> 32), int(p & 0xFFFFFFFF))
+                    for p in pairs
+                    if (int(p >> 32), int(p & 0xFFFFFFFF)) not in self._domains
+                )
                 ranges = set_column(ranges, "domain", domain_names(pid, domain_id, self._domains))
             self._thread_keys.append(window.thread_keys)
             yield ranges
@@ -229,6 +260,9 @@ class Stream:
     def threads(self) -> pa.Table:
         """Every thread of the report, named (once :meth:`windows` is exhausted)."""
         keys = np.unique(np.concatenate(self._thread_keys)) if self._thread_keys else np.zeros(0, np.int64)
-        names = pa.concat_tables(self._thread_names) if self._thread_names else \
-            pa.table({"thread_key": pa.array([], pa.int64()), "thread_name": pa.array([], pa.string())})
+        names = (
+            pa.concat_tables(self._thread_names)
+            if self._thread_names
+            else pa.table({"thread_key": pa.array([], pa.int64()), "thread_name": pa.array([], pa.string())})
+        )
         return thread_table(self.db, self.strings, pa.table({"thread_key": pa.array(keys)}), self.api_calls, names)

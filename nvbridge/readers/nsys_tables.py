@@ -30,12 +30,32 @@ RANGE_TYPES = (NVTX_PUSH_POP, NVTX_START_END, NVTXT_PUSH_POP, NVTXT_START_END)
 
 # ENUM_CUDA_MEMCPY_OPER (same ids as CUPTI's copyKind).
 COPY_KINDS = {
-    0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
-    7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD",
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "UVM HtoD",
+    12: "UVM DtoH",
+    13: "UVM DtoD",
 }
 # ENUM_CUDA_MEM_KIND (memcpy srcKind/dstKind; CUPTI/nvprof count the same kinds from 1).
-MEM_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device static",
-             6: "managed static", 7: "unknown"}
+MEM_KINDS = {
+    0: "pageable",
+    1: "pinned",
+    2: "device",
+    3: "array",
+    4: "managed",
+    5: "device static",
+    6: "managed static",
+    7: "unknown",
+}
 # ENUM_CUPTI_SYNC_TYPE.
 SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait", 3: "Stream sync", 4: "Context sync"}
 # ENUM_NSYS_EVENT_CLASS for CUPTI_ACTIVITY_KIND_RUNTIME.eventClass.
@@ -83,8 +103,12 @@ KERNEL = _GPU_COMMON + [
     Column("name_id", "demangledName", required=True),
     Column("short_name_id", "shortName"),
     Column("mangled_name_id", "mangledName"),
-    Column("grid_x", "gridX"), Column("grid_y", "gridY"), Column("grid_z", "gridZ"),
-    Column("block_x", "blockX"), Column("block_y", "blockY"), Column("block_z", "blockZ"),
+    Column("grid_x", "gridX"),
+    Column("grid_y", "gridY"),
+    Column("grid_z", "gridZ"),
+    Column("block_x", "blockX"),
+    Column("block_y", "blockY"),
+    Column("block_z", "blockZ"),
     Column("registers_per_thread", "registersPerThread"),
     Column("static_shared_bytes", "staticSharedMemory"),
     Column("dynamic_shared_bytes", "dynamicSharedMemory"),
@@ -182,8 +206,10 @@ def _meta_int(rows: list[tuple[Any, ...]], where: str) -> int | None:
     if not rows or rows[0][0] is None:
         return None
     if not isinstance(rows[0][0], int):
-        raise BadRows(f"{where} holds {rows[0][0]!r} instead of an integer; the export is damaged or "
-                      "was edited; export the report again.")
+        raise BadRows(
+            f"{where} holds {rows[0][0]!r} instead of an integer; the export is damaged or "
+            "was edited; export the report again."
+        )
     return rows[0][0]
 
 
@@ -191,8 +217,9 @@ def _rank(db: Database) -> int | None:
     """RANK from the captured process environment: that one variable, nothing else is kept."""
     if not db.has("META_DATA_CAPTURE"):
         return None
-    rows = db.scalar_rows("SELECT value FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT_VARIABLE%' "
-                          "AND value LIKE 'RANK=%'")
+    rows = db.scalar_rows(
+        "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT_VARIABLE%' AND value LIKE 'RANK=%'"
+    )
     for (value,) in rows:
         text = str(value)[5:]
         if text.isdigit():
@@ -209,8 +236,13 @@ def _text(ev: pa.Table, strings: pa.Table) -> pa.ChunkedArray:
         ids = np_col(ev, "text_id", fill=-1)
         resolved = resolve_strings(strings, ids)
         # Inline text wins; an id is needed only where there is none.
-        names_found("NVTX_EVENTS", "textId", np.where(text.is_null().to_numpy(zero_copy_only=False), ids, -1),
-                    resolved, "StringIds")
+        names_found(
+            "NVTX_EVENTS",
+            "textId",
+            np.where(text.is_null().to_numpy(zero_copy_only=False), ids, -1),
+            resolved,
+            "StringIds",
+        )
         text = pc.coalesce(text, resolved.cast(pa.string()))
     return text
 
@@ -230,22 +262,28 @@ def nvtx_others(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, di
     domain_id = np_col(ev, "domain_id", fill=0)
     text = _text(ev, strings)
     is_domain = etype == NVTX_DOMAIN_CREATE
-    domains = {(int(p), int(d)): str(n) for p, d, n in zip(
-        pid[is_domain], domain_id[is_domain], text.filter(pa.array(is_domain)).to_pylist())}
+    domains = {
+        (int(p), int(d)): str(n)
+        for p, d, n in zip(pid[is_domain], domain_id[is_domain], text.filter(pa.array(is_domain)).to_pylist())
+    }
     is_mark = etype == NVTX_MARK
     msel = pa.array(is_mark)
-    marks = pa.table({
-        "ts_ns": ev.column("start_ns").filter(msel),
-        "name": text.filter(msel),
-        "domain": domain_names(pid[is_mark], domain_id[is_mark], domains),
-        "process_id": pa.array(pid[is_mark]),
-        "thread_id": pa.array(gtid[is_mark] & _TID_BITS),
-    })
+    marks = pa.table(
+        {
+            "ts_ns": ev.column("start_ns").filter(msel),
+            "name": text.filter(msel),
+            "domain": domain_names(pid[is_mark], domain_id[is_mark], domains),
+            "process_id": pa.array(pid[is_mark]),
+            "thread_id": pa.array(gtid[is_mark] & _TID_BITS),
+        }
+    )
     is_tname = etype == NVTX_THREAD_NAME
-    thread_names = pa.table({
-        "thread_key": pa.array(gtid[is_tname]),
-        "thread_name": text.filter(pa.array(is_tname)),
-    })
+    thread_names = pa.table(
+        {
+            "thread_key": pa.array(gtid[is_tname]),
+            "thread_name": text.filter(pa.array(is_tname)),
+        }
+    )
     return marks, thread_names, domains
 
 
@@ -260,18 +298,20 @@ def normalize_ranges(ev: pa.Table, strings: pa.Table, domains: dict[tuple[int, i
     end_gtid = np_col(ev, "end_global_tid", fill=0)
     crossed = (end_gtid != 0) & (end_gtid != gtid)
     push_pop = (etype == NVTX_PUSH_POP) | (etype == NVTXT_PUSH_POP)
-    return pa.table({
-        "start_ns": ev.column("start_ns"),
-        "end_ns": ev.column("end_ns"),
-        "name": _text(ev, strings),
-        "domain": domain_names(pid, domain_id, domains),
-        "domain_id": pa.array(domain_id),
-        "process_id": pa.array(pid),
-        "thread_id": pa.array(gtid & _TID_BITS),
-        "thread_key": pa.array(gtid),
-        "end_thread_key": pa.array(end_gtid, mask=~crossed),
-        "style": lookup(push_pop.astype(np.int64), {1: "push_pop", 0: "start_end"}),
-    })
+    return pa.table(
+        {
+            "start_ns": ev.column("start_ns"),
+            "end_ns": ev.column("end_ns"),
+            "name": _text(ev, strings),
+            "domain": domain_names(pid, domain_id, domains),
+            "domain_id": pa.array(domain_id),
+            "process_id": pa.array(pid),
+            "thread_id": pa.array(gtid & _TID_BITS),
+            "thread_key": pa.array(gtid),
+            "end_thread_key": pa.array(end_gtid, mask=~crossed),
+            "style": lookup(push_pop.astype(np.int64), {1: "push_pop", 0: "start_end"}),
+        }
+    )
 
 
 def domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, int], str]) -> pa.Array:
@@ -288,8 +328,10 @@ def domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, 
     # entry (the default domain beside a named one made convert fail).
     named = np.array([label is not None for label in labels], bool)
     slot = np.cumsum(named) - 1
-    return pa.DictionaryArray.from_arrays(pa.array(slot[ids].astype(np.int32), mask=~named[ids]),
-                                          pa.array([label for label in labels if label is not None], pa.string()))
+    return pa.DictionaryArray.from_arrays(
+        pa.array(slot[ids].astype(np.int32), mask=~named[ids]),
+        pa.array([label for label in labels if label is not None], pa.string()),
+    )
 
 
 def normalize_syncs(syncs: pa.Table) -> pa.Table:
@@ -307,18 +349,20 @@ def normalize_api_calls(api: pa.Table, strings: pa.Table) -> pa.Table:
     cls = np_col(api, "event_class", fill=0)
     names = resolve_strings(strings, np_col(api, "name_id"))
     names_found(table, "nameId", np_col(api, "name_id"), names, "StringIds")
-    return pa.table({
-        "start_ns": api.column("start_ns"),
-        "end_ns": api.column("end_ns"),
-        "name": names,
-        "kind": lookup(cls, API_KINDS, default="other"),
-        "process_id": pa.array(_process_id(gtid)),
-        "thread_id": pa.array(gtid & _TID_BITS),
-        "thread_key": pa.array(gtid),
-        "process_key": pa.array(gtid & _PID_MASK),
-        "correlation_id": api.column("correlation_id"),
-        "return_value": api.column("return_value"),
-    })
+    return pa.table(
+        {
+            "start_ns": api.column("start_ns"),
+            "end_ns": api.column("end_ns"),
+            "name": names,
+            "kind": lookup(cls, API_KINDS, default="other"),
+            "process_id": pa.array(_process_id(gtid)),
+            "thread_id": pa.array(gtid & _TID_BITS),
+            "thread_key": pa.array(gtid),
+            "process_key": pa.array(gtid & _PID_MASK),
+            "correlation_id": api.column("correlation_id"),
+            "return_value": api.column("return_value"),
+        }
+    )
 
 
 GPU_TABLES = ("kernel", "memcpy", "memset", "graph")
@@ -353,17 +397,30 @@ def gpu_part(key: str, t: pa.Table, strings: pa.Table | Future[pa.Table]) -> pa.
     elif key == "memset":
         t = set_column(t, "name", constant("Memset", t.num_rows))
     else:
-        t = set_column(t, "name", pc.binary_join_element_wise(
-            "CUDA graph", t.column("graph_id").cast(pa.string()), " "))
+        t = set_column(
+            t, "name", pc.binary_join_element_wise("CUDA graph", t.column("graph_id").cast(pa.string()), " ")
+        )
     return align_gpu_ops(set_column(t, "kind", constant(key, t.num_rows)))
 
 
-def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Table,
-             nvtx_names: pa.Table) -> pa.Table:
+def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Table, nvtx_names: pa.Table) -> pa.Table:
     # Distinct keys by hashing, then sorting the few that remain.
-    keys = np.sort(np.asarray(pa.array(np.concatenate([
-        np_col(ranges, "thread_key"), np_col(api, "thread_key"), np_col(nvtx_names, "thread_key"),
-    ])).unique().to_numpy(zero_copy_only=False), np.int64))
+    keys = np.sort(
+        np.asarray(
+            pa.array(
+                np.concatenate(
+                    [
+                        np_col(ranges, "thread_key"),
+                        np_col(api, "thread_key"),
+                        np_col(nvtx_names, "thread_key"),
+                    ]
+                )
+            )
+            .unique()
+            .to_numpy(zero_copy_only=False),
+            np.int64,
+        )
+    )
     names: dict[int, str] = {}
     if db.has("ThreadNames"):
         tn = db.read_table("ThreadNames", [Column("name_id", "nameId"), Column("global_tid", "globalTid")])
@@ -382,27 +439,41 @@ def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Tabl
         for gpid, _pid, name in db.scalar_rows("SELECT globalPid, pid, name FROM PROCESSES"):
             if gpid is not None and name:
                 proc_names[_meta_int([(gpid,)], "PROCESSES.globalPid") or 0] = str(name)
-    return pa.table({
-        "process_id": pa.array(_process_id(keys)),
-        "thread_id": pa.array(keys & _TID_BITS),
-        "thread_key": pa.array(keys),
-        "thread_name": pa.array([names.get(int(k)) for k in keys], pa.string()),
-        "process_name": pa.array([proc_names.get(int(k) & _PID_MASK) for k in keys], pa.string()),
-    })
+    return pa.table(
+        {
+            "process_id": pa.array(_process_id(keys)),
+            "thread_id": pa.array(keys & _TID_BITS),
+            "thread_key": pa.array(keys),
+            "thread_name": pa.array([names.get(int(k)) for k in keys], pa.string()),
+            "process_name": pa.array([proc_names.get(int(k) & _PID_MASK) for k in keys], pa.string()),
+        }
+    )
 
 
 def device_table(db: Database) -> pa.Table:
-    for table, id_col in (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_GPU", "deviceId"),
-                          ("TARGET_INFO_CUDA_GPU", "deviceId")):
+    for table, id_col in (
+        ("TARGET_INFO_GPU", "id"),
+        ("TARGET_INFO_GPU", "deviceId"),
+        ("TARGET_INFO_CUDA_GPU", "deviceId"),
+    ):
         if id_col in db.columns(table) and "name" in db.columns(table):
             # memoryBandwidth: bytes/s as the driver reports it (for % of peak, nvbridge.gpus).
             bw = "memoryBandwidth" if "memoryBandwidth" in db.columns(table) else "NULL"
             rows = db.scalar_rows(f"SELECT DISTINCT {id_col}, name, {bw} FROM {table} ORDER BY {id_col}")
-            return pa.table({
-                "device_id": pa.array([_meta_int([r], f"{table}.{id_col}") for r in rows], pa.int64()),
-                "name": pa.array([None if r[1] is None else str(r[1]) for r in rows], pa.string()),
-                "memory_gbps": pa.array([float(r[2]) / 1e9 if isinstance(r[2], (int, float)) and r[2] else None
-                                         for r in rows], pa.float64()),
-            })
-    return pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string()),
-                     "memory_gbps": pa.array([], pa.float64())})
+            return pa.table(
+                {
+                    "device_id": pa.array([_meta_int([r], f"{table}.{id_col}") for r in rows], pa.int64()),
+                    "name": pa.array([None if r[1] is None else str(r[1]) for r in rows], pa.string()),
+                    "memory_gbps": pa.array(
+                        [float(r[2]) / 1e9 if isinstance(r[2], (int, float)) and r[2] else None for r in rows],
+                        pa.float64(),
+                    ),
+                }
+            )
+    return pa.table(
+        {
+            "device_id": pa.array([], pa.int64()),
+            "name": pa.array([], pa.string()),
+            "memory_gbps": pa.array([], pa.float64()),
+        }
+    )

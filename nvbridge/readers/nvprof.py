@@ -30,21 +30,47 @@ OBJECT_KIND_PROCESS, OBJECT_KIND_THREAD = 1, 2
 
 # cupti_runtime_cbid.h / cupti_driver_cbid.h: the calls PyTorch-era captures contain.
 RUNTIME_CBIDS = {
-    10: "cudaGetLastError", 13: "cudaLaunch", 16: "cudaSetDevice", 17: "cudaGetDevice",
-    20: "cudaMalloc", 22: "cudaFree", 31: "cudaMemcpy", 41: "cudaMemcpyAsync",
-    49: "cudaMemset", 51: "cudaMemsetAsync", 126: "cudaThreadSynchronize",
-    131: "cudaStreamSynchronize", 135: "cudaEventRecord", 137: "cudaEventSynchronize",
-    138: "cudaEventQuery", 147: "cudaStreamWaitEvent", 165: "cudaDeviceSynchronize",
-    211: "cudaLaunchKernel", 213: "cudaLaunch_ptsz", 214: "cudaLaunchKernel_ptsz",
-    225: "cudaMemcpyAsync_ptsz", 235: "cudaMemsetAsync_ptsz", 251: "cudaFuncGetAttributes",
-    269: "cudaLaunchCooperativeKernel", 284: "cudaLaunchHostFunc", 311: "cudaGraphLaunch",
-    312: "cudaGraphLaunch_ptsz", 317: "cudaStreamIsCapturing", 370: "cudaEventRecordWithFlags",
-    430: "cudaLaunchKernelExC", 431: "cudaLaunchKernelExC_ptsz",
+    10: "cudaGetLastError",
+    13: "cudaLaunch",
+    16: "cudaSetDevice",
+    17: "cudaGetDevice",
+    20: "cudaMalloc",
+    22: "cudaFree",
+    31: "cudaMemcpy",
+    41: "cudaMemcpyAsync",
+    49: "cudaMemset",
+    51: "cudaMemsetAsync",
+    126: "cudaThreadSynchronize",
+    131: "cudaStreamSynchronize",
+    135: "cudaEventRecord",
+    137: "cudaEventSynchronize",
+    138: "cudaEventQuery",
+    147: "cudaStreamWaitEvent",
+    165: "cudaDeviceSynchronize",
+    211: "cudaLaunchKernel",
+    213: "cudaLaunch_ptsz",
+    214: "cudaLaunchKernel_ptsz",
+    225: "cudaMemcpyAsync_ptsz",
+    235: "cudaMemsetAsync_ptsz",
+    251: "cudaFuncGetAttributes",
+    269: "cudaLaunchCooperativeKernel",
+    284: "cudaLaunchHostFunc",
+    311: "cudaGraphLaunch",
+    312: "cudaGraphLaunch_ptsz",
+    317: "cudaStreamIsCapturing",
+    370: "cudaEventRecordWithFlags",
+    430: "cudaLaunchKernelExC",
+    431: "cudaLaunchKernelExC_ptsz",
 }
 DRIVER_CBIDS = {
-    17: "cuCtxSynchronize", 126: "cuStreamSynchronize", 306: "cuMemcpyAsync",
-    307: "cuLaunchKernel", 442: "cuLaunchKernel_ptsz", 477: "cuLaunchCooperativeKernel",
-    514: "cuGraphLaunch", 652: "cuLaunchKernelEx",
+    17: "cuCtxSynchronize",
+    126: "cuStreamSynchronize",
+    306: "cuMemcpyAsync",
+    307: "cuLaunchKernel",
+    442: "cuLaunchKernel_ptsz",
+    477: "cuLaunchCooperativeKernel",
+    514: "cuGraphLaunch",
+    652: "cuLaunchKernelEx",
 }
 
 # Sample rows (net.sql, torch 1.4): flags=2 timestamp=1583978808645121207 id=1
@@ -77,14 +103,22 @@ _GPU = [
 ]
 KERNEL = _GPU + [
     Column("name_id", "name", required=True),
-    Column("grid_x", "gridX"), Column("grid_y", "gridY"), Column("grid_z", "gridZ"),
-    Column("block_x", "blockX"), Column("block_y", "blockY"), Column("block_z", "blockZ"),
+    Column("grid_x", "gridX"),
+    Column("grid_y", "gridY"),
+    Column("grid_z", "gridZ"),
+    Column("block_x", "blockX"),
+    Column("block_y", "blockY"),
+    Column("block_z", "blockZ"),
     Column("registers_per_thread", "registersPerThread"),
     Column("static_shared_bytes", "staticSharedMemory"),
     Column("dynamic_shared_bytes", "dynamicSharedMemory"),
 ]
-MEMCPY = _GPU + [Column("bytes", "bytes"), Column("copy_kind_id", "copyKind"),
-                 Column("src_kind_id", "srcKind"), Column("dst_kind_id", "dstKind")]
+MEMCPY = _GPU + [
+    Column("bytes", "bytes"),
+    Column("copy_kind_id", "copyKind"),
+    Column("src_kind_id", "srcKind"),
+    Column("dst_kind_id", "dstKind"),
+]
 MEMSET = _GPU + [Column("bytes", "bytes")]
 SYNC = [
     Column("start_ns", "start", required=True),
@@ -112,8 +146,9 @@ def demangle(symbol: str) -> str:
 def read(db: Database) -> RawProfile:
     """Read an nvprof database into normalized Arrow tables."""
     version = db.scalar_rows("SELECT version FROM Version LIMIT 1") if db.has("Version") else []
-    strings = db.read_table("StringTable", [Column("id", "_id_", required=True),
-                                           Column("value", "value", "str", required=True)])
+    strings = db.read_table(
+        "StringTable", [Column("id", "_id_", required=True), Column("value", "value", "str", required=True)]
+    )
     strings = checked_strings(strings, "StringTable")
     ranges, marks = _markers(db, strings)
     api = _api_calls(db)
@@ -123,8 +158,13 @@ def read(db: Database) -> RawProfile:
     syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id", fill=0), SYNC_TYPES))
     syncs = syncs.drop_columns(["sync_type_id"]).replace_schema_metadata(None)
     for name in ("device_id", "process_key"):
-        syncs = set_column(syncs, name, pa.array(np.zeros(syncs.num_rows, np.int64)) if name == "process_key"
-                           else pa.nulls(syncs.num_rows, pa.int64()))
+        syncs = set_column(
+            syncs,
+            name,
+            pa.array(np.zeros(syncs.num_rows, np.int64))
+            if name == "process_key"
+            else pa.nulls(syncs.num_rows, pa.int64()),
+        )
     times = [np_col(t, c) for t in (api, gpu) for c in ("start_ns", "end_ns") if t.num_rows]
     times += [np_col(marks, "ts_ns")] if marks.num_rows else []
     times += [np_col(ranges, "start_ns")] if ranges.num_rows else []
@@ -157,12 +197,14 @@ def _markers(db: Database, strings: pa.Table) -> tuple[pa.Table, pa.Table]:
     name_ids = np_col(m, "name_id", fill=0)
     resolved = resolve_strings(strings, name_ids)
     # End rows carry no name; a start or instant row's name must be in the string table.
-    names_found(K + "MARKER", "name", np.where(flags & (MARKER_START | MARKER_INSTANT), name_ids, -1), resolved,
-                "StringTable")
+    names_found(
+        K + "MARKER", "name", np.where(flags & (MARKER_START | MARKER_INSTANT), name_ids, -1), resolved, "StringTable"
+    )
     name = resolved.cast(pa.string())
     domain_ids = np_col(m, "domain_id", fill=0)
-    domain = pc.if_else(pa.array(domain_ids == 0), pa.scalar(None, pa.string()),
-                        resolve_strings(strings, domain_ids).cast(pa.string()))
+    domain = pc.if_else(
+        pa.array(domain_ids == 0), pa.scalar(None, pa.string()), resolve_strings(strings, domain_ids).cast(pa.string())
+    )
 
     starts = np.flatnonzero(flags & MARKER_START)
     ends = np.flatnonzero(flags & MARKER_END)
@@ -175,27 +217,31 @@ def _markers(db: Database, strings: pa.Table) -> tuple[pa.Table, pa.Table]:
     end_key = np.where(paired, key[match] if len(end_order) else 0, 0)
     crossed = paired & (end_key != key[starts])
     s = pa.array(starts)
-    ranges = pa.table({
-        "start_ns": pa.array(ts[starts]),
-        "end_ns": pa.array(end_ns, mask=~paired),
-        "name": name.take(s),
-        "domain": domain.take(s),
-        "domain_id": pa.array(domain_ids[starts]),
-        "process_id": pa.array(pid[starts]),
-        "thread_id": pa.array(tid[starts]),
-        "thread_key": pa.array(key[starts]),
-        "end_thread_key": pa.array(end_key, mask=~crossed),
-        # nvprof does not say whether a range was pushed or started; same-thread ranges nest.
-        "style": pa.array(np.where(crossed, "start_end", "push_pop"), pa.string()),
-    })
+    ranges = pa.table(
+        {
+            "start_ns": pa.array(ts[starts]),
+            "end_ns": pa.array(end_ns, mask=~paired),
+            "name": name.take(s),
+            "domain": domain.take(s),
+            "domain_id": pa.array(domain_ids[starts]),
+            "process_id": pa.array(pid[starts]),
+            "thread_id": pa.array(tid[starts]),
+            "thread_key": pa.array(key[starts]),
+            "end_thread_key": pa.array(end_key, mask=~crossed),
+            # nvprof does not say whether a range was pushed or started; same-thread ranges nest.
+            "style": pa.array(np.where(crossed, "start_end", "push_pop"), pa.string()),
+        }
+    )
     marks_idx = pa.array(np.flatnonzero(flags & MARKER_INSTANT))
-    marks = pa.table({
-        "ts_ns": pa.array(ts).take(marks_idx),
-        "name": name.take(marks_idx),
-        "domain": domain.take(marks_idx),
-        "process_id": pa.array(pid).take(marks_idx),
-        "thread_id": pa.array(tid).take(marks_idx),
-    })
+    marks = pa.table(
+        {
+            "ts_ns": pa.array(ts).take(marks_idx),
+            "name": name.take(marks_idx),
+            "domain": domain.take(marks_idx),
+            "process_id": pa.array(pid).take(marks_idx),
+            "thread_id": pa.array(tid).take(marks_idx),
+        }
+    )
     return ranges, marks
 
 
@@ -205,8 +251,10 @@ def _blob_ids(table: str, blobs: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         return blob_u32(blobs, 0), blob_u32(blobs, 4)
     except ValueError:
         short = int(np.count_nonzero(pc.binary_length(blobs).to_numpy(zero_copy_only=False) < 8))
-        raise BadRows(f"{table}.objectId is shorter than 8 bytes in {short:,} rows; the export is damaged or "
-                      "was edited; export the report again.") from None
+        raise BadRows(
+            f"{table}.objectId is shorter than 8 bytes in {short:,} rows; the export is damaged or "
+            "was edited; export the report again."
+        ) from None
 
 
 def _api_calls(db: Database) -> pa.Table:
@@ -215,24 +263,29 @@ def _api_calls(db: Database) -> pa.Table:
         t = db.read_table(K + table, API)
         no_nulls(K + table, t, raw_names(API), ["cbid", "correlation_id"])
         check_times(K + table, t, raw_names(API))
-        unique(K + table, t, ["thread_id", "start_ns", "end_ns", "correlation_id", "cbid"],
-               "same thread, times and call")
+        unique(
+            K + table, t, ["thread_id", "start_ns", "end_ns", "correlation_id", "cbid"], "same thread, times and call"
+        )
         cbid = np_col(t, "cbid", fill=0)
         pid = np_col(t, "process_id", fill=0)
         # threadId is stored signed; the marker blob holds the same value unsigned.
         tid = np_col(t, "thread_id", fill=0) & 0xFFFFFFFF
-        parts.append(pa.table({
-            "start_ns": t.column("start_ns"),
-            "end_ns": t.column("end_ns"),
-            "name": _cbid_names(cbid, names),
-            "kind": constant(kind, t.num_rows),
-            "process_id": pa.array(pid),
-            "thread_id": pa.array(tid),
-            "thread_key": pa.array((pid << 32) | tid),
-            "process_key": pa.array(np.zeros(t.num_rows, np.int64)),
-            "correlation_id": t.column("correlation_id"),
-            "return_value": t.column("return_value"),
-        }))
+        parts.append(
+            pa.table(
+                {
+                    "start_ns": t.column("start_ns"),
+                    "end_ns": t.column("end_ns"),
+                    "name": _cbid_names(cbid, names),
+                    "kind": constant(kind, t.num_rows),
+                    "process_id": pa.array(pid),
+                    "thread_id": pa.array(tid),
+                    "thread_key": pa.array((pid << 32) | tid),
+                    "process_key": pa.array(np.zeros(t.num_rows, np.int64)),
+                    "correlation_id": t.column("correlation_id"),
+                    "return_value": t.column("return_value"),
+                }
+            )
+        )
     return pa.concat_tables(parts)
 
 
@@ -251,8 +304,7 @@ def _gpu_ops(db: Database, strings: pa.Table) -> pa.Table:
         resolved = resolve_strings(strings, np_col(k, "name_id"))
         names_found(K + table, "name", np_col(k, "name_id"), resolved, "StringTable")
         mangled = resolved.cast(pa.string())
-        uniq, inverse = np.unique(np.asarray(mangled.fill_null("").to_numpy(zero_copy_only=False)),
-                                  return_inverse=True)
+        uniq, inverse = np.unique(np.asarray(mangled.fill_null("").to_numpy(zero_copy_only=False)), return_inverse=True)
         demangled = pa.array([demangle(str(u)) for u in uniq], pa.string())
         k = set_column(k, "name", pa.DictionaryArray.from_arrays(pa.array(inverse.ravel().astype(np.int32)), demangled))
         k = set_column(k, "mangled_name", mangled)
@@ -289,8 +341,7 @@ def _object_names(db: Database, strings: pa.Table, kind: int) -> dict[tuple[int,
     t = t.filter(pa.array(sel))
     pid, tid = _blob_ids(K + "NAME", t.column("object_id").combine_chunks())
     names = resolve_strings(strings, np_col(t, "name_id", fill=0)).cast(pa.string()).to_pylist()
-    return {(int(p), int(q) if kind == OBJECT_KIND_THREAD else 0): str(n)
-            for p, q, n in zip(pid, tid, names) if n}
+    return {(int(p), int(q) if kind == OBJECT_KIND_THREAD else 0): str(n) for p, q, n in zip(pid, tid, names) if n}
 
 
 def _threads(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Table) -> pa.Table:
@@ -299,20 +350,26 @@ def _threads(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Table) -
     pid, tid = keys >> 32, keys & 0xFFFFFFFF
     thread_names = _object_names(db, strings, OBJECT_KIND_THREAD)
     proc_names = _object_names(db, strings, OBJECT_KIND_PROCESS)
-    return pa.table({
-        "process_id": pa.array(pid),
-        "thread_id": pa.array(tid),
-        "thread_key": pa.array(keys),
-        "thread_name": pa.array([thread_names.get((int(p), int(t))) for p, t in zip(pid, tid)], pa.string()),
-        "process_name": pa.array([proc_names.get((int(p), 0)) for p in pid], pa.string()),
-    })
+    return pa.table(
+        {
+            "process_id": pa.array(pid),
+            "thread_id": pa.array(tid),
+            "thread_key": pa.array(keys),
+            "thread_name": pa.array([thread_names.get((int(p), int(t))) for p, t in zip(pid, tid)], pa.string()),
+            "process_name": pa.array([proc_names.get((int(p), 0)) for p in pid], pa.string()),
+        }
+    )
 
 
 def _devices(db: Database, strings: pa.Table) -> pa.Table:
-    t = db.read_table(K + "DEVICE", [Column("device_id", "id"), Column("name_id", "name"),
-                                     Column("bandwidth_kbps", "globalMemoryBandwidth")])  # KB/s
-    return pa.table({
-        "device_id": t.column("device_id"),
-        "name": resolve_strings(strings, np_col(t, "name_id", fill=0)).cast(pa.string()),
-        "memory_gbps": pc.divide(t.column("bandwidth_kbps").cast(pa.float64()), 1e6),
-    })
+    t = db.read_table(
+        K + "DEVICE",
+        [Column("device_id", "id"), Column("name_id", "name"), Column("bandwidth_kbps", "globalMemoryBandwidth")],
+    )  # KB/s
+    return pa.table(
+        {
+            "device_id": t.column("device_id"),
+            "name": resolve_strings(strings, np_col(t, "name_id", fill=0)).cast(pa.string()),
+            "memory_gbps": pc.divide(t.column("bandwidth_kbps").cast(pa.float64()), 1e6),
+        }
+    )

@@ -16,13 +16,21 @@ from nvbridge.errors import NotAProfileDatabase
 from nvbridge.readers._files import NSYS_REPORT_SUFFIXES, sqlite_uri
 
 _EVENT_TABLES = (
-    "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-    "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_MARKER",
-    "CUPTI_ACTIVITY_KIND_DRIVER", "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL",
+    "NVTX_EVENTS",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "CUPTI_ACTIVITY_KIND_MARKER",
+    "CUPTI_ACTIVITY_KIND_DRIVER",
+    "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL",
 )
-_INSTALL = ("install Nsight Systems (https://developer.nvidia.com/nsight-systems; on Debian/Ubuntu "
-            "`apt install nsight-systems-cli`) so `nsys` is on PATH, or run `nsys export --type sqlite` "
-            "where it is installed and convert the .sqlite")
+_INSTALL = (
+    "install Nsight Systems (https://developer.nvidia.com/nsight-systems; on Debian/Ubuntu "
+    "`apt install nsight-systems-cli`) so `nsys` is on PATH, or run `nsys export --type sqlite` "
+    "where it is installed and convert the .sqlite"
+)
 EXPORT_TIMEOUT_S = 3600
 
 
@@ -36,8 +44,9 @@ def estimate_rows(source: str | os.PathLike[str]) -> int:
         con = sqlite3.connect(sqlite_uri(path, immutable=True), uri=True)
         try:
             have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            return sum(int(con.execute(f'SELECT max(rowid) FROM "{t}"').fetchone()[0] or 0)
-                       for t in _EVENT_TABLES if t in have)
+            return sum(
+                int(con.execute(f'SELECT max(rowid) FROM "{t}"').fetchone()[0] or 0) for t in _EVENT_TABLES if t in have
+            )
         finally:
             con.close()
     except (sqlite3.Error, OSError, ValueError, TypeError, OverflowError):
@@ -76,8 +85,10 @@ def exported(source: str | os.PathLike[str]) -> Iterator[str | os.PathLike[str]]
         out = Path(tmp) / (path.stem + ".sqlite")
         _run(path.name, [nsys, "export", "--type", "sqlite", "-o", str(out), str(report)])
         if not out.is_file():
-            raise NotAProfileDatabase(f"nsys export wrote no database for {path.name}; run `nsys export --type "
-                                      f"sqlite {path.name}` to see why.")
+            raise NotAProfileDatabase(
+                f"nsys export wrote no database for {path.name}; run `nsys export --type "
+                f"sqlite {path.name}` to see why."
+            )
         yield out
 
 
@@ -103,17 +114,19 @@ def _importer(nsys: str, name: str) -> str:
     raise NotAProfileDatabase(
         f"{name} is an unimported capture (.qdstrm) and QdstrmImporter was not found; set "
         "NVBRIDGE_QDSTRM_IMPORTER to it (host-linux-x64/QdstrmImporter in the Nsight Systems install), or run "
-        f"`QdstrmImporter -i {name}` and convert the .nsys-rep it writes.")
+        f"`QdstrmImporter -i {name}` and convert the .nsys-rep it writes."
+    )
 
 
 def _run(name: str, argv: list[str]) -> None:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NotAProfileDatabase(f"{Path(argv[0]).name} failed on {name} ({exc}); {_INSTALL}.") from exc
     if done.returncode != 0:
         lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         detail = lines[-1] if lines else f"exit status {done.returncode}"
-        raise NotAProfileDatabase(f"{Path(argv[0]).name} could not read {name} ({detail}); the report may be "
-                                  "damaged or from a newer Nsight Systems than the installed one.")
+        raise NotAProfileDatabase(
+            f"{Path(argv[0]).name} could not read {name} ({detail}); the report may be "
+            "damaged or from a newer Nsight Systems than the installed one."
+        )

@@ -56,8 +56,15 @@ def no_nulls(table: str, t: pa.Table, raw: Mapping[str, str], fields: Sequence[s
             raise BadRows(f"{table}.{raw.get(name, name)} is empty (NULL) in {_rows(n)}; {_FIX}.")
 
 
-def times(table: str, t: pa.Table, raw: Mapping[str, str], start: str = "start_ns",
-          end: str | None = "end_ns", *, open_ok: bool = False) -> None:
+def times(
+    table: str,
+    t: pa.Table,
+    raw: Mapping[str, str],
+    start: str = "start_ns",
+    end: str | None = "end_ns",
+    *,
+    open_ok: bool = False,
+) -> None:
     """Refuse NULL times, times outside [0, 2^62), ends before starts, and durations whose sum
     does not fit in int64. With ``open_ok`` a NULL ``end`` (a never-closed NVTX range) passes."""
     if not t.num_rows:
@@ -71,15 +78,16 @@ def times(table: str, t: pa.Table, raw: Mapping[str, str], start: str = "start_n
     if t.column(end).null_count:  # never closed: no duration to check here
         e = np.where(t.column(end).is_null().to_numpy(zero_copy_only=False), s, e)
     _in_range(table, raw.get(end, end), e)
-    if (bad := int(np.count_nonzero(e < s))):
+    if bad := int(np.count_nonzero(e < s)):
         raise BadRows(f"{table}.{raw.get(end, end)} is before {raw.get(start, start)} in {_rows(bad)}; {_FIX}.")
     if float((e - s).sum(dtype=np.float64)) >= MAX_NS:
-        raise BadRows(f"{table}: durations add up to more than 2^62 ns (146 years), more than a "
-                      f"capture can hold; {_FIX}.")
+        raise BadRows(
+            f"{table}: durations add up to more than 2^62 ns (146 years), more than a capture can hold; {_FIX}."
+        )
 
 
 def _in_range(table: str, column: str, values: np.ndarray) -> None:
-    if (bad := int(np.count_nonzero((values < 0) | (values >= MAX_NS)))):
+    if bad := int(np.count_nonzero((values < 0) | (values >= MAX_NS))):
         raise BadRows(f"{table}.{column} is negative or beyond 2^62 ns (year 2116) in {_rows(bad)}; {_FIX}.")
 
 
@@ -102,16 +110,18 @@ def unique(table: str, t: pa.Table, key: Sequence[str], what: str) -> None:
     equal = np.ones(len(same), bool)
     for c in cols:
         equal &= c[a] == c[b]
-    if (n := int(np.count_nonzero(equal))):
+    if n := int(np.count_nonzero(equal)):
         raise BadRows(f"{table} holds {_rows(n)} duplicated ({what}); {_FIX}.")
 
 
 def names_found(table: str, column: str, ids: np.ndarray, resolved: pa.Array, strings_table: str) -> None:
     """Refuse ids (other than the -1 of NULL) that the string table does not hold."""
     missing = resolved.is_null().to_numpy(zero_copy_only=False) & (ids != -1)
-    if (n := int(np.count_nonzero(missing))):
-        raise BadRows(f"{table}.{column} names a string that {strings_table} lacks in {_rows(n)} "
-                      f"(e.g. id {int(ids[missing][0])}); {_FIX}.")
+    if n := int(np.count_nonzero(missing)):
+        raise BadRows(
+            f"{table}.{column} names a string that {strings_table} lacks in {_rows(n)} "
+            f"(e.g. id {int(ids[missing][0])}); {_FIX}."
+        )
 
 
 def raw_names(columns: Sequence[Column]) -> dict[str, str]:
@@ -123,5 +133,4 @@ def non_integers(counts: Mapping[str, int], table: str) -> None:
     """Refuse integer columns holding text, reals or BLOBs (counts from SQLite's typeof)."""
     for column, n in counts.items():
         if n:
-            raise BadRows(f"{table}.{column} holds text, a real or a BLOB instead of an integer in "
-                          f"{_rows(n)}; {_FIX}.")
+            raise BadRows(f"{table}.{column} holds text, a real or a BLOB instead of an integer in {_rows(n)}; {_FIX}.")

@@ -85,8 +85,7 @@ def _parsed(log: NvtxLog) -> list[tuple[Any, re.Match[str]]]:
 def our_forward(log: NvtxLog, on: int | None = None) -> Counter[tuple[str, int]]:
     """Our forward op ranges with a seq (on thread ``on`` if given): (name, seq) multiset."""
     return Counter(
-        (m["name"], int(m["seq"])) for r, m in _parsed(log)
-        if m["seq"] and not m["tid"] and (on is None or r.tid == on)
+        (m["name"], int(m["seq"])) for r, m in _parsed(log) if m["seq"] and not m["tid"] and (on is None or r.tid == on)
     )
 
 
@@ -169,7 +168,6 @@ def compatible(forward: str, node: str) -> bool:
 
 def foreign_links(pairs: Counter[Pair], custom: set[str]) -> Counter[Pair]:
     """Linked pairs whose forward op is of another name class (custom Functions excluded)."""
-    return Counter({
-        p: n for p, n in pairs.items()
-        if p[0] is not None and p[0] not in custom and not compatible(p[0], p[2])
-    })
+    return Counter(
+        {p: n for p, n in pairs.items() if p[0] is not None and p[0] not in custom and not compatible(p[0], p[2])}
+    )

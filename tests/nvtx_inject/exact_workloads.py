@@ -43,8 +43,9 @@ class Scale(torch.autograd.Function):
         return grad * w, (grad * x).sum(0)
 
 
-def _train(model: torch.nn.Module, body: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
-           step: Callable[[], None]) -> None:
+def _train(
+    model: torch.nn.Module, body: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, step: Callable[[], None]
+) -> None:
     """STEPS iterations: forward through ``body``, a sum loss, backward, SGD."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for _ in range(STEPS):
@@ -171,6 +172,7 @@ def dp_threads(step: Callable[[], None], annotate: Annotate) -> None:
 
 def two_threads(step: Callable[[], None], annotate: Annotate) -> None:
     """Two threads train their own models at the same time (seq numbers collide across threads)."""
+
     def train(i: int) -> None:
         torch.manual_seed(i)
         net = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2))
@@ -213,12 +215,19 @@ def profiler_ops(trace: dict[str, Any]) -> list[dict[str, Any]]:
         args = e.get("args", {})
         fwd = flows.get((e["tid"], e["ts"]))
         fwd_index = by_place.get(fwd) if fwd is not None else None
-        out.append({
-            "name": e["name"], "tid": e["tid"], "ts": e["ts"], "dur": e.get("dur", 0),
-            "seq": args.get("Sequence number", -1), "fwd_thread": args.get("Fwd thread id", 0),
-            "fwd": None if fwd_index is None else [ops[fwd_index]["name"], ops[fwd_index]["args"].get(
-                "Sequence number", -1)],
-        })
+        out.append(
+            {
+                "name": e["name"],
+                "tid": e["tid"],
+                "ts": e["ts"],
+                "dur": e.get("dur", 0),
+                "seq": args.get("Sequence number", -1),
+                "fwd_thread": args.get("Fwd thread id", 0),
+                "fwd": None
+                if fwd_index is None
+                else [ops[fwd_index]["name"], ops[fwd_index]["args"].get("Sequence number", -1)],
+            }
+        )
     return out
 
 
