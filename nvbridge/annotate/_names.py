@@ -41,7 +41,7 @@ def sizes_text(sizes: Sequence[Sequence[int]]) -> str:
 
 
 def dtypes_text(values: Sequence[object]) -> str:
-    """``[bf16, f32, -]``: one dtype per schema argument, ``-`` for what is not a tensor."""
+    """``[bf16, f32, -]``: one dtype per input (as sizes lists them), ``-`` for what is not a tensor."""
     names = []
     for value in values:
         dtype = getattr(value, "dtype", None) if hasattr(value, "shape") else None

@@ -95,24 +95,31 @@ class _SchemaInfo:
         self.seq_capable = not (base.endswith("_like") or base in _BELOW_AUTOGRAD_FROM_PYTHON)
         self.kind = _SPECIAL.get(self.name, _PLAIN)
 
-    def sizes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[int]]:
-        """One shape per schema argument, positional then keyword, defaults filled in."""
+    def values(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """The arguments in schema order, positional then keyword, defaults filled in, tensor
+        lists flattened (one entry per tensor): what torch's inputSizes walks."""
         values = [
             args[i] if i < len(args) else kwargs.get(name, self.defaults[i]) for i, name in enumerate(self.arg_names)
         ]
-        return input_sizes(values)
+        return flat_inputs(values)
+
+
+def flat_inputs(values: Any) -> list[Any]:
+    """A tensor list's tensors one entry each (``stack([a, b], 0)`` -> ``[a, b, 0]``), other
+    arguments as they are, as torch's ``inputSizes(fn, flatten_list_enabled=true)`` walks them."""
+    out: list[Any] = []
+    for value in values:
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, _Tensor) for v in value):
+            out.extend(value)
+        else:
+            out.append(value)
+    return out
 
 
 def input_sizes(values: Any) -> list[list[int]]:
     """Shapes as torch's ``inputSizes(fn, flatten_list_enabled=true)``: a tensor's sizes, a tensor
     list's tensors one entry each (``stack([a, b], 0)`` -> ``[[2, 3], [2, 3], []]``), else ``[]``."""
-    out: list[list[int]] = []
-    for value in values:
-        if isinstance(value, (list, tuple)) and value and all(isinstance(v, _Tensor) for v in value):
-            out.extend(list(v.shape) for v in value)
-        else:
-            out.append(_shape(value))
-    return out
+    return [_shape(value) for value in flat_inputs(values)]
 
 
 # Keyed by id(): hashing an OpOverload runs a Python __hash__ on every op. Each entry holds its
@@ -180,8 +187,9 @@ class OpDispatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         else:
             name = b"%s%d" % (info.plain_prefix, next_op_id())
         if self._record_shapes:
-            name += b", sizes = " + sizes_text(info.sizes(args, kwargs or {})).encode()
-            values = [*args, *((kwargs or {}).get(arg) for arg in info.arg_names[len(args) :])]
+            # sizes and dtypes: one entry per input torch sizes, so entry i of each is one tensor
+            values = info.values(args, kwargs or {})
+            name += b", sizes = " + sizes_text([_shape(v) for v in values]).encode()
             name += b", dtypes = " + dtypes_text(values).encode()
         self._push(name)
         try:
