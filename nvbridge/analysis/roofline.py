@@ -122,7 +122,9 @@ def below_roofline(ctx: Context, peak_tflops: float | None = None, peak_gbps: fl
     unpriced = np.bincount(group, weights=per_call.pop("unpriced"), minlength=n_groups) > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(gpu > 0, roof / gpu, 1.0)
-    below = (share < BELOW_SHARE) & ~unpriced
+    # an op with neither FLOPs nor bytes (a view) has no roofline to fall short of
+    work = np.bincount(group, weights=per_call["flops"] + per_call["bytes"], minlength=n_groups) > 0
+    below = (share < BELOW_SHARE) & ~unpriced & work
     row = below[group[call_of]]
     # the call's own figures go on its first kernel, so sums over kernels count each call once
     on_first = np.zeros(len(keep), bool)
