@@ -67,18 +67,24 @@ def _none() -> Evidence:
     return Evidence(KIND, z, z, z, z, figs, event=z, group=z)
 
 
-def _call_figures(ops: pa.Table, call: np.ndarray, peaks: Peaks) -> dict[str, np.ndarray]:
+def _call_figures(ctx: Context, ops: pa.Table, call: np.ndarray, peaks: Peaks) -> dict[str, np.ndarray]:
     """Per op call: flops, bytes, roofline time (ns), compute-bound, fp32 on tensor-core GPU."""
     f = np_col(ops, "flops", fill=0)[call].astype(np.float64)
     b = np_col(ops, "bytes", fill=0)[call].astype(np.float64)
-    names = ops.column("op_name").cast(pa.string()).fill_null("").take(pa.array(call)).to_pylist()
-    dtypes = ops.column("compute_dtype").cast(pa.string()).take(pa.array(call)).to_pylist()
-    precision = [costs.precision(n, d) for n, d in zip(names, dtypes)]
-    peak = np.array([peaks.tflops(p) or np.nan for p in precision]) * 1e3  # FLOP per ns
-    compute_ns = np.where(f > 0, f / peak, 0.0)
-    memory_ns = b / peaks.gbps if peaks.gbps else np.zeros(len(b))
+    dtype, dtypes = codes(ops.column("compute_dtype").cast(pa.string()))
+    # the peak and tensor-core flag per distinct (name, dtype), not per call
+    pairs, inverse = np.unique(np.stack([ctx.op_name[call], dtype[call]], axis=1), axis=0, return_inverse=True)
     faster = max((peaks.tflops(p) or 0.0) for p in ("tf32", "bf16", "fp16")) > (peaks.fp32 or 0.0)
-    fp32_tc = np.array([p == "fp32" and faster and costs.is_model_op(n) for n, p in zip(names, precision)])
+    peak, fp32_tc = np.full(len(pairs), np.nan), np.zeros(len(pairs), bool)
+    for i, (n, d) in enumerate(pairs.tolist()):
+        name = ctx.op_names[n] or ""
+        precision = costs.precision(name, dtypes[d])
+        peak[i] = (peaks.tflops(precision) or np.nan) * 1e3  # FLOP per ns
+        fp32_tc[i] = precision == "fp32" and faster and costs.is_model_op(name)
+    inverse = inverse.ravel()
+    compute_ns = np.where(f > 0, f / peak[inverse], 0.0)
+    memory_ns = b / peaks.gbps if peaks.gbps else np.zeros(len(b))
+    fp32_tc = fp32_tc[inverse]
     return {
         "flops": f.astype(np.int64),
         "bytes": b.astype(np.int64),
@@ -107,7 +113,7 @@ def below_roofline(ctx: Context, peak_tflops: float | None = None, peak_gbps: fl
     top = top[keep]
     start, end = np_col(g, "start_ns")[keep], np_col(g, "end_ns")[keep]
     calls, first = np.unique(top, return_index=True)
-    per_call = _call_figures(ops, calls, peaks)
+    per_call = _call_figures(ctx, ops, calls, peaks)
     shapes, _ = codes(ops.column("input_shapes").cast(pa.string()))
     dtypes, _ = codes(ops.column("compute_dtype").cast(pa.string()))
     # group of each call: (name, module, shapes, dtype) as one sortable key
