@@ -17,13 +17,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nvbridge.analysis import context, findings, spans
+from nvbridge.analysis import context, findings, roofline, spans
 from nvbridge.analysis.context import Context
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
 from nvbridge.dataset import Report, is_partitioned, load, report_dirs
 
-KIND_ORDER = ("host_sync", "pageable_copy", "small_copies", "launch_bound", "nccl_exposed", "rank_skew", "gpu_idle")
+KIND_ORDER = (
+    "host_sync",
+    "pageable_copy",
+    "small_copies",
+    "launch_bound",
+    "nccl_exposed",
+    "below_roofline",
+    "rank_skew",
+    "gpu_idle",
+)
 NO_OP = "(no op range)"
 BETWEEN_OPS = "(Python between ops)"
 IN_STEP = "ProfilerStep (outside ops)"
@@ -62,6 +71,7 @@ class Finding:
     by_step: tuple[tuple[int, int], ...]
     figures: tuple[tuple[str, int], ...]
     fix: str
+    shapes: str | None = None  # below_roofline: the input shapes (and dtype) of the op group
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +84,13 @@ class Advice:
     span_ns: int  # summed over lanes: first to last GPU op (or the steps) of each lane
     at_stake_ns: int  # union of every finding's intervals == sum of their time_ns
     lanes: tuple[str, ...]  # every (process, GPU) pair with GPU work
+    peaks: str | None = None  # the GPU peaks below_roofline compared with (None: unknown GPU)
 
 
-def fix_for(kind: str, op: str) -> str:
+def fix_for(kind: str, op: str, figures: Mapping[str, int] | None = None, count: int = 1) -> str:
     """One sentence: what to change."""
+    if kind == roofline.KIND:
+        return roofline.fix(figures or {}, count)
     if kind == "host_sync":
         if re.search(r"item|_local_scalar_dense|tolist", op):
             return "Keep the value on the GPU (no .item()/.tolist() in the loop), or read it every N steps."
@@ -113,6 +126,7 @@ class _Draft:
     count: int
     own: spans.Spans
     figures: tuple[tuple[str, int], ...]
+    shapes: str | None = None
 
 
 def _label(ctx: Context, row: int, kind: str) -> tuple[str, str | None]:
@@ -139,6 +153,7 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
             {k: v[keep] for k, v in ev.figures.items()},
             ev.per_lane,
             None if ev.event is None else ev.event[keep],
+            None if ev.group is None else ev.group[keep],
         )
     row = np.asarray(ev.op_row, np.int64)
     has = row >= 0
@@ -149,9 +164,10 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
     in_step[has] = ctx.op_step_range[row[has]]
     name[in_step] = -2
     lane_key = ev.lane if ev.per_lane else np.zeros(len(row), np.int64)
+    extra = ev.group if ev.group is not None else np.zeros(len(row), np.int64)
     # group by sorting on the keys (np.unique's hashing is slow on millions of rows)
-    order = np.lexsort((lane_key, mod, name))
-    keys = np.stack([name, mod, lane_key])[:, order]
+    order = np.lexsort((extra, lane_key, mod, name))
+    keys = np.stack([name, mod, lane_key, extra])[:, order]
     new = np.ones(len(order), bool)
     new[1:] = (keys[:, 1:] != keys[:, :-1]).any(axis=0)
     bounds = np.append(np.flatnonzero(new), len(order))
@@ -163,8 +179,20 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
         lanes = tuple(ctx.lane_label(int(x)) for x in spans.distinct(np.sort(ev.lane[rows])))
         figs = tuple((k, int(v[rows].sum())) for k, v in ev.figures.items())
         count = len(rows) if ev.event is None else len(spans.distinct(np.sort(ev.event[rows])))
-        out.append(_Draft(ev.kind, op, module, lanes, count, spans.union(enc_s[rows], enc_e[rows]), figs))
+        shapes = _shapes(ctx, int(row[rows[0]])) if ev.group is not None else None
+        out.append(_Draft(ev.kind, op, module, lanes, count, spans.union(enc_s[rows], enc_e[rows]), figs, shapes))
     return out
+
+
+def _shapes(ctx: Context, row: int) -> str | None:
+    """An op row's input shapes and compute dtype, as one line of text."""
+    ops = ctx.report.ops
+    if row < 0 or "input_shapes" not in ops.column_names:
+        return None
+    at = row if int(np_col(ops, "op_id")[row]) == row else int(np.flatnonzero(np_col(ops, "op_id") == row)[0])
+    shapes = ops.column("input_shapes")[at].as_py()
+    dtype = ops.column("compute_dtype")[at].as_py() if "compute_dtype" in ops.column_names else None
+    return f"{shapes} {dtype}" if dtype else (None if shapes is None else str(shapes))
 
 
 def _steps(ctx: Context) -> tuple[StepTime, ...]:
@@ -188,7 +216,13 @@ def _timeline(ctx: Context) -> spans.Spans:
     return spans.union(first, last)
 
 
-def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[int, int] | None = None) -> Advice:
+def advise_report(
+    report: Report,
+    min_share: float = 0.0,
+    skew_by_step: Mapping[int, int] | None = None,
+    peak_tflops: float | None = None,
+    peak_gbps: float | None = None,
+) -> Advice:
     """Findings for one report (see the module docstring for how time is shared).
 
     Args:
@@ -196,6 +230,7 @@ def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[
         min_share: drop findings whose time at stake is below this share of the lanes' span.
         skew_by_step: for a report of a partitioned dataset, the steps in which it was the
             slowest report and by how much (ns) it trailed the fastest.
+        peak_tflops, peak_gbps: override the GPU table's peaks for below_roofline.
 
     Returns:
         The findings, largest time at stake first, and the per-step idle shares.
@@ -208,6 +243,7 @@ def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[
         evidence += result if isinstance(result, list) else [result]
     if skew_by_step:
         evidence.append(findings.report_skew(ctx, skew_by_step))
+    evidence.append(roofline.below_roofline(ctx, peak_tflops, peak_gbps))
     for ev in evidence:
         drafts += _drafts(ctx, ev)
     timeline = _timeline(ctx)
@@ -235,7 +271,8 @@ def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[
                 worst,
                 tuple(sorted(totals.items())),
                 d.figures,
-                fix_for(d.kind, d.op),
+                fix_for(d.kind, d.op, dict(d.figures), d.count),
+                d.shapes,
             )
         )
     span = spans.length(timeline)
@@ -248,24 +285,31 @@ def advise_report(report: Report, min_share: float = 0.0, skew_by_step: Mapping[
         span,
         spans.length(claimed),
         tuple(ctx.lane_label(i) for i in range(len(ctx.lane_process))),
+        roofline.describe(report, peak_tflops, peak_gbps),
     )
 
 
-def advise(path: str | os.PathLike[str], min_share: float = 0.0) -> list[Advice]:
+def advise(
+    path: str | os.PathLike[str],
+    min_share: float = 0.0,
+    peak_tflops: float | None = None,
+    peak_gbps: float | None = None,
+) -> list[Advice]:
     """Findings for a report, a dataset, or each report of a partitioned dataset (one at a time).
 
     Args:
         path: a profiler database, a dataset directory, or a directory of ``report=<name>/``.
         min_share: drop findings below this share of the GPU timeline (0.01: 1%).
+        peak_tflops, peak_gbps: override the GPU table's peaks (below_roofline).
 
     Raises:
         InputError, ExportError: as :func:`nvbridge.load`.
     """
     if not is_partitioned(path):
-        return [advise_report(load(path), min_share)]
+        return [advise_report(load(path), min_share, None, peak_tflops, peak_gbps)]
     dirs = report_dirs(path)
     skew = slowest_reports([step_times(load(d, STEP_COLUMNS).ops) for d in dirs])
-    return [advise_report(load(d), min_share, skew[i]) for i, d in enumerate(dirs)]
+    return [advise_report(load(d), min_share, skew[i], peak_tflops, peak_gbps) for i, d in enumerate(dirs)]
 
 
 # What the first pass over a partitioned dataset reads: the step ranges, one column elsewhere.

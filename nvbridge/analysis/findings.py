@@ -41,6 +41,7 @@ class Evidence:
     figures: dict[str, np.ndarray] = field(default_factory=dict)
     per_lane: bool = False  # one finding per lane (per rank) rather than per op across ranks
     event: np.ndarray | None = None  # rows with one id are one occurrence (pieces of one gap)
+    group: np.ndarray | None = None  # a further grouping key (below_roofline: shapes and dtype)
 
 
 def _strings(column: pa.ChunkedArray) -> np.ndarray:

@@ -12,10 +12,12 @@ import click
 
 from nvbridge.analysis import format_time
 from nvbridge.analysis.advise import Advice, Finding, advise
+from nvbridge.analysis.summary import plural
+from nvbridge.analysis.throughput import _si as si
 from nvbridge.cli._common import errors
 
 WIDTH = 100
-HEADER = f"{'#':>3}  {'finding':<13}  {'op (module)':<38}  {'step':>5}  {'count':>7}  {'at stake':>10}  {'share':>6}"
+HEADER = f"{'#':>3}  {'finding':<14}  {'op (module)':<38}  {'step':>5}  {'count':>7}  {'at stake':>10}  {'share':>6}"
 
 
 def _ms(ns: int) -> str:
@@ -33,14 +35,28 @@ def _detail(f: Finding) -> str:
     parts = [f"on {', '.join(f.lanes)}"]
     if "wait_ns" in figs:
         parts.append(f"host waited {_ms(figs['wait_ns'])}")
-    if "bytes" in figs:
+    if "bytes" in figs and f.kind != "below_roofline":
         parts.append(f"{figs['bytes']:,} bytes")
     if "kernel_ns" in figs:
         parts.append(f"kernels {_ms(figs['kernel_ns'])} vs launches {_ms(figs['launch_ns'])}")
+    if f.kind == "below_roofline":
+        parts += _roofline(f, figs)
     if f.own_ns != f.time_ns:
         parts.append(f"{_ms(f.own_ns - f.time_ns)} already counted above")
     text = "; ".join(parts) + ". " + f.fix
     return "\n".join(textwrap.wrap(text, WIDTH, initial_indent=" " * 5, subsequent_indent=" " * 5))
+
+
+def _roofline(f: Finding, figs: dict[str, int]) -> list[str]:
+    """Shapes, work, achieved rate and the roofline's time for a below_roofline finding."""
+    gpu, roof = figs["gpu_ns"], figs["roof_ns"]
+    rate = si(figs["flops"] / gpu * 1e9, "FLOP/s") if figs["flops"] else si(figs["bytes"] / gpu * 1e9, "B/s")
+    return [
+        f"{f.shapes}",
+        f"{plural(f.count, 'call')}: {si(figs['flops'], 'FLOP') or '0 FLOP'}, {si(figs['bytes'], 'B')} in "
+        f"{_ms(gpu)} ({rate})",
+        f"the roofline allows {_ms(roof)} ({100 * roof / gpu:.1f}%)",
+    ]
 
 
 def render(advice: Advice, limit: int, steps: int) -> str:
@@ -56,6 +72,11 @@ def render(advice: Advice, limit: int, steps: int) -> str:
         f"GPU timeline {_ms(advice.span_ns)} ({lanes}); findings cover {_ms(advice.at_stake_ns)} "
         f"({100 * share:.1f}%), each moment counted once."
     )
+    lines.append(
+        f"Roofline peaks: {advice.peaks}"
+        if advice.peaks
+        else "Roofline: unknown GPU, no below_roofline findings (give --peak-tflops and --peak-gbps)."
+    )
     if not advice.findings:
         return "\n".join(lines + ["No findings above the bound."])
     lines += ["", HEADER]
@@ -64,7 +85,7 @@ def render(advice: Advice, limit: int, steps: int) -> str:
         pct = 100 * f.time_ns / advice.span_ns if advice.span_ns else 0.0
         step = "-" if f.step is None else str(f.step)
         lines.append(
-            f"{i:>3}  {f.kind:<13}  {_op(f):<38}  {step:>5}  {f.count:>7,}  {_ms(f.time_ns):>10}  {pct:>5.1f}%"
+            f"{i:>3}  {f.kind:<14}  {_op(f):<38}  {step:>5}  {f.count:>7,}  {_ms(f.time_ns):>10}  {pct:>5.1f}%"
         )
         lines.append(_detail(f))
     if len(shown) < len(advice.findings):
@@ -104,11 +125,26 @@ def as_json(advice: Advice) -> dict[str, Any]:
 @click.option(
     "--min-share", default=0.0, show_default=True, help="Drop findings below this percentage of the GPU timeline."
 )
+@click.option(
+    "--peak-tflops",
+    type=float,
+    default=None,
+    help="Peak TFLOP/s for below_roofline (default: the GPU table, by the report's device name).",
+)
+@click.option("--peak-gbps", type=float, default=None, help="Peak memory bandwidth in GB/s for below_roofline.")
 @click.option("--json", "json_out", is_flag=True, help="Print the findings and steps as JSON.")
-def advise_cmd(path: Path, limit: int, step_lines: int, min_share: float, json_out: bool) -> None:
+def advise_cmd(
+    path: Path,
+    limit: int,
+    step_lines: int,
+    min_share: float,
+    peak_tflops: float | None,
+    peak_gbps: float | None,
+    json_out: bool,
+) -> None:
     """Ranked findings: the op, module and step to change, the time at stake and a fix."""
     with errors():
-        results = advise(path, min_share / 100)
+        results = advise(path, min_share / 100, peak_tflops, peak_gbps)
         if json_out:
             click.echo(json.dumps([as_json(a) for a in results] if len(results) > 1 else as_json(results[0]), indent=1))
             return
