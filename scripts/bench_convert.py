@@ -199,6 +199,9 @@ def run(
             stderr=err,
             start_new_session=True,
             env=env,
+            # Not the repository: `python -m` puts the working directory before PYTHONPATH, so a
+            # baseline run from the checkout would time this tree's code instead.
+            cwd=stdout.parent,
         )
         try:
             proc.wait(timeout=timeout)
