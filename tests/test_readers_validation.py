@@ -453,3 +453,15 @@ def test_a_schema_that_is_not_utf8_reads_or_refuses_without_a_panic(tmp_path: Pa
         read_profile(path)
     except nvbridge.NvbridgeError as exc:
         assert str(exc).startswith("flipped.sqlite") and "\n" not in str(exc)
+
+
+def test_schema_text_that_is_not_utf8_is_damage(tmp_path: Path) -> None:
+    """A flipped byte inside sqlite_master's text (found by scripts/hostile_inputs.py) was an
+    internal UnicodeDecodeError."""
+    data = bytearray((SAMPLE_DB / "advise_cpu.sqlite").read_bytes())
+    data[482162] ^= 0xFF
+    bad = tmp_path / "flip.sqlite"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(DamagedDatabase, match="schema holds text that is not UTF-8"):
+        nvbridge.convert(bad, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["flip.sqlite"]

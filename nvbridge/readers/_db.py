@@ -168,6 +168,11 @@ class Database:
             raise DamagedDatabase(
                 f"{self.name} cannot be read ({detail}); the file is damaged, export it again."
             ) from exc
+        except UnicodeDecodeError as exc:  # damage in the schema's own text (table or column names)
+            raise DamagedDatabase(
+                f"{self.name} cannot be read (its schema holds text that is not UTF-8); the file is damaged, "
+                "export it again."
+            ) from exc
 
     def has(self, table: str) -> bool:
         return table in self.table_names
