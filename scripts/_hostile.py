@@ -195,7 +195,7 @@ def copy_to(src: Path, work: Path, name: str | None = None) -> Path:
 
 
 def convert_run(
-    inp: Path,
+    inp: Path | str,
     work: Path,
     expect: str = "any",
     check: Callable[..., str | None] | None = None,
