@@ -41,7 +41,14 @@ from nvbridge import output as outputs
 from nvbridge.columns import np_col
 from nvbridge.engine import CROSS_THREAD, CROSSING
 from nvbridge.export.chrome_flows import FlowState, ThreadCodes
-from nvbridge.export.chrome_text import EventSink, api_lines, decoded, gpu_lines, op_lines
+from nvbridge.export.chrome_text import (
+    EventSink,
+    api_lines,
+    decoded,
+    gpu_lines,
+    header,
+    op_lines,
+)
 from nvbridge.export.chrome_tracks import StreamLanes, TrackSet, extra_tids, lanes, track_names
 from nvbridge.timeline import in_window, step_window
 
@@ -51,56 +58,6 @@ SUFFIXES = (".json", ".json.gz")
 BATCH_ROWS = 200_000
 SPLIT_ROWS = 16_384  # chunks at least this long are turned into lines on two threads
 GZIP_LEVEL = 1  # measured at 2M NVTX rows: zlib's level 1 writes 5x faster than 9 for a file 1.3x larger
-META_PREFIXES = ("source", "kind", "producer", "schema", "time_base", "nvbridge", "dataset")
-# Columns each table must have (a dataset's or a conversion's chunks).
-OP_COLUMNS = (
-    "op_id",
-    "op_name",
-    "name",
-    "domain",
-    "process_id",
-    "thread_id",
-    "start_ns",
-    "end_ns",
-    "flags",
-    "seq",
-    "torch_op_id",
-    "fwd_tid",
-    "fwd_op_id",
-    "input_shapes",
-    "module_path",
-)
-API_COLUMNS = (
-    "api_call_id",
-    "kind",
-    "name",
-    "process_id",
-    "thread_id",
-    "start_ns",
-    "end_ns",
-    "correlation_id",
-    "op_id",
-)
-GPU_COLUMNS = (
-    "gpu_op_id",
-    "kind",
-    "name",
-    "process_id",
-    "device_id",
-    "stream_id",
-    "start_ns",
-    "end_ns",
-    "correlation_id",
-    "op_id",
-    "api_call_id",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-    "bytes",
-)
 
 
 @dataclass
@@ -129,32 +86,6 @@ class Tables(Protocol):
     def threads(self) -> pa.Table: ...
     @property
     def devices(self) -> pa.Table: ...
-
-
-def header(
-    meta: Mapping[str, str | None], devices: pa.Table | None, origin_ns: int, rank: int, world_size: int
-) -> dict[str, object]:
-    """Kineto's header: base time (the session's epoch added when times count from it), rank, GPUs."""
-    epoch = meta.get("session_start_utc_ns") if meta.get("time_base") == "session" else None
-    kept = {k: v for k, v in meta.items() if k.startswith(META_PREFIXES)}
-    props = (
-        []
-        if devices is None
-        else [
-            {"id": int(d), "name": n or f"GPU {d}"}
-            for d, n in zip(np_col(devices, "device_id", fill=-1).tolist(), devices.column("name").to_pylist())
-            if d >= 0
-        ]
-    )
-    return {
-        "schemaVersion": 1,
-        "displayTimeUnit": "ms",
-        "baseTimeNanoseconds": origin_ns + int(epoch or 0),
-        "distributedInfo": {"rank": rank, "world_size": world_size},
-        "deviceProperties": props,
-        "traceName": kept.get("source"),
-        "nvbridge": kept,
-    }
 
 
 class TraceWriter:

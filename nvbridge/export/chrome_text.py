@@ -8,6 +8,7 @@ microseconds with exactly three decimals (exact nanoseconds), relative to the tr
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any
 
@@ -19,6 +20,82 @@ from nvbridge.columns import np_col
 
 EMPTY = '""'  # a null name is written as the empty string (a str: no pyarrow call at import)
 ESCAPED = frozenset({"name", "op_name", "domain", "input_shapes", "module_path"})
+META_PREFIXES = ("source", "kind", "producer", "schema", "time_base", "nvbridge", "dataset")
+# Columns each table must have (a dataset's or a conversion's chunks).
+OP_COLUMNS = (
+    "op_id",
+    "op_name",
+    "name",
+    "domain",
+    "process_id",
+    "thread_id",
+    "start_ns",
+    "end_ns",
+    "flags",
+    "seq",
+    "torch_op_id",
+    "fwd_tid",
+    "fwd_op_id",
+    "input_shapes",
+    "module_path",
+)
+API_COLUMNS = (
+    "api_call_id",
+    "kind",
+    "name",
+    "process_id",
+    "thread_id",
+    "start_ns",
+    "end_ns",
+    "correlation_id",
+    "op_id",
+)
+GPU_COLUMNS = (
+    "gpu_op_id",
+    "kind",
+    "name",
+    "process_id",
+    "device_id",
+    "stream_id",
+    "start_ns",
+    "end_ns",
+    "correlation_id",
+    "op_id",
+    "api_call_id",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "bytes",
+)
+
+
+def header(
+    meta: Mapping[str, str | None], devices: pa.Table | None, origin_ns: int, rank: int, world_size: int
+) -> dict[str, object]:
+    """Kineto's header: base time (the session's epoch added when times count from it), rank, GPUs."""
+    epoch = meta.get("session_start_utc_ns") if meta.get("time_base") == "session" else None
+    kept = {k: v for k, v in meta.items() if k.startswith(META_PREFIXES)}
+    props = (
+        []
+        if devices is None
+        else [
+            {"id": int(d), "name": n or f"GPU {d}"}
+            for d, n in zip(np_col(devices, "device_id", fill=-1).tolist(), devices.column("name").to_pylist())
+            if d >= 0
+        ]
+    )
+    return {
+        "schemaVersion": 1,
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": origin_ns + int(epoch or 0),
+        "distributedInfo": {"rank": rank, "world_size": world_size},
+        "deviceProperties": props,
+        "traceName": kept.get("source"),
+        "nvbridge": kept,
+    }
 
 
 def escape(values: pa.Array | pa.ChunkedArray) -> pa.Array:

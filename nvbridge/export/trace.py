@@ -22,16 +22,8 @@ import pyarrow.parquet as pq
 from nvbridge.columns import np_col
 from nvbridge.dataset_check import check_dataset, check_intervals, fix
 from nvbridge.errors import DamagedDataset, ExportError
-from nvbridge.export.chrome import (
-    API_COLUMNS,
-    BATCH_ROWS,
-    GPU_COLUMNS,
-    OP_COLUMNS,
-    SUFFIXES,
-    Tables,
-    TraceStats,
-    TraceWriter,
-)
+from nvbridge.export.chrome import BATCH_ROWS, SUFFIXES, Tables, TraceStats, TraceWriter
+from nvbridge.export.chrome_text import API_COLUMNS, GPU_COLUMNS, OP_COLUMNS
 from nvbridge.timeline import in_window, step_spans, step_window_of
 
 EVENT_TABLES = ("api_calls", "gpu_ops", "ops")  # the order they are written in: calls before GPU ops
