@@ -20,7 +20,6 @@ Element sizes come from the recorded dtypes, else ``ASSUMED_DTYPE`` (reported as
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
@@ -30,257 +29,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+# Re-exported: nvbridge.flops is where callers find the dtype tables and base_name.
+from nvbridge.flop_tables import ASSUMED_DTYPE as ASSUMED_DTYPE
+from nvbridge.flop_tables import COMPARE, CONV_FWD, COPY, MATMUL_FWD, NORM, REDUCE, SDPA_BWD, SDPA_FWD, SOFTMAX, VIEW
+from nvbridge.flop_tables import DTYPE_BYTES as DTYPE_BYTES
+from nvbridge.flop_tables import ELEMENTWISE_FLOPS as ELEMENTWISE_FLOPS
+from nvbridge.flop_tables import PRECISION as PRECISION
+from nvbridge.flop_tables import base_name as base_name
+
 Shape = tuple[int, ...]
-
-ASSUMED_DTYPE = "float32"
-DTYPE_BYTES = {
-    "float64": 8,
-    "double": 8,
-    "f64": 8,
-    "float32": 4,
-    "float": 4,
-    "f32": 4,
-    "tf32": 4,
-    "float16": 2,
-    "half": 2,
-    "f16": 2,
-    "bfloat16": 2,
-    "bf16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "f8e4m3": 1,
-    "f8e5m2": 1,
-    "fp8": 1,
-    "int64": 8,
-    "long": 8,
-    "i64": 8,
-    "int32": 4,
-    "int": 4,
-    "i32": 4,
-    "int16": 2,
-    "i16": 2,
-    "int8": 1,
-    "i8": 1,
-    "uint8": 1,
-    "u8": 1,
-    "bool": 1,
-    "b8": 1,
-    "complex64": 8,
-    "c64": 8,
-    "complex128": 16,
-    "c128": 16,
-}
-# Short names for the precisions the GPU table lists (nvbridge.gpus.Peaks fields).
-PRECISION = {
-    "float64": "fp64",
-    "double": "fp64",
-    "f64": "fp64",
-    "float32": "fp32",
-    "float": "fp32",
-    "f32": "fp32",
-    "tf32": "tf32",
-    "float16": "fp16",
-    "half": "fp16",
-    "f16": "fp16",
-    "bfloat16": "bf16",
-    "bf16": "bf16",
-    "float8_e4m3fn": "fp8",
-    "float8_e5m2": "fp8",
-    "f8e4m3": "fp8",
-    "f8e5m2": "fp8",
-    "fp8": "fp8",
-    "int8": "int8",
-    "i8": "int8",
-}
-
-_MATMUL_FWD = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm", "matmul", "linear"}
-_CONV_FWD = {
-    "convolution",
-    "_convolution",
-    "convolution_overrideable",
-    "cudnn_convolution",
-    "_slow_conv2d_forward",
-    "conv1d",
-    "conv2d",
-    "conv3d",
-    "cudnn_convolution_transpose",
-    "conv_transpose1d",
-    "conv_transpose2d",
-    "conv_transpose3d",
-    "mkldnn_convolution",
-}
-_SDPA_FWD = {
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_cudnn_attention",
-    "_flash_attention_forward",
-    "_efficient_attention_forward",
-    "scaled_dot_product_attention",
-    "flex_attention",
-}
-_SDPA_BWD = {
-    "_scaled_dot_product_efficient_attention_backward",
-    "_scaled_dot_product_flash_attention_backward",
-    "_scaled_dot_product_cudnn_attention_backward",
-    "_flash_attention_backward",
-    "_efficient_attention_backward",
-    "flex_attention_backward",
-}
-# FLOPs per output element (a convention: torch counts none of these).
-ELEMENTWISE_FLOPS = dict.fromkeys(
-    (
-        "add",
-        "sub",
-        "rsub",
-        "mul",
-        "div",
-        "neg",
-        "abs",
-        "relu",
-        "threshold",
-        "threshold_backward",
-        "pow",
-        "exp",
-        "log",
-        "sqrt",
-        "rsqrt",
-        "reciprocal",
-        "sigmoid",
-        "tanh",
-        "gelu",
-        "silu",
-        "erf",
-        "clamp",
-        "clamp_min",
-        "clamp_max",
-        "maximum",
-        "minimum",
-        "where",
-        "masked_fill",
-        "leaky_relu",
-        "hardtanh",
-        "sin",
-        "cos",
-        "square",
-        "lerp",
-        "eq",
-        "ne",
-        "lt",
-        "le",
-        "gt",
-        "ge",
-        "dropout",
-        "native_dropout",
-        "sigmoid_backward",
-        "tanh_backward",
-        "gelu_backward",
-        "silu_backward",
-        "addcmul",
-        "addcdiv",
-        "fused_dropout",
-        "_fused_dropout",
-        "mish",
-        "softplus",
-        "hardswish",
-        "elu",
-    ),
-    1,
-)
-_COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
-_REDUCE = {
-    "sum",
-    "mean",
-    "amax",
-    "amin",
-    "max",
-    "min",
-    "prod",
-    "norm",
-    "var",
-    "std",
-    "argmax",
-    "argmin",
-    "logsumexp",
-    "all",
-    "any",
-    "linalg_vector_norm",
-}
-# Per element of the input: max, subtract, exp, sum, divide (softmax); mean, variance,
-# normalize, scale, shift (norms).
-_SOFTMAX = {"softmax": 5, "_softmax": 5, "log_softmax": 5, "_log_softmax": 5}
-_NORM = {
-    "layer_norm": 5,
-    "native_layer_norm": 5,
-    "batch_norm": 5,
-    "native_batch_norm": 5,
-    "_batch_norm_impl_index": 5,
-    "cudnn_batch_norm": 5,
-    "group_norm": 5,
-    "native_group_norm": 5,
-    "rms_norm": 4,
-    "_fused_rms_norm": 4,
-}
-_COPY = {"copy_", "copy", "clone", "contiguous", "_to_copy", "to", "type_as", "float", "half", "bfloat16"}
-_VIEW = {
-    "view",
-    "_unsafe_view",
-    "reshape",
-    "t",
-    "transpose",
-    "permute",
-    "unsqueeze",
-    "squeeze",
-    "expand",
-    "as_strided",
-    "slice",
-    "select",
-    "narrow",
-    "chunk",
-    "split",
-    "detach",
-    "alias",
-    "unbind",
-    "view_as",
-    "expand_as",
-    "flatten",
-    "unflatten",
-    "numpy_T",
-    "lift_fresh",
-    "split_with_sizes",
-}
-_BACKWARD_NODE = re.compile(r"^(?:torch::autograd::)?(?P<node>[A-Za-z]+?)Backwards?\d*$")
-_NODE_FORWARD = {
-    "Mm": "mm",
-    "Addmm": "addmm",
-    "Bmm": "bmm",
-    "Baddbmm": "baddbmm",
-    "Addbmm": "addbmm",
-    "Convolution": "convolution",
-    "ConvolutionBackward": "convolution",
-    "ScaledDotProductEfficientAttention": "_scaled_dot_product_efficient_attention",
-    "ScaledDotProductFlashAttention": "_scaled_dot_product_flash_attention",
-    "ScaledDotProductCudnnAttention": "_scaled_dot_product_cudnn_attention",
-}
-_DUNDER = {
-    "add": "add",
-    "radd": "add",
-    "iadd": "add",
-    "sub": "sub",
-    "rsub": "rsub",
-    "isub": "sub",
-    "mul": "mul",
-    "rmul": "mul",
-    "imul": "mul",
-    "truediv": "div",
-    "rtruediv": "div",
-    "itruediv": "div",
-    "div": "div",
-    "matmul": "matmul",
-    "rmatmul": "matmul",
-    "pow": "pow",
-    "neg": "neg",
-}
-_PREFIXES = ("autograd::engine::evaluate_function: ", "aten::", "torch.nn.functional.", "torch.", "Tensor.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,32 +50,13 @@ class Cost:
     dtype_assumed: bool
 
 
-def base_name(op_name: str) -> tuple[str, bool]:
-    """(torch's base op name, is a backward node): ``aten::add_`` -> add, ``Tensor.__iadd__`` ->
-    add, ``AddmmBackward0`` -> (addmm, True), ``convolution_backward`` stays."""
-    name = op_name
-    for prefix in _PREFIXES:
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
-    node = _BACKWARD_NODE.match(name)
-    if node and node.group("node") in _NODE_FORWARD:
-        return _NODE_FORWARD[node.group("node")], True
-    if node:
-        return name, True
-    if name.startswith("__") and name.endswith("__"):
-        name = _DUNDER.get(name[2:-2], name)
-    if name.endswith("_") and not name.endswith("__") and name != "copy_":
-        name = name[:-1]
-    return name, False
-
-
 def precision(op_name: str, dtype: str | None) -> str:
     """The peak an op's FLOPs compare with (nvbridge.gpus.Peaks fields): its dtype's, except
     that float32 convolutions use TF32, as cuDNN does by default (torch.backends.cudnn.allow_tf32;
     float32 matmuls do not: torch.backends.cuda.matmul.allow_tf32 is False by default)."""
     name = PRECISION.get(dtype or "", "fp32")
     base, _ = base_name(op_name)
-    return "tf32" if name == "fp32" and (base in _CONV_FWD or base == "convolution_backward") else name
+    return "tf32" if name == "fp32" and (base in CONV_FWD or base == "convolution_backward") else name
 
 
 def is_model_op(op_name: str) -> bool:
@@ -326,11 +64,7 @@ def is_model_op(op_name: str) -> bool:
     backward, the families torch's FlopCounterMode counts."""
     base, _ = base_name(op_name)
     return (
-        base in _MATMUL_FWD
-        or base in _CONV_FWD
-        or base in _SDPA_FWD
-        or base in _SDPA_BWD
-        or base == "convolution_backward"
+        base in MATMUL_FWD or base in CONV_FWD or base in SDPA_FWD or base in SDPA_BWD or base == "convolution_backward"
     )
 
 
@@ -390,41 +124,41 @@ def _cost(
     """(flops, bytes) by op family; raises ValueError on shapes the formula cannot read."""
     from nvbridge import flop_formulas as f
 
-    if base in _MATMUL_FWD:
+    if base in MATMUL_FWD:
         flops, out = f.matmul(base, shapes)
         moved = _nbytes(shapes, sizes) + prod(out) * elt
         # The backward reads the inputs and the output's gradient and writes the inputs' gradients.
         return (2 * flops, 2 * moved) if backward else (flops, moved)
-    if base in _CONV_FWD:
+    if base in CONV_FWD:
         return f.convolution(base, backward, shapes, args, elt)
     if base == "convolution_backward":
         return f.convolution_backward(shapes, args, elt)
-    if base in _SDPA_FWD:
+    if base in SDPA_FWD:
         return f.attention(base, shapes, backward, elt)
-    if base in _SDPA_BWD:
+    if base in SDPA_BWD:
         return f.attention_backward(base, shapes, elt)
     if backward:
         return None, None
     tensors = [s for s in shapes if s]
-    if base in _VIEW:
+    if base in VIEW:
         return 0, 0
-    if base in ELEMENTWISE_FLOPS or base in _COPY:
+    if base in ELEMENTWISE_FLOPS or base in COPY:
         out = f.broadcast([s for s in shapes if s] or [()])
         if base == "copy_" and len(shapes) >= 2:
             return 0, prod(shapes[0]) * sizes[0] + prod(shapes[1]) * sizes[1]
-        out_elt = 1 if base in _COMPARE else sizes[next(i for i, s in enumerate(shapes) if s)] if tensors else elt
-        flops = 0 if base in _COPY else ELEMENTWISE_FLOPS[base] * prod(out)
+        out_elt = 1 if base in COMPARE else sizes[next(i for i, s in enumerate(shapes) if s)] if tensors else elt
+        flops = 0 if base in COPY else ELEMENTWISE_FLOPS[base] * prod(out)
         return flops, _nbytes(shapes, sizes) + prod(out) * out_elt
     if not tensors:
         return None, None
     first = next(i for i, s in enumerate(shapes) if s)
     x = shapes[first]
-    if base in _REDUCE:
+    if base in REDUCE:
         return prod(x), prod(x) * sizes[first]
-    if base in _SOFTMAX:
-        return _SOFTMAX[base] * prod(x), 2 * prod(x) * sizes[first]
-    if base in _NORM:
-        return _NORM[base] * prod(x), _nbytes(shapes, sizes) + prod(x) * sizes[first]
+    if base in SOFTMAX:
+        return SOFTMAX[base] * prod(x), 2 * prod(x) * sizes[first]
+    if base in NORM:
+        return NORM[base] * prod(x), _nbytes(shapes, sizes) + prod(x) * sizes[first]
     if base in ("embedding", "embedding_bag") and len(tensors) >= 2:
         return f.embedding(shapes, sizes)
     return None, None
