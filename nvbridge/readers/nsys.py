@@ -23,6 +23,7 @@ from nvbridge.errors import NotStreamable
 from nvbridge.profile import RawProfile
 from nvbridge.readers._arrow import concat_gpu_ops
 from nvbridge.readers._db import Database
+from nvbridge.readers.nsys_info import device_table, source_info
 from nvbridge.readers.nsys_tables import (
     GPU_TABLES,
     GRAPH_TRACE,
@@ -38,7 +39,6 @@ from nvbridge.readers.nsys_tables import (
     SYNC,
     WHOLE_TABLES,
     checked_strings,
-    device_table,
     domain_names,
     gpu_ops,
     gpu_part,
@@ -46,7 +46,6 @@ from nvbridge.readers.nsys_tables import (
     normalize_ranges,
     normalize_syncs,
     nvtx_others,
-    source_info,
     thread_table,
 )
 

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import dense_ids, np_col, set_column
-from nvbridge.profile import SourceInfo
 from nvbridge.readers._arrow import align_gpu_ops, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
 from nvbridge.readers._db import Column, Database
-from nvbridge.readers.validate import BadRows, names_found, no_nulls, raw_names, times, unique
+from nvbridge.readers.nsys_info import meta_int
+from nvbridge.readers.validate import names_found, no_nulls, raw_names, times, unique
 
 # ENUM_NSYS_EVENT_TYPE: these ids are stable since NVTX_EVENTS exists; ENUM_* tables are
 # absent from <=2022 exports, so the values live here.
@@ -155,76 +154,6 @@ def checked_strings(strings: pa.Table, table: str = "StringIds") -> pa.Table:
 
 def _process_id(global_ids: np.ndarray) -> np.ndarray:
     return (global_ids >> 24) & _TID_BITS
-
-
-def _meta(db: Database) -> dict[str, str]:
-    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
-        if db.has(table):
-            return {str(k): str(v) for k, v in db.scalar_rows(f"SELECT name, value FROM {table}")}
-    return {}
-
-
-def source_info(db: Database) -> SourceInfo:
-    meta = _meta(db)
-    start_utc = None
-    if db.has("TARGET_INFO_SESSION_START_TIME"):
-        rows = db.scalar_rows("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
-        start_utc = _meta_int(rows, "TARGET_INFO_SESSION_START_TIME.utcEpochNs")
-    capture_end = None
-    if db.has("ANALYSIS_DETAILS") and "duration" in db.columns("ANALYSIS_DETAILS"):
-        rows = db.scalar_rows("SELECT duration FROM ANALYSIS_DETAILS LIMIT 1")
-        capture_end = _meta_int(rows, "ANALYSIS_DETAILS.duration")
-    normalized = meta.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
-    if normalized and capture_end is not None and start_utc is not None:
-        capture_end += start_utc
-    return SourceInfo(
-        source=db.name,
-        kind="nsys",
-        rank=_rank(db),
-        producer=meta.get("EXPORT_PRODUCT_NAME", "Nsight Systems").replace("NVIDIA ", ""),
-        producer_version=meta.get("EXPORT_PRODUCT_VERSION"),
-        schema_version=meta.get("EXPORT_SCHEMA_VERSION"),
-        time_base="epoch" if normalized else "session",
-        session_start_utc_ns=start_utc,
-        capture_end_ns=capture_end,
-        diagnostics=_diagnostics(db),
-    )
-
-
-def _diagnostics(db: Database) -> str | None:
-    """Warnings and errors the profiler recorded (severity 2-3 of ENUM_DIAGNOSTIC_SEVERITY_LEVEL),
-    each once, in time order."""
-    if not {"text", "severity"} <= db.columns("DIAGNOSTIC_EVENT"):
-        return None
-    rows = db.scalar_rows("SELECT text FROM DIAGNOSTIC_EVENT WHERE severity IN (2, 3) ORDER BY timestamp")
-    texts = list(dict.fromkeys(str(t).strip() for (t,) in rows if t is not None and str(t).strip()))
-    return "\n".join(texts) or None
-
-
-def _meta_int(rows: list[tuple[Any, ...]], where: str) -> int | None:
-    """The first row's integer, None when absent; text or BLOB there is damage."""
-    if not rows or rows[0][0] is None:
-        return None
-    if not isinstance(rows[0][0], int):
-        raise BadRows(
-            f"{where} holds {rows[0][0]!r} instead of an integer; the export is damaged or "
-            "was edited; export the report again."
-        )
-    return rows[0][0]
-
-
-def _rank(db: Database) -> int | None:
-    """RANK from the captured process environment: that one variable, nothing else is kept."""
-    if not db.has("META_DATA_CAPTURE"):
-        return None
-    rows = db.scalar_rows(
-        "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT_VARIABLE%' AND value LIKE 'RANK=%'"
-    )
-    for (value,) in rows:
-        text = str(value)[5:]
-        if text.isdigit():
-            return int(text)
-    return None
 
 
 def _text(ev: pa.Table, strings: pa.Table) -> pa.ChunkedArray:
@@ -438,7 +367,7 @@ def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Tabl
     if db.has("PROCESSES"):
         for gpid, _pid, name in db.scalar_rows("SELECT globalPid, pid, name FROM PROCESSES"):
             if gpid is not None and name:
-                proc_names[_meta_int([(gpid,)], "PROCESSES.globalPid") or 0] = str(name)
+                proc_names[meta_int([(gpid,)], "PROCESSES.globalPid") or 0] = str(name)
     return pa.table(
         {
             "process_id": pa.array(_process_id(keys)),
@@ -446,34 +375,5 @@ def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Tabl
             "thread_key": pa.array(keys),
             "thread_name": pa.array([names.get(int(k)) for k in keys], pa.string()),
             "process_name": pa.array([proc_names.get(int(k) & _PID_MASK) for k in keys], pa.string()),
-        }
-    )
-
-
-def device_table(db: Database) -> pa.Table:
-    for table, id_col in (
-        ("TARGET_INFO_GPU", "id"),
-        ("TARGET_INFO_GPU", "deviceId"),
-        ("TARGET_INFO_CUDA_GPU", "deviceId"),
-    ):
-        if id_col in db.columns(table) and "name" in db.columns(table):
-            # memoryBandwidth: bytes/s as the driver reports it (for % of peak, nvbridge.gpus).
-            bw = "memoryBandwidth" if "memoryBandwidth" in db.columns(table) else "NULL"
-            rows = db.scalar_rows(f"SELECT DISTINCT {id_col}, name, {bw} FROM {table} ORDER BY {id_col}")
-            return pa.table(
-                {
-                    "device_id": pa.array([_meta_int([r], f"{table}.{id_col}") for r in rows], pa.int64()),
-                    "name": pa.array([None if r[1] is None else str(r[1]) for r in rows], pa.string()),
-                    "memory_gbps": pa.array(
-                        [float(r[2]) / 1e9 if isinstance(r[2], (int, float)) and r[2] else None for r in rows],
-                        pa.float64(),
-                    ),
-                }
-            )
-    return pa.table(
-        {
-            "device_id": pa.array([], pa.int64()),
-            "name": pa.array([], pa.string()),
-            "memory_gbps": pa.array([], pa.float64()),
         }
     )
