@@ -218,19 +218,7 @@ def _decorations(names: pa.Array) -> dict[str, pa.Array]:
     is_tail = np.ones(len(flat), dtype=bool)
     is_tail[first] = False
     if len(flat) > n:
-        # Each part's kind (index in _SIMPLE, -1 for none): the two common ones over all
-        # parts, the others over the parts still undecided.
-        kind = np.full(len(flat), -1, dtype=np.int8)
-        for k in (1, 0):
-            kind[np.asarray(pc.starts_with(flat, _SIMPLE[k][0]).to_numpy(zero_copy_only=False))] = k
-        kind[first] = -1
-        left = np.flatnonzero(is_tail & (kind < 0))
-        for k in range(2, len(_SIMPLE)):
-            if not len(left):
-                break
-            hit = np.asarray(pc.starts_with(flat.take(pa.array(left)), _SIMPLE[k][0]).to_numpy(zero_copy_only=False))
-            kind[left[hit]] = k
-            left = left[~hit]
+        kind, left = _part_kinds(flat, first, is_tail)
         parent = np.asarray(pc.list_parent_indices(parts).to_numpy(zero_copy_only=False))
         complex_rows[parent[left]] = True
         known = np.flatnonzero(kind >= 0)
@@ -272,12 +260,34 @@ def _decorations(names: pa.Array) -> dict[str, pa.Array]:
     cols["input_dtypes"] = pa.nulls(n, pa.string())
     cols["input_op_ids"] = pa.nulls(n, pa.string())
     if complex_rows.any():
-        rows = np.flatnonzero(complex_rows)
-        slow = _decorations_regex(names.take(pa.array(rows)))
-        mask = pa.array(complex_rows)
-        for key, column in slow.items():
-            cols[key] = pc.replace_with_mask(cols[key], mask, column.cast(cols[key].type))
+        _parse_complex(names, complex_rows, cols)
     return cols
+
+
+def _part_kinds(flat: pa.Array, first: np.ndarray, is_tail: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each part's kind (index in _SIMPLE, -1 for none) and the tail parts of no kind."""
+    # The two common kinds over all parts, the others over the parts still undecided.
+    kind = np.full(len(flat), -1, dtype=np.int8)
+    for k in (1, 0):
+        kind[np.asarray(pc.starts_with(flat, _SIMPLE[k][0]).to_numpy(zero_copy_only=False))] = k
+    kind[first] = -1
+    left = np.flatnonzero(is_tail & (kind < 0))
+    for k in range(2, len(_SIMPLE)):
+        if not len(left):
+            break
+        hit = np.asarray(pc.starts_with(flat.take(pa.array(left)), _SIMPLE[k][0]).to_numpy(zero_copy_only=False))
+        kind[left[hit]] = k
+        left = left[~hit]
+    return kind, left
+
+
+def _parse_complex(names: pa.Array, complex_rows: np.ndarray, cols: dict[str, pa.Array]) -> None:
+    """Replace the complex rows of ``cols`` by _decorations_regex's columns for them."""
+    rows = np.flatnonzero(complex_rows)
+    slow = _decorations_regex(names.take(pa.array(rows)))
+    mask = pa.array(complex_rows)
+    for key, column in slow.items():
+        cols[key] = pc.replace_with_mask(cols[key], mask, column.cast(cols[key].type))
 
 
 def _shape_text(args: list[Any]) -> tuple[str, str, str]:

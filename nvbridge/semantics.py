@@ -16,23 +16,15 @@ dtypes and module path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge import flops, names
-from nvbridge.columns import dense_ids, np_col, one_chunk
+from nvbridge.columns import np_col, one_chunk
+from nvbridge.forward_links import ForwardIndex, Links, take_or_null
 
-# A forward op is keyed by (process, thread or "any", seq) packed into one int64: a dense
-# group number above SEQ_BITS bits of seq (torch's per-thread counter never gets near 2**40;
-# a larger seq still links, checked against the stored seq).
-SEQ_BITS = 40
-_SEQ_MASK = (1 << SEQ_BITS) - 1
-# A forward candidate's looked-up values: op_id, then pool ids of module path, input shapes and
-# op name; more columns to carry to backward rows go after these (input dtypes).
-_NAME_ROW = 3
+__all__ = ["ForwardIndex", "Links", "annotate"]
 
 
 def _inherit_down(parent: np.ndarray, depth: np.ndarray, own: list[object | None]) -> list[object | None]:
@@ -54,245 +46,6 @@ def _inherit_down_np(parent: np.ndarray, depth: np.ndarray, own: np.ndarray) -> 
         ok = p >= 0
         out[at[ok]] = out[p[ok]]
     return out
-
-
-def _take_or_null(values: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array:
-    """``values[index]`` where index >= 0, else null."""
-    return one_chunk(values).take(pa.array(np.maximum(index, 0), mask=index < 0))
-
-
-@dataclass(frozen=True, slots=True)
-class Links:
-    """Per row: the linked forward op (-1 none), its module path, input shapes and dtypes, and
-    the link the row's own seq gave (evaluate-function wrappers take their node's instead)."""
-
-    op_id: np.ndarray
-    module: pa.Array
-    shapes: pa.Array
-    own: np.ndarray
-    dtypes: pa.Array
-
-    def take(self, rows: np.ndarray) -> Links:
-        idx = pa.array(rows)
-        return Links(
-            self.op_id[rows], self.module.take(idx), self.shapes.take(idx), self.own[rows], self.dtypes.take(idx)
-        )
-
-    @staticmethod
-    def concat(parts: list[Links]) -> Links:
-        return Links(
-            np.concatenate([p.op_id for p in parts]),
-            pa.concat_arrays([p.module for p in parts]),
-            pa.concat_arrays([p.shapes for p in parts]),
-            np.concatenate([p.own for p in parts]),
-            pa.concat_arrays([p.dtypes for p in parts]),
-        )
-
-
-class ForwardIndex:
-    """Forward ops of earlier windows that a backward node may link to: the latest per key.
-
-    Kept as sorted NumPy arrays (merged once per window, a linear merge of two sorted runs),
-    with module paths and shapes interned: memory grows with distinct keys, not with ops.
-    """
-
-    def __init__(self) -> None:
-        self._groups: dict[tuple[int, int], int] = {}
-        self._strings: dict[str, int] = {}
-        self._values: list[str] = []
-        self._pool = pa.array([], pa.string())  # _values as Arrow, rebuilt only when it grows
-        self._store: dict[bool, tuple[np.ndarray, ...]] = {True: (), False: ()}  # top-most ops only?
-
-    def _keys(self, pid: np.ndarray, thread: np.ndarray, seq: np.ndarray) -> np.ndarray:
-        ids, count = dense_ids(pid, thread)
-        first = np.zeros(count, np.int64)
-        first[ids[::-1]] = np.arange(len(ids))[::-1]
-        groups = np.array(
-            [self._groups.setdefault((int(pid[i]), int(thread[i])), len(self._groups)) for i in first], np.int64
-        )
-        keys: np.ndarray = (groups[ids] << SEQ_BITS) | (seq & _SEQ_MASK)
-        return keys
-
-    def _intern(self, values: pa.Array) -> np.ndarray:
-        """Pool ids of strings (-1 for null)."""
-        enc = one_chunk(values)
-        enc = enc if pa.types.is_dictionary(enc.type) else enc.dictionary_encode()
-        ids = []
-        for v in enc.dictionary.to_pylist():
-            i = self._strings.get(v)
-            if i is None:
-                i = self._strings[v] = len(self._values)
-                self._values.append(v)
-            ids.append(i)
-        pool = np.array(ids + [-1], np.int64)
-        idx = np.asarray(enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False), np.int64)
-        return pool[idx]
-
-    def _pooled(self, ids: np.ndarray) -> pa.Array:
-        if len(self._pool) != len(self._values):
-            self._pool = pa.array(self._values, pa.string())
-        return _take_or_null(self._pool, ids)
-
-    def link(
-        self,
-        pid: np.ndarray,
-        tid: np.ndarray,
-        start: np.ndarray,
-        op_id: np.ndarray,
-        parsed: pa.Table,
-        seq: np.ndarray,
-        top: np.ndarray,
-        module: pa.Array,
-        new_from: int,
-    ) -> Links:
-        """Links for rows ``new_from:`` (rows before it are carried, already linked), then remember
-        this window's forward ops. ``seq`` is parsed's seq column (-1 for none); ``module`` is
-        each row's inherited module path; ``top``: the op is not nested in one with its seq."""
-        n = len(pid)
-        is_bwd = np.asarray(parsed.column("is_backward").to_numpy(zero_copy_only=False))
-        fwd_tid = np_col(parsed, "fwd_tid", fill=-1)
-        is_new = np.arange(n) >= new_from
-        cand = np.flatnonzero((seq >= 0) & ~is_bwd & is_new)
-        query = np.flatnonzero((seq >= 0) & is_bwd & is_new)
-        op_names = one_chunk(parsed.column("op_name"))
-        c_keys = self._keys(pid[cand], tid[cand], seq[cand])
-        c_vals = (
-            op_id[cand],
-            self._intern(module.take(pa.array(cand))),
-            self._intern(one_chunk(parsed.column("input_shapes")).take(pa.array(cand))),
-            self._intern(op_names.take(pa.array(cand))),
-            self._intern(one_chunk(parsed.column("input_dtypes")).take(pa.array(cand))),
-        )
-        window = _Window(c_keys, start[cand], seq[cand], c_vals, self._store[False])
-        is_top = top[cand]
-        top_window = _Window(
-            c_keys[is_top], start[cand][is_top], seq[cand][is_top], tuple(v[is_top] for v in c_vals), self._store[True]
-        )
-        found = np.full((len(c_vals), n), -1, np.int64)  # c_vals' columns of the linked op
-        exact = query[fwd_tid[query] >= 0]
-        if len(exact):  # the forward thread is named: torch's own rule on that thread
-            found[:, exact] = window.latest(
-                self._keys(pid[exact], fwd_tid[exact], seq[exact]), start[exact], seq[exact]
-            )
-        guess = query[fwd_tid[query] < 0]
-        if len(guess):
-            found[:, guess] = self._decide(guess, pid, tid, start, seq, op_names, (window, top_window))
-        if len(cand):
-            self._remember(False, c_keys, seq[cand], start[cand], c_vals)
-            self._remember(
-                True, c_keys[is_top], seq[cand][is_top], start[cand][is_top], tuple(v[is_top] for v in c_vals)
-            )
-        return Links(found[0], self._pooled(found[1]), self._pooled(found[2]), found[0], self._pooled(found[4]))
-
-    def _decide(
-        self,
-        q: np.ndarray,
-        pid: np.ndarray,
-        tid: np.ndarray,
-        start: np.ndarray,
-        seq: np.ndarray,
-        op_names: pa.Array,
-        windows: tuple[_Window, _Window],
-    ) -> np.ndarray:
-        """Backward nodes that do not name their forward thread (torch's own names): on each thread
-        of the process, the latest op with their seq (torch's rule) or else the top-most op of
-        that seq (torch 1.x nests ops sharing a seq: ``contiguous`` holds ``empty``), kept only if
-        its name fits the node (AddmmBackward0 <-> addmm). One fitting thread links; several link
-        only if one of them is the node's own thread; otherwise the link stays empty."""
-        width = len(windows[0].vals)
-        groups = [(g, p, t) for (p, t), g in self._groups.items()]
-        if not groups:
-            return np.full((width, len(q)), -1, np.int64)
-        per_thread = np.full((len(groups), width, len(q)), -1, np.int64)
-        node_ids = self._intern(op_names.take(pa.array(q)))
-        for row, (g, p, _) in enumerate(groups):
-            at = np.flatnonzero(pid[q] == p)
-            if not len(at):
-                continue
-            keys = (np.int64(g) << SEQ_BITS) | (seq[q[at]] & _SEQ_MASK)
-            for window in windows[::-1]:  # the latest op wins over the top-most one
-                hit = window.latest(keys, start[q[at]], seq[q[at]])
-                ok = self._fits(node_ids[at], hit[_NAME_ROW]) & (hit[0] >= 0)
-                per_thread[row][:, at[ok]] = hit[:, ok]
-        fits = per_thread[:, 0, :] >= 0
-        own = np.array([[t for _, _, t in groups]], np.int64).T == tid[q][None, :]
-        count = fits.sum(0)
-        choice = np.where(count == 1, fits.argmax(0), np.where((fits & own).any(0), (fits & own).argmax(0), -1))
-        out = np.full((width, len(q)), -1, np.int64)
-        ok = np.flatnonzero(choice >= 0)
-        out[:, ok] = per_thread[choice[ok], :, ok].T
-        return out
-
-    def _fits(self, node_ids: np.ndarray, fwd_ids: np.ndarray) -> np.ndarray:
-        """names.fits for each (node, forward op) pair, evaluated once per distinct pair."""
-        if not len(node_ids):
-            return np.zeros(0, bool)
-        pairs = np.stack([node_ids, fwd_ids], 1)
-        distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
-        ok = np.array([f >= 0 and names.fits(self._values[b], self._values[f]) for b, f in distinct.tolist()], bool)
-        result: np.ndarray = ok[inverse.ravel()].reshape(fwd_ids.shape)
-        return result
-
-    def _remember(
-        self, top: bool, keys: np.ndarray, seq: np.ndarray, start: np.ndarray, vals: tuple[np.ndarray, ...]
-    ) -> None:
-        """Merge this window's candidates into a store, keeping the latest per key."""
-        order = np.lexsort((start, keys))
-        last = np.ones(len(order), bool)
-        last[:-1] = keys[order][1:] != keys[order][:-1]
-        new = [a[order][last] for a in (keys, seq, *vals)]
-        if self._store[top]:
-            # Older entries first: a stable sort keeps a key's newest entry last.
-            merged = [np.concatenate([old, add]) for old, add in zip(self._store[top], new)]
-            order = np.argsort(merged[0], kind="stable")
-            k = merged[0][order]
-            last = np.ones(len(k), bool)
-            last[:-1] = k[1:] != k[:-1]
-            new = [a[order][last] for a in merged]
-        self._store[top] = tuple(new)
-
-
-class _Window:
-    """Forward candidates of this window (by key and start) over the store of earlier ones."""
-
-    def __init__(
-        self,
-        keys: np.ndarray,
-        start: np.ndarray,
-        seq: np.ndarray,
-        vals: tuple[np.ndarray, ...],
-        store: tuple[np.ndarray, ...],
-    ) -> None:
-        self.keys, self.start, self.seq, self.vals, self.store = keys, start, seq, vals, store
-
-    def latest(self, q_keys: np.ndarray, q_start: np.ndarray, q_seq: np.ndarray) -> np.ndarray:
-        """(op_id, module, shapes, name) of the latest candidate with each key that started by
-        the query's start (this window first, then earlier windows); -1 where none."""
-        out = np.full((len(self.vals), len(q_keys)), -1, np.int64)
-        miss = np.arange(len(q_keys))
-        if len(self.keys):
-            # One sort key per (key, start): a dense key number above the start's offset.
-            gid, ngroups = dense_ids(np.concatenate([self.keys, q_keys]))
-            g_c, g_q = gid[: len(self.keys)], gid[len(self.keys) :]
-            lo = int(min(self.start.min(), q_start.min()))
-            span = int(max(self.start.max(), q_start.max())) - lo + 1
-            if ngroups * span >= 2**62:
-                raise OverflowError("time span too wide to key forward candidates")
-            composite = g_c * span + (self.start - lo)
-            order = np.argsort(composite, kind="stable")
-            pos = np.searchsorted(composite[order], g_q * span + (q_start - lo), "right") - 1
-            hit = order[np.maximum(pos, 0)]
-            ok = (pos >= 0) & (g_c[hit] == g_q) & (self.seq[hit] == q_seq)
-            for i, col in enumerate(self.vals):
-                out[i, ok] = col[hit[ok]]
-            miss = np.flatnonzero(~ok)
-        if len(miss) and self.store and len(self.store[0]):
-            s_keys, s_seq, *s_vals = self.store
-            pos = np.minimum(np.searchsorted(s_keys, q_keys[miss]), max(len(s_keys) - 1, 0))
-            ok = (s_keys[pos] == q_keys[miss]) & (s_seq[pos] == q_seq[miss])
-            for i, col in enumerate(s_vals):
-                out[i, miss[ok]] = col[pos[ok]]
-        return out
 
 
 def annotate(
@@ -322,18 +75,34 @@ def annotate(
     n = len(parent)
     k = 0 if carried is None else len(carried.op_id)
     seq = np_col(parsed, "seq", fill=-1)
-
-    # Module path from the op or its ancestors (before backward rows take their forward op's).
-    module_col = one_chunk(parsed.column("module"))
-    if module_col.null_count < n:
-        module_own = np.where(np.asarray(module_col.is_valid().to_numpy(zero_copy_only=False)), np.arange(n), -1)
-        module = _take_or_null(module_col, _inherit_down_np(parent, depth, module_own))
-    else:
-        module = module_col
+    module = _module_paths(parent, depth, parsed)
 
     parent_seq = np.where(parent >= 0, seq[np.maximum(parent, 0)], -1)
     parent_tid = np.where(parent >= 0, tid[np.maximum(parent, 0)], -1)
     top = ~((parent_seq == seq) & (parent_tid == tid))
+    parsed, is_eval = _mark_evaluated(parent, seq, parsed)
+    links = index.link(pid, tid, start, op_id, parsed, seq, top, module, k)
+    if carried is not None and k:
+        links = Links.concat([carried, links.take(np.arange(k, n))])
+    links = _wrapper_links(parent, is_eval, links)
+    return _columns(parent, depth, parsed, module, links)
+
+
+def _module_paths(parent: np.ndarray, depth: np.ndarray, parsed: pa.Table) -> pa.Array:
+    """Module path from the op or its ancestors (before backward rows take their forward op's)."""
+    n = len(parent)
+    module_col = one_chunk(parsed.column("module"))
+    if module_col.null_count < n:
+        module_own = np.where(np.asarray(module_col.is_valid().to_numpy(zero_copy_only=False)), np.arange(n), -1)
+        module = take_or_null(module_col, _inherit_down_np(parent, depth, module_own))
+    else:
+        module = module_col
+    return module
+
+
+def _mark_evaluated(parent: np.ndarray, seq: np.ndarray, parsed: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """``parsed`` with nodes run by torch's engine marked backward, and which rows are
+    evaluate-function wrappers."""
     # A node torch's engine runs sits in its evaluate_function range, whatever its class name
     # (torch::autograd::CopySlices): backward, so never a forward candidate.
     is_eval = np.asarray(pc.starts_with(parsed.column("op_name"), names.EVALUATE).to_numpy(zero_copy_only=False))
@@ -342,13 +111,13 @@ def annotate(
         at = parsed.schema.get_field_index("is_backward")
         is_bwd = np.asarray(parsed.column(at).to_numpy(zero_copy_only=False)) | in_eval
         parsed = parsed.set_column(at, "is_backward", pa.array(is_bwd))
-    links = index.link(pid, tid, start, op_id, parsed, seq, top, module, k)
-    if carried is not None and k:
-        links = Links.concat([carried, links.take(np.arange(k, n))])
+    return parsed, is_eval
 
-    # Evaluate-function wrappers carry no seq: they take their node's link (the last node
-    # child with one; a carried wrapper keeps its earlier node's unless a new one arrives).
-    link = links.op_id
+
+def _wrapper_links(parent: np.ndarray, is_eval: np.ndarray, links: Links) -> Links:
+    """Evaluate-function wrappers carry no seq: they take their node's link (the last node
+    child with one; a carried wrapper keeps its earlier node's unless a new one arrives)."""
+    n = len(parent)
     if is_eval.any():
         child = np.full(n, -1, np.int64)
         has = (parent >= 0) & (links.own >= 0)
@@ -363,8 +132,16 @@ def annotate(
                 links.own,
                 links.dtypes.take(pa.array(src)),
             )
-            link = links.op_id
+    return links
 
+
+def _columns(
+    parent: np.ndarray, depth: np.ndarray, parsed: pa.Table, module: pa.Array, links: Links
+) -> tuple[dict[str, pa.Array | pa.ChunkedArray], pa.Table, Links]:
+    """The window's PyTorch columns, with backward rows filled from their forward op, and the
+    state to carry; see annotate."""
+    n = len(parent)
+    link = links.op_id
     fwd = pa.array(link >= 0)
     module_path = pc.if_else(pc.and_(fwd, pc.is_null(module)), links.module, module)
     shapes = one_chunk(parsed.column("input_shapes"))
@@ -377,7 +154,7 @@ def annotate(
     step = one_chunk(parsed.column("step"))
     if step.null_count < n:
         step_own = np.where(np.asarray(step.is_valid().to_numpy(zero_copy_only=False)), np.arange(n), -1)
-        step = _take_or_null(step, _inherit_down_np(parent, depth, step_own))
+        step = take_or_null(step, _inherit_down_np(parent, depth, step_own))
 
     cols: dict[str, pa.Array | pa.ChunkedArray] = {
         name: parsed.column(name)
