@@ -4,7 +4,7 @@ Pure and columnar, like the correlation engine it follows, and windowed like it:
 hands over one window of ops at a time (the ranges still open from earlier windows first),
 and :class:`ForwardIndex` remembers the forward ops of earlier windows.
 
-Forward -> backward (DESIGN.md): a backward node carrying sequence number N is linked to the
+Forward -> backward (docs/architecture.md): a backward node carrying sequence number N is linked to the
 forward op with seq N on the forward thread that started last before the node, as torch.profiler
 links them (AddmmBackward0 -> aten::addmm, not the aten::linear holding it). Where nvbridge's
 emit_nvtx recorded the forward thread (``fwd_tid``), that thread is used and the link is exact.
