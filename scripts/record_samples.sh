@@ -15,39 +15,19 @@ PYTHON=${PYTHON:-$(command -v python)}
 IMPORTER=${QDSTRM_IMPORTER:-/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter}
 mkdir -p "$OUT"
 
+source scripts/_record.sh
+
 for name in cnn transformer_shapes threads; do
-  rep="$TMP/${name}_cpu"
-  # A clean environment keeps the user's variables out of TARGET_INFO_SYSTEM_ENV (a committed
-  # file); the osrt thresholds drop the thousands of sub-0.1 ms calls `import torch` makes.
-  env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 \
-    nsys profile -t nvtx,osrt --sample=none --cpuctxsw=none \
-      --osrt-threshold=100000 --osrt-backtrace-threshold=10000000000 \
-      -f true -o "$rep" "$PYTHON" scripts/sample_workloads.py "$name" || true
-  if [ ! -f "$rep.nsys-rep" ]; then
-    "$IMPORTER" -i "$rep.qdstrm"
-  fi
-  rm -f "$OUT/${name}_cpu.sqlite"
-  nsys export --type sqlite -o "$OUT/${name}_cpu.sqlite" "$rep.nsys-rep" >/dev/null
-  ls -l "$OUT/${name}_cpu.sqlite"
+  record "${name}_cpu" nvtx,osrt "$PYTHON" scripts/sample_workloads.py "$name"
 done
 
 # Workloads the C++ observer backend is checked on against torch.profiler (tests/nvtx_inject/
 # exact_workloads.py), recorded under emit_nvtx(backend="observer", record_shapes=True): torch's
 # exact names plus fwd_tid. The observer is built into $HOME/.cache/nvbridge ($TMP here) first.
 for name in function_copyslices two_threads dp_threads; do
-  rep="$TMP/observer_${name}_cpu"
   env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 "$PYTHON" -c \
     'from nvbridge.annotate import _observer; assert _observer.load(), _observer.unavailable_reason()'
-  env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 \
-    nsys profile -t nvtx,osrt --sample=none --cpuctxsw=none \
-      --osrt-threshold=100000 --osrt-backtrace-threshold=10000000000 \
-      -f true -o "$rep" "$PYTHON" scripts/sample_workloads.py exact "$name" || true
-  if [ ! -f "$rep.nsys-rep" ]; then
-    "$IMPORTER" -i "$rep.qdstrm"
-  fi
-  rm -f "$OUT/observer_${name}_cpu.sqlite"
-  nsys export --type sqlite -o "$OUT/observer_${name}_cpu.sqlite" "$rep.nsys-rep" >/dev/null
-  ls -l "$OUT/observer_${name}_cpu.sqlite"
+  record "observer_${name}_cpu" nvtx,osrt "$PYTHON" scripts/sample_workloads.py exact "$name"
 done
 
 # nvtx_domains.sqlite: NVTX domains through the C API (scripts/nvtx_domains.c): a "cuBLAS" domain
@@ -56,14 +36,7 @@ record_nvtx_domains() {
   local nvtx_include
   nvtx_include=$("$PYTHON" -c 'import nvidia.nvtx, os; print(os.path.join(nvidia.nvtx.__path__[0], "include"))')
   cc -O1 -I"$nvtx_include" scripts/nvtx_domains.c -o "$TMP/nvtx_domains" -ldl
-  env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 \
-    nsys profile -t nvtx --sample=none --cpuctxsw=none -f true -o "$TMP/nvtx_domains" "$TMP/nvtx_domains" || true
-  if [ ! -f "$TMP/nvtx_domains.nsys-rep" ]; then
-    "$IMPORTER" -i "$TMP/nvtx_domains.qdstrm"
-  fi
-  rm -f "$OUT/nvtx_domains.sqlite"
-  nsys export --type sqlite -o "$OUT/nvtx_domains.sqlite" "$TMP/nvtx_domains.nsys-rep" >/dev/null
-  ls -l "$OUT/nvtx_domains.sqlite"
+  record nvtx_domains nvtx "$TMP/nvtx_domains"
 }
 record_nvtx_domains
 
