@@ -90,10 +90,12 @@ def state():
         "module_pre_hooks": len(module_mod._global_forward_pre_hooks),
         "module_hooks": len(module_mod._global_forward_hooks),
         "apply_is_original": torch.autograd.Function.__dict__["apply"] is ORIGINAL_APPLY,
+        "module_call_wrapped": torch.nn.Module.__dict__["__call__"] is not ORIGINAL_CALL,
     }
 
 
 ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
+ORIGINAL_CALL = torch.nn.Module.__dict__["__call__"]
 torch.manual_seed(0)
 model = Net()
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -248,6 +250,7 @@ def clean(state: dict[str, Any]) -> bool:
         "module_pre_hooks": 0,
         "module_hooks": 0,
         "apply_is_original": True,
+        "module_call_wrapped": False,
     }
 
 
@@ -255,14 +258,23 @@ def inside_backward(r: Range) -> bool:
     return any(a.name.startswith("autograd::engine::evaluate_function:") for a in r.ancestors())
 
 
-@pytest.mark.parametrize("scenario", ["native", "native_shapes", "auto_shapes"])
+def test_auto_picks_the_observer_where_it_builds(runs: Any) -> None:
+    """On a CUDA build too, auto's first choice is the C++ observer (torch's names plus fwd_tid)."""
+    log, facts = runs["auto_shapes"]
+    assert facts["active"] == "observer" and clean(facts["after"]) and balanced(log)
+    assert facts["during"]["dispatch_modes"] == 0 and facts["during"]["apply_is_original"]
+    assert any(re.match(r"^AddmmBackward0, seq = \d+, op_id = \d+, fwd_tid = \d+", r.name) for r in log.ranges)
+
+
+@pytest.mark.parametrize("scenario", ["native", "native_shapes"])
 def test_torch_names_ops_and_nvbridge_adds_nothing_per_op(runs: Any, scenario: str) -> None:
     log, facts = runs[scenario]
     assert facts["active"] == "native"
     assert clean(facts["before"]) and clean(facts["after"]) and balanced(log)
-    # native: torch's profiler state is on, no python mode or apply/engine wrapper installed
+    # native: torch's profiler state is on, no python mode or apply/engine wrapper installed; the
+    # one thing nvbridge adds is the Module.__call__ wrapper for module ranges
     assert facts["during"]["profiler_enabled"] and facts["during"]["dispatch_modes"] == 0
-    assert facts["during"]["apply_is_original"] and facts["during"]["module_pre_hooks"] == 1
+    assert facts["during"]["apply_is_original"] and facts["during"]["module_call_wrapped"]
     assert not [r.name for r in log.ranges if "stashed seq" in r.name or "fwd_tid" in r.name]
     ops = [(r, OP.match(r.name)) for r in log.ranges if r.name.startswith("aten::")]
     assert len(ops) >= 100 and all(m for _, m in ops), [r.name for r, m in ops if not m][:3]
@@ -353,10 +365,11 @@ def test_nested_instance_adds_nothing(runs: Any) -> None:
     assert ops == ["aten::ones", "aten::mul"]  # each op once: no python mode doubling torch's ranges
 
 
-def test_under_torch_profiler_auto_falls_back_to_python(runs: Any) -> None:
+def test_under_torch_profiler_auto_takes_the_observer(runs: Any) -> None:
     log, facts = runs["under_profiler"]
-    # torch allows one profiler state per thread: native cannot start, the python backend records
-    assert facts["active"] == "python" and clean(facts["after"]) and balanced(log)
+    # torch allows one profiler state per thread: native cannot start; the observer (a
+    # RecordFunction callback of its own) records beside the profiler
+    assert facts["active"] == "observer" and clean(facts["after"]) and balanced(log)
     (profiled,) = log.named("profiled")
     assert [c.name.split(",")[0] for c in profiled.children] == ["aten::ones", "aten::add"]
 
