@@ -13,7 +13,7 @@ from pathlib import Path
 from nvbridge import output as outputs
 from nvbridge.conversion.report import Progress, convert_one
 from nvbridge.conversion.result import ConversionResult
-from nvbridge.errors import ExportError, NotAProfileDatabase
+from nvbridge.errors import ExportError
 
 Source = str | os.PathLike[str]
 
@@ -77,23 +77,12 @@ def check_inputs(sources: Sequence[Source], deep: bool = False) -> None:
     """Every input is a readable regular file (or a URL), before anything is written; ``deep``:
     each is also opened and recognised as a profile (for many reports, so a bad one late in the
     list does not leave partitions of the ones before it)."""
+    from nvbridge.readers._files import check_regular
+
     for source in sources:
         text = os.fspath(source)
         if "://" not in text:
-            path = Path(text)
-            name = path.name
-            if not path.exists():
-                raise NotAProfileDatabase(f"{name}: no such file; check the path.")
-            if path.is_dir():
-                raise NotAProfileDatabase(
-                    f"{name} is a directory, not a profiler database; pass the .sqlite file itself."
-                )
-            if not path.is_file():
-                raise NotAProfileDatabase(
-                    f"{name} is not a regular file (a pipe or a device); export the report to a file and convert that."
-                )
-            if not os.access(path, os.R_OK):
-                raise NotAProfileDatabase(f"{name} cannot be read (permission denied); check its permissions.")
+            check_regular(Path(text))
         if deep and not _is_report(text):
             from nvbridge.readers import detect
             from nvbridge.readers._db import Database

@@ -3,6 +3,7 @@ path that never writes beside it (WAL-mode files, hot journals)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import tempfile
@@ -16,8 +17,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
 
 
-def check_file(path: Path) -> None:
-    """Reject what is plainly not an SQLite profile, before any driver touches it."""
+def check_regular(path: Path) -> None:
+    """An input that exists and is a regular file: a FIFO or a device is refused before anything
+    opens it (opening would block or never end). Checked for every input before a conversion
+    writes anything, Nsight Systems reports included."""
     name = path.name
     try:
         mode = path.stat().st_mode
@@ -27,10 +30,18 @@ def check_file(path: Path) -> None:
         raise NotAProfileDatabase(f"{name} cannot be opened ({exc.strerror}); check the path.") from None
     if stat.S_ISDIR(mode):
         raise NotAProfileDatabase(f"{name} is a directory, not a profiler database; pass the .sqlite file itself.")
-    if not stat.S_ISREG(mode):  # a FIFO or a device: opening it would block or never end
+    if not stat.S_ISREG(mode):
         raise NotAProfileDatabase(
             f"{name} is not a regular file (a pipe or device); save the export to a file and pass that."
         )
+    if not os.access(path, os.R_OK):
+        raise NotAProfileDatabase(f"{name} is not readable (permission denied); check its permissions.")
+
+
+def check_file(path: Path) -> None:
+    """Reject what is plainly not an SQLite profile, before any driver touches it."""
+    name = path.name
+    check_regular(path)
     try:
         with path.open("rb") as fh:
             header = fh.read(100)
