@@ -83,17 +83,19 @@ def check_parent(path: Path, what: str) -> None:
         raise ExportError(f"cannot write {what} {path}: {parent} is a file, not a folder; choose another path.")
     if not parent.is_dir():
         raise ExportError(
-            f"cannot write {what} {path}: the folder {parent} does not exist; create it first or choose another path."
+            f"cannot write {what} {path}: the folder {parent} does not exist; create the folder first or choose "
+            "another path."
         )
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ExportError(f"cannot write {what} {path}: the folder {parent} is not writable; choose another path.")
 
 
 def check_file_destination(path: Path, force: bool, what: str) -> None:
-    """A single output file (trace, picture): its folder exists; it is replaced only with ``force``."""
+    """A single output file (trace, picture, kept report): its folder exists, it is not a folder,
+    and an existing file is replaced only with ``force``."""
     check_parent(path, what)
     if path.is_dir():
-        raise ExportError(f"{path} is a directory; give a file name for the {what}.")
+        raise ExportError(f"{path} is a folder; give a file name for {what}.")
     if path.exists() and not force:
         raise ExportError(f"{path} already exists; choose another file or pass --force to replace it.")
 

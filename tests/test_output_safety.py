@@ -177,7 +177,7 @@ def test_folders_follow_the_umask(tmp_path: Path, mask: int) -> None:
 def test_the_output_folder_must_exist(tmp_path: Path) -> None:
     proc = _cli("convert", str(SAMPLE), "-o", str(tmp_path / "no" / "such" / "out"))
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
-    assert "does not exist; create it first" in proc.stderr
+    assert "does not exist; create the folder first" in proc.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -210,7 +210,10 @@ def test_progress_fits_80_columns_and_never_claims_0_s_left_while_the_trace_is_w
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--chrome", "nodir/t.json"], "nodir does not exist; create the folder first"),
+        (
+            ["--chrome", "nodir/t.json"],
+            "cannot write the trace nodir/t.json: the folder {tmp}/nodir does not exist; create the folder first",
+        ),
         (["--chrome", "t.txt"], "t.txt: a Chrome trace is written as .json or .json.gz"),
     ],
 )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from nvbridge import output as outputs
 from nvbridge.cli._common import errors, window
 from nvbridge.dataset import load
 
@@ -52,9 +53,7 @@ def plot_cmd(
     with errors():
         from nvbridge import plot
 
-        plot.output_path(output)
-        if output.exists() and not force:
-            raise click.ClickException(f"{output} exists; pass --force to replace it.")
+        outputs.check_file_destination(plot.output_path(output), force, "the picture")
         report = load(path)
         if roofline:
             from nvbridge import roofline as roof

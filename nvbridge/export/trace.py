@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from nvbridge import output as outputs
 from nvbridge.columns import np_col
 from nvbridge.dataset_check import check_dataset, check_intervals, fix
 from nvbridge.errors import DamagedDataset, ExportError
@@ -179,23 +180,15 @@ def _open(source: str | os.PathLike[str] | Tables) -> Source:
 
 
 def check_destination(path: Path, force: bool) -> None:
-    """A trace file may be written at ``path``: right suffix, existing folder, no file unless ``force``.
+    """A trace file may be written at ``path``: right suffix, then the rule of every single-file
+    output (:func:`nvbridge.output.check_file_destination`).
 
     Raises:
         ExportError: naming the problem and the fix.
     """
     if not path.name.endswith(SUFFIXES):
         raise ExportError(f"{path.name}: a Chrome trace is written as .json or .json.gz; rename the output.")
-    parent = path.parent
-    if not parent.is_dir():
-        what = "is not a folder" if parent.exists() else "does not exist"
-        raise ExportError(f"{parent} {what}; create the folder first or write the trace elsewhere.")
-    if not os.access(parent, os.W_OK):
-        raise ExportError(f"{parent} is not writable; write the trace elsewhere.")
-    if path.is_dir():
-        raise ExportError(f"{path} is a folder; name a .json or .json.gz file to write.")
-    if path.exists() and not force:
-        raise ExportError(f"{path} already exists; choose another file or pass --force to replace it.")
+    outputs.check_file_destination(path, force, "the trace")
 
 
 def export_chrome_trace(
