@@ -24,7 +24,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -122,9 +122,9 @@ def _our_meta(meta: Path) -> bool:
         return False
 
 
-def check_destination(output: Path, force: bool, inputs: list[Path]) -> None:
-    """A dataset may be written to ``output``: the folder it goes in exists; ``output`` is new, an
-    empty directory, or (with ``force``) an nvbridge dataset; no input lives inside it."""
+def check_directory(output: Path, inputs: Sequence[str | os.PathLike[str]]) -> None:
+    """A dataset directory may go at ``output``: its folder exists, it is not a file, and no input
+    (local paths; URLs are skipped) lives inside it."""
     check_parent(output, "the dataset")
     if not output.exists():
         return
@@ -132,12 +132,18 @@ def check_destination(output: Path, force: bool, inputs: list[Path]) -> None:
         raise ExportError(f"{output} is a file; pass a directory path for the dataset.")
     out = output.resolve()
     for source in inputs:
-        if out in source.resolve().parents:
+        if "://" not in os.fspath(source) and out in Path(os.fspath(source)).resolve().parents:
             raise ExportError(
                 f"the input {source} is inside the output directory {output}; "
                 f"choose an output directory that does not hold the input."
             )
-    if _is_empty(output):
+
+
+def check_destination(output: Path, force: bool, inputs: Sequence[str | os.PathLike[str]]) -> None:
+    """A dataset may be written to ``output``: :func:`check_directory`, and ``output`` is new, an
+    empty directory, or (with ``force``) an nvbridge dataset."""
+    check_directory(output, inputs)
+    if not output.exists() or _is_empty(output):
         return
     if not force:
         raise ExportError(f"{output} already exists; choose another output directory or pass --force to replace it.")

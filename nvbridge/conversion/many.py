@@ -100,18 +100,8 @@ def _is_report(text: str) -> bool:
 
 def _check_partitioned_destination(out: Path, sources: Sequence[Source]) -> None:
     """Several reports go into a new or empty directory, or one that is already such a dataset."""
-    outputs.check_parent(out, "the dataset")
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise ExportError(f"{out} is a file; pass a directory path for the dataset.")
-    for source in sources:
-        if "://" not in os.fspath(source) and out.resolve() in Path(os.fspath(source)).resolve().parents:
-            raise ExportError(
-                f"the input {source} is inside the output directory {out}; "
-                f"choose an output directory that does not hold the input."
-            )
-    if any(p for p in out.iterdir() if not p.name.startswith(".")) and not outputs.is_dataset(out):
+    outputs.check_directory(out, sources)
+    if out.exists() and any(p for p in out.iterdir() if not p.name.startswith(".")) and not outputs.is_dataset(out):
         raise ExportError(f"{out} is not an nvbridge dataset (it holds other files); choose another output directory.")
 
 

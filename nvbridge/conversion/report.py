@@ -72,7 +72,7 @@ def convert_one(
         ExportError: the output exists (without ``force``) or cannot be written.
     """
     out = Path(output)
-    outputs.check_destination(out, force, [Path(os.fspath(source))] if "://" not in os.fspath(source) else [])
+    outputs.check_destination(out, force, [source])
     trace = None if chrome_trace is None else Path(chrome_trace)
     if trace is not None:
         check_trace_destination(trace, force)

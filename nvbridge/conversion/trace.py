@@ -21,13 +21,8 @@ from nvbridge.engine import Model
 from nvbridge.errors import ExportError
 from nvbridge.export import parquet
 from nvbridge.export.chrome import TraceWriter
-from nvbridge.export.trace import export_chrome_trace
+from nvbridge.export.trace import NOTHING_TO_TRACE, export_chrome_trace
 from nvbridge.profile import SourceInfo
-
-NOTHING = (
-    "the report has no ranges, API calls or GPU ops: nothing to trace; convert without --chrome, or "
-    "profile with NVTX or CUDA tracing (nsys profile -t cuda,nvtx)."
-)
 
 
 def header_meta(info: SourceInfo) -> dict[str, str | None]:
@@ -74,7 +69,7 @@ class TraceFeed:
         """Publish the trace; an empty report is refused, as ``nvbridge trace`` refuses it."""
         if self._writer is None or not self.rows:
             self.abort()
-            raise ExportError(NOTHING)
+            raise ExportError(NOTHING_TO_TRACE)
         self._writer.finish(threads)
 
     def abort(self) -> None:
@@ -106,9 +101,4 @@ class _InMemory:
 def write_whole(model: Model, dest: str | os.PathLike[str]) -> None:
     """The trace of a report read whole, from memory."""
     tables = _InMemory(header_meta(model.info), model.ops, model.api_calls, model.gpu_ops, model.threads, model.devices)
-    try:
-        export_chrome_trace(tables, dest, force=True)
-    except ExportError as exc:
-        if "nothing to trace" in str(exc):
-            raise ExportError(NOTHING) from exc
-        raise
+    export_chrome_trace(tables, dest, force=True)

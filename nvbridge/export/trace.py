@@ -29,6 +29,10 @@ from nvbridge.timeline import in_window, step_spans, step_window_of
 
 EVENT_TABLES = ("api_calls", "gpu_ops", "ops")  # the order they are written in: calls before GPU ops
 COLUMNS = {"ops": OP_COLUMNS, "api_calls": API_COLUMNS, "gpu_ops": GPU_COLUMNS}
+NOTHING_TO_TRACE = (
+    "the report has no ranges, API calls or GPU ops: nothing to trace; profile with NVTX or CUDA tracing "
+    "(nsys profile -t cuda,nvtx)."
+)
 SPAN_COLUMNS = ["start_ns", "end_ns", "process_id"]
 
 
@@ -265,10 +269,7 @@ def _check_not_empty(found: Plan, start_ns: int | None, end_ns: int | None, proc
     if found.kept_rows:
         return
     if found.first_ns is None or found.last_ns is None:
-        raise ExportError(
-            "the report has no ranges, API calls or GPU ops: nothing to trace; profile with "
-            "NVTX or CUDA tracing (nsys profile -t cuda,nvtx)."
-        )
+        raise ExportError(NOTHING_TO_TRACE)
     if processes is not None and not processes & found.processes:
         have = ", ".join(str(p) for p in sorted(found.processes)) or "none"
         raise ExportError(
