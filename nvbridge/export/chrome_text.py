@@ -134,6 +134,26 @@ def join(*parts: pa.Array | pa.ChunkedArray | str) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
+def _slice(
+    cat: pa.Array | pa.ChunkedArray, name: pa.Array, pid: pa.Array, tid: pa.Array, start: np.ndarray, dur: np.ndarray
+) -> tuple[pa.Array | pa.ChunkedArray | str, ...]:
+    """The parts every ``ph: "X"`` slice begins with: category, name, track, start and duration."""
+    return (
+        '{"ph":"X","cat":',
+        cat,
+        ',"name":',
+        name,
+        ',"pid":',
+        pid,
+        ',"tid":',
+        tid,
+        ',"ts":',
+        us(start),
+        ',"dur":',
+        us(dur),
+    )
+
+
 def _opt(label: str, values: pa.Array | pa.ChunkedArray, quote: bool = False) -> pa.Array | str:
     """``,"label":value`` or '' where the value is null."""
     if values.null_count == len(values):  # NVTX-only reports: no torch fields at all
@@ -160,18 +180,7 @@ def op_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
     torch_op = pc.or_(pc.is_valid(t.column("seq")), pc.is_valid(t.column("torch_op_id")))
     cat = pc.if_else(torch_op, pa.scalar('"cpu_op"'), pa.scalar('"user_annotation"'))
     return join(
-        '{"ph":"X","cat":',
-        cat,
-        ',"name":',
-        pc.fill_null(escape(t.column("op_name")), EMPTY),
-        ',"pid":',
-        num(np_col(t, "process_id")),
-        ',"tid":',
-        num(tid),
-        ',"ts":',
-        us(s),
-        ',"dur":',
-        us(e),
+        *_slice(cat, pc.fill_null(escape(t.column("op_name")), EMPTY), num(np_col(t, "process_id")), num(tid), s, e),
         ',"args":{"External id":',
         num(np_col(t, "op_id")),
         _opt("Sequence number", t.column("seq")),
@@ -190,18 +199,14 @@ def api_lines(t: pa.Table, origin: int) -> pa.Array:
     d = np_col(t, "end_ns") - np_col(t, "start_ns")
     cat = pc.if_else(pc.equal(t.column("kind"), "driver"), pa.scalar('"cuda_driver"'), pa.scalar('"cuda_runtime"'))
     return join(
-        '{"ph":"X","cat":',
-        cat,
-        ',"name":',
-        pc.fill_null(escape(t.column("name")), EMPTY),
-        ',"pid":',
-        num(np_col(t, "process_id")),
-        ',"tid":',
-        num(np_col(t, "thread_id")),
-        ',"ts":',
-        us(s),
-        ',"dur":',
-        us(d),
+        *_slice(
+            cat,
+            pc.fill_null(escape(t.column("name")), EMPTY),
+            num(np_col(t, "process_id")),
+            num(np_col(t, "thread_id")),
+            s,
+            d,
+        ),
         ',"args":{"correlation":',
         t.column("correlation_id").cast(pa.string()).fill_null("null"),
         _opt("External id", t.column("op_id")),
@@ -249,18 +254,7 @@ def gpu_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
     bw_text = pc.fill_null(join(',"memory bandwidth (GB/s)":', pc.round(bandwidth, 3).cast(pa.string())), "")
     device = num(np_col(t, "device_id", fill=0))
     return join(
-        '{"ph":"X","cat":',
-        cat,
-        ',"name":',
-        pc.fill_null(escape(t.column("name")), EMPTY),
-        ',"pid":',
-        device,
-        ',"tid":',
-        num(tid),
-        ',"ts":',
-        us(s),
-        ',"dur":',
-        us(d),
+        *_slice(cat, pc.fill_null(escape(t.column("name")), EMPTY), device, num(tid), s, d),
         ',"args":{"device":',
         device,
         ',"stream":',
