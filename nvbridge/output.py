@@ -102,14 +102,20 @@ def check_file_destination(path: Path, force: bool, what: str) -> None:
 
 def is_dataset(path: Path) -> bool:
     """An nvbridge dataset: a report directory (meta.parquet written by nvbridge, nothing foreign)
-    or a directory of ``report=<name>`` report directories."""
+    or a directory of ``report=<name>`` report directories. Hidden entries count as foreign too
+    (``.ipynb_checkpoints``, a user's dot-file), except nvbridge's own staging and replaced ones."""
     try:
-        entries = [p for p in path.iterdir() if not p.name.startswith(".")]
+        entries = [p for p in path.iterdir() if not _ours_in_flight(p.name)]
     except OSError:
         return False
     if (path / "meta.parquet").is_file():
         return _our_meta(path / "meta.parquet") and all(p.name in DATASET_FILES for p in entries)
     return bool(entries) and all(p.name.startswith("report=") and p.is_dir() and is_dataset(p) for p in entries)
+
+
+def _ours_in_flight(name: str) -> bool:
+    """A staging or replaced directory nvbridge names (``.<name>.nvbridge-staging.<host>.<pid>.<rand>``)."""
+    return name.startswith(".") and (f"{_STAGING}." in name or f"{_OLD}." in name)
 
 
 def _our_meta(meta: Path) -> bool:

@@ -63,6 +63,11 @@ def test_force_refuses_a_dataset_holding_a_foreign_file(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="not an nvbridge dataset"):
         nvbridge.convert(SAMPLE, out, force=True)
     assert (out / "analysis.ipynb").exists() and (out / "meta.parquet").exists()
+    (out / "analysis.ipynb").unlink()
+    (out / ".ipynb_checkpoints").mkdir()  # hidden, and still not ours to delete
+    with pytest.raises(ExportError, match="not an nvbridge dataset"):
+        nvbridge.convert(SAMPLE, out, force=True)
+    assert (out / ".ipynb_checkpoints").is_dir() and (out / "meta.parquet").exists()
 
 
 def test_force_replaces_a_dataset_and_an_empty_directory_is_free(tmp_path: Path) -> None:
