@@ -16,6 +16,7 @@ from nvbridge.dataset import Report
 from tests.conftest import NSYS_FILES, SAMPLE_DB, raw, real_db
 
 convert_mod = importlib.import_module("nvbridge.conversion.report")
+convert_mod_nsys = importlib.import_module("nvbridge.readers.nsys")
 SAMPLES = sorted(p.name for p in SAMPLE_DB.glob("*.sqlite"))
 
 
@@ -105,17 +106,45 @@ def test_ranges_still_open_at_a_cut_keep_their_subtree_sums(tmp_path: Path, monk
     assert int(longest.total_gpu_ns) == expected
 
 
-def test_ranges_out_of_start_order_fall_back_to_one_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+# Row orders the rowid windows cannot stream: latest first, shuffled, and two start-ordered runs
+# one after the other (as the FSDP export stores its API calls, a process at a time).
+DISORDERS = {
+    "latest first": "ORDER BY start DESC",
+    "shuffled": "ORDER BY (rowid * 7919) % 1009",
+    "two runs": "ORDER BY rowid % 2, start",
+}
+
+
+@pytest.mark.parametrize("disorder", DISORDERS)
+def test_ranges_out_of_start_order_stream_by_start(
+    disorder: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out-of-order NVTX rows are read in slabs of starts (never the whole report): the dataset
+    equals the one-window conversion of the ordered file, and no slab holds far more rows than
+    a window."""
     src = SAMPLE_DB / "transformer_shapes_cpu.sqlite"
     shuffled = tmp_path / "shuffled.sqlite"
     shutil.copy(src, shuffled)
     con = sqlite3.connect(shuffled)
-    # The same rows, stored latest first.
-    con.executescript("""
-        CREATE TABLE n2 AS SELECT * FROM NVTX_EVENTS ORDER BY start DESC;
+    con.executescript(f"""
+        CREATE TABLE n2 AS SELECT * FROM NVTX_EVENTS {DISORDERS[disorder]};
         DELETE FROM NVTX_EVENTS; INSERT INTO NVTX_EVENTS SELECT * FROM n2; DROP TABLE n2;""")
     con.commit()
     con.close()
+    ((rows,),) = raw(shuffled, "SELECT count(*) FROM NVTX_EVENTS")
+    assert rows > 8 * 97
     monkeypatch.setattr(convert_mod, "WINDOW_ROWS", 97)
+    monkeypatch.setattr(convert_mod, "_whole", _no_whole_path)
+    slabs: list[int] = []  # rows of each slab read by start
+    split = convert_mod_nsys.Stream._split
+
+    def spy(self: Any, ev: Any) -> Any:
+        if self._slabs is not None:
+            slabs.append(ev.num_rows)
+        return split(self, ev)
+
+    monkeypatch.setattr(convert_mod_nsys.Stream, "_split", spy)
     nvbridge.convert(shuffled, tmp_path / "out")
     _assert_same(nvbridge.load(tmp_path / "out"), nvbridge.load(src))
+    assert sum(slabs) == rows  # the rowid windows gave up; the slabs read every row once
+    assert len(slabs) > 5 and max(slabs) < 4 * 97, slabs

@@ -91,20 +91,26 @@ def convert_one(
 def _convert_into(
     source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: Path | None
 ) -> Tallies:
-    """Stream the report into ``tmp`` (and ``trace``), or read it whole where it cannot stream."""
-    try:
-        return _streamed(source, tmp, report, trace)
-    except NotStreamable:
-        for part in tmp.iterdir():
-            part.unlink()
+    """Stream the report into ``tmp`` (and ``trace``): NVTX rows by rowid windows, or, when its
+    ranges turn out to be out of start order, by slabs of starts; nvprof files and other URLs
+    are read whole."""
+    for by_start in (False, True):
+        try:
+            return _streamed(source, tmp, report, trace, by_start)
+        except NotStreamable:
+            for part in tmp.iterdir():
+                part.unlink()
     return _whole(source, tmp, report, expected, trace)
 
 
-def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress, trace: Path | None) -> Tallies:
+def _streamed(
+    source: str | os.PathLike[str], tmp: Path, report: Progress, trace: Path | None, by_start: bool
+) -> Tallies:
     """Convert an Nsight Systems file window by window into ``tmp`` (and ``trace``).
 
     Raises:
-        NotStreamable: not a local Nsight Systems file, or its ranges are out of start order.
+        NotStreamable: not a local Nsight Systems file, or (rowid windows) its ranges are out
+            of start order.
     """
     from nvbridge.readers import detect
     from nvbridge.readers._db import Database
@@ -116,7 +122,7 @@ def _streamed(source: str | os.PathLike[str], tmp: Path, report: Progress, trace
         report("reading", 0)
         with db.translate_errors():
             # Names are parsed on the reader threads, a window or two ahead of the engine.
-            stream_in = Stream(db, WINDOW_ROWS, prepare=with_parsed_names)
+            stream_in = Stream(db, WINDOW_ROWS, prepare=with_parsed_names, by_start=by_start)
             info = with_rank(stream_in.info, source)
             # The engine's set-up sorts every API call and GPU op (0.15 s at 2M NVTX rows, 0.8-1.1 s
             # at 10M): it runs beside the readers, which fetch windows meanwhile instead of waiting.

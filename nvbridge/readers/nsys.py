@@ -48,6 +48,7 @@ from nvbridge.readers.nsys_tables import (
     nvtx_others,
     thread_table,
 )
+from nvbridge.readers.slabs import Slab, chunk_query, chunks, plan
 
 # bench_convert reads the raw tables as these declarations say.
 __all__ = [
@@ -108,7 +109,9 @@ class _Window:
 
 class Stream:
     """An export read for a streamed conversion: API calls and GPU ops whole (numbers and
-    name ids, compact), NVTX rows in windows of ``window_rows`` rowids.
+    name ids, compact), NVTX rows in windows of ``window_rows`` rowids, or, ``by_start``, in
+    slabs of about as many rows in start order (:mod:`nvbridge.readers.slabs`: for exports
+    whose ranges are out of start order, which rowid windows cannot stream).
 
     Reads start on construction, on the database's two reader threads: the first NVTX
     windows, then the whole tables; later windows are fetched two ahead of the consumer, so
@@ -122,13 +125,21 @@ class Stream:
     AHEAD = 2
 
     def __init__(
-        self, db: Database, window_rows: int, prepare: Callable[[pa.Table], pa.Table] = lambda ranges: ranges
+        self,
+        db: Database,
+        window_rows: int,
+        prepare: Callable[[pa.Table], pa.Table] = lambda ranges: ranges,
+        *,
+        by_start: bool = False,
     ) -> None:
         self.db = db
         self.window_rows = window_rows
         self._prepare = prepare
         self._next, self._last = 0, -1  # rowids still to read (none without NVTX_EVENTS)
         self._pending: list[Future[_Window]] = []
+        self._slabs: list[Slab] | None = None  # by_start: the slabs still to read
+        self._latest_range: int | None = None
+        self._domains: dict[tuple[int, int], str] = {}
         # The API calls and GPU ops come first: the first window cannot be correlated without
         # them. The NVTX windows follow on whichever reader is free.
         # Each is normalized on its reader thread as soon as it is read; the string table, which
@@ -153,6 +164,8 @@ class Stream:
                 "SELECT (SELECT min(rowid) FROM NVTX_EVENTS), (SELECT max(rowid) FROM NVTX_EVENTS)"
             )
             self._next, self._last = int(first or 0), int(last or -1)
+            if by_start:
+                self._plan_slabs(t)
             for _ in range(self.AHEAD):
                 self._submit_window()
         self.info = source_info(db)
@@ -163,18 +176,18 @@ class Stream:
         self.devices = device_table(db)
         # Never-closed ranges are clamped at the latest time of the capture; in a stream the
         # latest range start is the last range row's (the engine checks that it is).
-        last = (
-            db.scalar_rows(
+        if self._slabs is not None:
+            last = [(self._latest_range,)]
+        elif db.has("NVTX_EVENTS"):
+            last = db.scalar_rows(
                 f"SELECT start FROM NVTX_EVENTS WHERE eventType IN {RANGE_TYPES} ORDER BY rowid DESC LIMIT 1"
             )
-            if db.has("NVTX_EVENTS")
-            else []
-        )
+        else:
+            last = []
         times = [int(last[0][0])] if last and last[0][0] is not None else []
         times += [int(np_col(self.api_calls, c).max()) for c in ("start_ns", "end_ns") if self.api_calls.num_rows]
         self.latest_ns = max(times, default=0)
         self.rows_read = self.api_calls.num_rows + self.gpu_ops.num_rows + self.syncs.num_rows
-        self._domains: dict[tuple[int, int], str] = {}
         self._unnamed: set[tuple[int, int]] = set()
         self._marks: list[pa.Table] = []
         self._thread_names: list[pa.Table] = []
@@ -185,12 +198,30 @@ class Stream:
         (the engine being set up); the queue then drains back to AHEAD as windows are consumed."""
         while not busy.done():
             reading = [f for f in self._pending if not f.done()]
-            if len(reading) < self.db.READERS and len(self._pending) < most and self._next <= self._last:
+            if len(reading) < self.db.READERS and len(self._pending) < most and self._more():
                 self._submit_window()
                 continue
             wait([busy, *reading], return_when=FIRST_COMPLETED)
 
+    def _more(self) -> bool:
+        return bool(self._slabs) if self._slabs is not None else self._next <= self._last
+
+    def _plan_slabs(self, t: sa.TableClause) -> None:
+        """Slabs in start order from one grouped scan; domain names first, as a slab may hold
+        ranges of a domain whose creation row comes in a later slab."""
+        types = str(self._types.compile(self.db.engine, compile_kwargs={"literal_binds": True}))
+        stats = chunks(self.db.scalar_rows(chunk_query("NVTX_EVENTS", types, RANGE_TYPES, self._next, self._last)))
+        self._slabs = plan(stats, self.window_rows)
+        self._latest_range = stats.latest_range
+        named = self.db.read_table("NVTX_EVENTS", NVTX, t.c.eventType == NVTX_DOMAIN_CREATE)
+        self._domains.update(nvtx_others(named, self._strings.result())[2])
+
     def _submit_window(self) -> None:
+        if self._slabs is not None:
+            if self._slabs:
+                where = sa.and_(self._types, sa.text(self._slabs.pop(0).where()))
+                self._pending.append(self.db.submit("NVTX_EVENTS", NVTX, where, then=self._split))
+            return
         if self._next > self._last:
             return
         # A window is the next window_rows rows, not a span of rowids: a row moved to rowid 2^62
