@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvbridge.readers.slabs import chunk_query, chunks, plan
+from nvbridge.readers.slabs import Chunks, chunk_queries, chunks, plan
 
 TYPES = (59, 60)
 
@@ -21,6 +21,11 @@ def _table(starts: list[int | None], gap: int) -> sqlite3.Connection:
         [(1 + i * gap, s, 59 if i % 3 else 34) for i, s in enumerate(starts)],
     )
     return con
+
+
+def _chunks(con: sqlite3.Connection, last: int) -> Chunks:
+    latest = f"CASE WHEN eventType IN {TYPES} THEN start END"
+    return chunks([row for q in chunk_queries("NVTX_EVENTS", "1", latest, 1, last) for row in con.execute(q)])
 
 
 @settings(max_examples=60, deadline=None)
@@ -36,8 +41,8 @@ def test_every_row_lands_in_one_slab(starts: list[int | None], gap: int, order: 
         starts = (known if order == "sorted" else known[::-1]) + [s for s in starts if s is None]
     con = _table(starts, gap)
     last = 1 + (len(starts) - 1) * gap
-    c = chunks(con.execute(chunk_query("NVTX_EVENTS", "1", TYPES, 1, last)).fetchall())
-    slabs = plan(c, slab_rows)
+    c = _chunks(con, last)
+    slabs = [c.slab(lo, hi, k == 0) for k, (lo, hi) in enumerate(plan([c], slab_rows))]
     seen: list[int] = []
     previous_hi = None
     for slab in slabs:
@@ -48,7 +53,7 @@ def test_every_row_lands_in_one_slab(starts: list[int | None], gap: int, order: 
     assert previous_hi is None
     assert sorted(seen) == [1 + i * gap for i in range(len(starts))]  # each row exactly once
     ranges = [s for i, s in enumerate(starts) if i % 3 and s is not None]
-    assert c.latest_range == (max(ranges) if ranges else None)
+    assert c.latest == (max(ranges) if ranges else None)
     if order == "sorted" and len(set(starts)) == len(starts) and None not in starts:
         # Rows in start order: slab sizes follow the request (the estimate is exact per chunk
         # only at chunk ends, so allow a chunk's worth of slack).
@@ -59,6 +64,7 @@ def test_every_row_lands_in_one_slab(starts: list[int | None], gap: int, order: 
 
 def test_one_slab_reads_the_whole_table_unfiltered() -> None:
     con = _table(list(range(50)), 1)
-    c = chunks(con.execute(chunk_query("NVTX_EVENTS", "1", TYPES, 1, 50)).fetchall())
-    assert [s.where() for s in plan(c, 50)] == ["(1)"]
+    c = _chunks(con, 50)
+    assert plan([c], 50) == [(None, None)]
+    assert c.slab(None, None, True).where() == "(1)"
     assert np.array_equal(c.with_start, [50])

@@ -48,7 +48,7 @@ from nvbridge.readers.nsys_tables import (
     nvtx_others,
     thread_table,
 )
-from nvbridge.readers.slabs import Slab, chunk_query, chunks, plan
+from nvbridge.readers.slabs import Slab, chunk_queries, chunks, plan
 
 # bench_convert reads the raw tables as these declarations say.
 __all__ = [
@@ -210,9 +210,12 @@ class Stream:
         """Slabs in start order from one grouped scan; domain names first, as a slab may hold
         ranges of a domain whose creation row comes in a later slab."""
         types = str(self._types.compile(self.db.engine, compile_kwargs={"literal_binds": True}))
-        stats = chunks(self.db.scalar_rows(chunk_query("NVTX_EVENTS", types, RANGE_TYPES, self._next, self._last)))
-        self._slabs = plan(stats, self.window_rows)
-        self._latest_range = stats.latest_range
+        latest = f"CASE WHEN eventType IN {RANGE_TYPES} THEN start END"
+        queries = chunk_queries("NVTX_EVENTS", types, latest, self._next, self._last)
+        stats = chunks([row for q in queries for row in self.db.scalar_rows(q)])
+        bounds = plan([stats], self.window_rows)
+        self._slabs = [stats.slab(lo, hi, k == 0) for k, (lo, hi) in enumerate(bounds)]
+        self._latest_range = stats.latest
         named = self.db.read_table("NVTX_EVENTS", NVTX, t.c.eventType == NVTX_DOMAIN_CREATE)
         self._domains.update(nvtx_others(named, self._strings.result())[2])
 

@@ -17,13 +17,16 @@ from typing import Any
 
 import numpy as np
 
-# Chunks per table the grouped scan aims at: enough to size slabs, few enough to plan in NumPy.
+# Chunks per table the scan aims at: enough to size slabs, few enough to plan in NumPy.
 CHUNKS = 1024
+# SQLite's limit on the SELECTs of one compound statement is 500.
+_PER_STATEMENT = 400
 
 
 @dataclass(frozen=True, slots=True)
 class Chunks:
-    """Per rowid chunk: first and last rowid, rows, rows with a start, and the starts' span."""
+    """One table's rowid chunks ``[first, last]`` that hold a start: rows with one, and their
+    span of starts."""
 
     first: np.ndarray
     last: np.ndarray
@@ -31,7 +34,19 @@ class Chunks:
     lo: np.ndarray
     hi: np.ndarray
     without_start: int  # rows whose start is NULL (the first slab takes them, to be refused)
-    latest_range: int | None  # the latest start of a range row (never-closed ranges clamp there)
+    latest: int | None  # the largest ``latest`` expression (e.g. a range row's start, an end)
+
+    def slab(self, lo: int | None, hi: int | None, first: bool) -> Slab:
+        """This table's part of the slab ``[lo, hi)`` (``first``: the first slab)."""
+        if lo is None and hi is None:
+            return Slab(None, None, None, False)
+        meets = np.ones(len(self.lo), bool)
+        if lo is not None:
+            meets &= self.hi >= lo
+        if hi is not None:
+            meets &= self.lo < hi
+        nulls = first and self.without_start > 0
+        return Slab(lo, hi, None if nulls else _spans(self, meets), nulls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,18 +72,21 @@ class Slab:
         return f"(({cond}) OR start IS NULL)" if self.nulls else f"({cond})"
 
 
-def chunk_query(table: str, where: str, range_types: tuple[int, ...], first: int, last: int) -> str:
-    """The grouped scan behind :class:`Chunks` (rowids ``first..last`` in about CHUNKS chunks)."""
-    bits = max(10, ((last - first + 1) // CHUNKS).bit_length())
-    return (
-        f"SELECT min(rowid), max(rowid), count(start), min(start), max(start), count(*) - count(start), "
-        f"max(CASE WHEN eventType IN {range_types} THEN start END) "
-        f"FROM {table} WHERE {where} GROUP BY rowid >> {bits} ORDER BY 1"
-    )
+def chunk_queries(table: str, where: str, latest: str, first: int, last: int) -> list[str]:
+    """The scans behind :class:`Chunks`: rowids ``first..last`` in about CHUNKS chunks, each an
+    aggregate over one rowid range (a b-tree seek and a run, no sort), a few hundred per
+    statement. ``latest``: the SQL expression whose maximum :attr:`Chunks.latest` holds."""
+    size = 1 << max(10, ((last - first + 1) // CHUNKS).bit_length())
+    selects = [
+        f"SELECT {a}, {a + size - 1}, count(start), min(start), max(start), count(*) - count(start), "
+        f"max({latest}) FROM {table} WHERE rowid BETWEEN {a} AND {a + size - 1} AND ({where})"
+        for a in range(first, last + 1, size)
+    ]
+    return [" UNION ALL ".join(selects[i : i + _PER_STATEMENT]) for i in range(0, len(selects), _PER_STATEMENT)]
 
 
 def chunks(rows: Sequence[Sequence[Any]]) -> Chunks:
-    """:class:`Chunks` from :func:`chunk_query`'s rows (chunks with no start are dropped)."""
+    """:class:`Chunks` from the rows of :func:`chunk_queries` (chunks with no start dropped)."""
     col = [np.array([r[i] if r[i] is not None else -1 for r in rows], np.int64) for i in range(5)]
     latest = [int(r[6]) for r in rows if r[6] is not None]
     has = col[2] > 0
@@ -83,36 +101,30 @@ def chunks(rows: Sequence[Sequence[Any]]) -> Chunks:
     )
 
 
-def plan(c: Chunks, slab_rows: int) -> list[Slab]:
-    """Slabs of about ``slab_rows`` rows each, in start order, covering every row once.
+def plan(tables: Sequence[Chunks], slab_rows: int) -> list[tuple[int | None, int | None]]:
+    """Bounds ``[lo, hi)`` of slabs holding about ``slab_rows`` rows of ``tables`` each, in
+    start order, from None (before every start) to None (after them).
 
-    Rows are assumed spread evenly over their chunk's start span to place the cuts; the
-    estimate sizes slabs only, every row is read by the one slab whose starts hold it.
+    Rows are assumed spread evenly over their chunk's span of starts to place the cuts; the
+    estimate sizes slabs only: every row is read by the one slab whose bounds hold its start.
     """
-    total = int(c.with_start.sum())
+    lo = np.concatenate([c.lo for c in tables]) if tables else np.zeros(0, np.int64)
+    hi = np.concatenate([c.hi for c in tables]) if tables else np.zeros(0, np.int64)
+    rows = np.concatenate([c.with_start for c in tables]).astype(np.float64) if tables else np.zeros(0)
+    total = int(rows.sum())
     if total <= slab_rows:
-        return [Slab(None, None, None, False)]  # one slab: the whole table, as a rowid window reads it
-    candidates = np.unique(np.concatenate([c.lo, c.hi + 1]))
-    span = (c.hi + 1 - c.lo).astype(np.float64)
+        return [(None, None)]  # one slab: every table whole, as a rowid window reads it
+    candidates = np.unique(np.concatenate([lo, hi + 1]))
+    span = (hi + 1 - lo).astype(np.float64)
     below = np.zeros(len(candidates))
-    for i in range(0, len(c.lo), 256):  # (candidates x 256) at a time: bounded memory
+    for i in range(0, len(lo), 256):  # (candidates x 256) at a time: bounded memory
         s = slice(i, i + 256)
-        frac = np.clip((candidates[:, None] - c.lo[s]) / span[s], 0.0, 1.0)
-        below += frac @ c.with_start[s].astype(np.float64)
+        below += np.clip((candidates[:, None] - lo[s]) / span[s], 0.0, 1.0) @ rows[s]
     # The estimate is linear between candidates: a cut lands where it reaches each target.
     targets = np.arange(1, -(-total // slab_rows)) * slab_rows
-    cuts = np.unique(np.interp(targets, below, candidates).astype(np.int64))
-    bounds: list[int | None] = [None, *(int(x) for x in cuts), None]
-    slabs = []
-    for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-        meets = np.ones(len(c.lo), bool)
-        if lo is not None:
-            meets &= c.hi >= lo
-        if hi is not None:
-            meets &= c.lo < hi
-        nulls = k == 0 and c.without_start > 0
-        slabs.append(Slab(lo, hi, None if nulls else _spans(c, meets), nulls))
-    return slabs
+    cuts = [int(x) for x in np.unique(np.interp(targets, below, candidates).astype(np.int64))]
+    bounds: list[int | None] = [None, *cuts, None]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def _spans(c: Chunks, meets: np.ndarray) -> list[tuple[int, int]]:
