@@ -25,7 +25,9 @@ def _table(starts: list[int | None], gap: int) -> sqlite3.Connection:
 
 def _chunks(con: sqlite3.Connection, last: int) -> Chunks:
     latest = f"CASE WHEN eventType IN {TYPES} THEN start END"
-    return chunks([row for q in chunk_queries("NVTX_EVENTS", "1", latest, 1, last) for row in con.execute(q)])
+    c = chunks([row for q in chunk_queries("NVTX_EVENTS", "1", latest, 1, last) for row in con.execute(q)])
+    assert c is not None
+    return c
 
 
 @settings(max_examples=60, deadline=None)

@@ -46,15 +46,15 @@ def test_windows_give_the_one_window_dataset(name: str, tmp_path: Path, monkeypa
     # Row groups of 61 rows: API calls and GPU ops go out while windows are still coming.
     monkeypatch.setattr(convert_mod.parquet, "ROW_GROUP_ROWS", 61)
     early: list[int] = []
-    write = convert_mod._Finished.write
+    write = convert_mod._Grouped.write
 
-    def spy(self: Any, ready: int, last: bool = False) -> None:
-        queued = self._done
-        write(self, ready, last)
-        if not last and self._done > queued:
-            early.append(self._done)
+    def spy(self: Any, tables: Any, last: bool = False) -> Any:
+        groups = write(self, tables, last)
+        if not last and groups:
+            early.append(len(groups))
+        return groups
 
-    monkeypatch.setattr(convert_mod._Finished, "write", spy)
+    monkeypatch.setattr(convert_mod._Grouped, "write", spy)
     out = tmp_path / "out"
     nvbridge.convert(path, out)
     streamed = nvbridge.load(out)
@@ -148,3 +148,45 @@ def test_ranges_out_of_start_order_stream_by_start(
     _assert_same(nvbridge.load(tmp_path / "out"), nvbridge.load(src))
     assert sum(slabs) == rows  # the rowid windows gave up; the slabs read every row once
     assert len(slabs) > 5 and max(slabs) < 4 * 97, slabs
+
+
+def test_gpu_ops_later_than_the_horizon_fall_back_to_one_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU op starting after its API call's window was correlated (the horizon shrunk to 0 ns
+    here; the FSDP export's kernels start up to 16 ms after their launch) is never counted
+    wrong: the stream notices, and the report is converted in one window."""
+    path = real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite")
+    monkeypatch.setattr(convert_mod, "WINDOW_ROWS", 97)
+    monkeypatch.setattr(convert_mod_nsys, "LATE_NS", 0)
+    whole_calls: list[int] = []
+    whole = convert_mod._whole
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        whole_calls.append(1)
+        return whole(*args, **kwargs)
+
+    monkeypatch.setattr(convert_mod, "_whole", spy)
+    nvbridge.convert(path, tmp_path / "out")
+    assert whole_calls == [1]
+    _assert_same(nvbridge.load(tmp_path / "out"), nvbridge.load(path))
+
+
+def test_a_horizon_past_every_lag_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The longest lag from a launch's end to its GPU op in the FSDP export, from raw SQL, as
+    the horizon: the report streams (no fallback) and gives the one-window dataset."""
+    path = real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite")
+    gpu = " UNION ALL ".join(
+        f"SELECT start, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_{t}" for t in ("KERNEL", "MEMCPY", "MEMSET")
+    )
+    ((lag,),) = raw(
+        path,
+        f"""SELECT max(g.start - r.end) FROM ({gpu}) g JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+        ON r.correlationId = g.correlationId AND (r.globalTid >> 24) = (g.globalPid >> 24)""",
+    )
+    assert lag > 10_000_000  # over 10 ms: a horizon below it would not do
+    monkeypatch.setattr(convert_mod, "WINDOW_ROWS", 97)
+    monkeypatch.setattr(convert_mod_nsys, "LATE_NS", lag + 1)
+    monkeypatch.setattr(convert_mod, "_whole", _no_whole_path)
+    nvbridge.convert(path, tmp_path / "out")
+    _assert_same(nvbridge.load(tmp_path / "out"), nvbridge.load(path))

@@ -197,12 +197,12 @@ def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
     assert origin is not None
     with Database(source) as db:
         read = Stream(db, 2048, prepare=with_parsed_names)
-        engine = Correlator(read.info, read.api_calls, read.gpu_ops, capture_end(read.info, read.latest_ns), read.syncs)
+        engine = Correlator(read.info, capture_end(read.info, read.latest_ns), read.syncs)
         meta_t = parquet.meta_table(read.info, dict.fromkeys(parquet.TABLES, 0), __version__)
         meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
         # The header lists the dataset's devices: those the report names plus any a GPU op ran on.
         seen = set(np_col(read.devices, "device_id").tolist())
-        extra = sorted(set(np.unique(np_col(read.gpu_ops, "device_id", fill=-1)).tolist()) - seen - {-1})
+        extra = sorted(set(read.gpu_devices()) - seen - {-1})
         devices = pa.concat_tables(
             [
                 read.devices.select(["device_id", "name"]).cast(
@@ -211,24 +211,23 @@ def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
                 pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())}),
             ]
         )
-        done = [0, 0]
         with chrome.TraceWriter(tmp_path / "conv.json.gz", origin_ns=origin, meta=meta, devices=devices) as writer:
 
             def final() -> None:
-                ready = engine.final_rows()
-                if ready[1] > done[1]:  # GPU ops first: their calls may come later
-                    writer.gpu_ops(engine.gpu_ops(done[1], ready[1]))
-                if ready[0] > done[0]:
-                    writer.api_calls(engine.api_calls(done[0], ready[0]))
-                done[:] = ready
+                api, gpu = engine.finished()
+                for table in gpu:  # GPU ops first: their calls may come later
+                    writer.gpu_ops(table)
+                if api is not None:
+                    writer.api_calls(api)
 
             windows = 0
-            for chunk in stream(engine, read.windows()):
+            for chunk in stream(engine, read.windows(), read.activity):
                 writer.ops(chunk)
                 final()
                 windows += 1
             final()
-            tables = other_tables(engine, read.marks(), read.threads(), read.devices)
+            threads = read.threads(np.concatenate(engine.tally.thread_keys))
+            tables = other_tables(engine, read.marks(), threads, read.devices)
             writer.finish(tables["threads"])
     assert windows > 3
     export_chrome_trace(report, tmp_path / "whole.json")

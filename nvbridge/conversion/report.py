@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from nvbridge import output as outputs
@@ -28,6 +28,10 @@ from nvbridge.export import parquet
 from nvbridge.export.trace import check_destination as check_trace_destination
 from nvbridge.profile import SourceInfo
 from nvbridge.readers import estimate_rows, exported, read_profile
+from nvbridge.readers.activity import first_start
+
+if TYPE_CHECKING:
+    from nvbridge.readers.nsys import Stream
 
 # progress(stage, rows): ``stage`` names what starts now; ``rows`` is how many rows' worth of the
 # whole job the finished stage stands for, so a display can show rows/s and time left.
@@ -124,64 +128,51 @@ def _streamed(
             # Names are parsed on the reader threads, a window or two ahead of the engine.
             stream_in = Stream(db, WINDOW_ROWS, prepare=with_parsed_names, by_start=by_start)
             info = with_rank(stream_in.info, source)
-            # The engine's set-up sorts every API call and GPU op (0.15 s at 2M NVTX rows, 0.8-1.1 s
-            # at 10M): it runs beside the readers, which fetch windows meanwhile instead of waiting.
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                building = pool.submit(
-                    Correlator,
-                    info,
-                    stream_in.api_calls,
-                    stream_in.gpu_ops,
-                    capture_end(info, stream_in.latest_ns),
-                    stream_in.syncs,
-                )
-                stream_in.read_while(building, INIT_WINDOWS)
-                engine = building.result()
-            _trim_heap()
-            reported = stream_in.rows_read
-            report("correlating", reported)
-            out = _Outputs(tmp, engine, trace, info, stream_in.devices)
+            engine = Correlator(info, capture_end(info, stream_in.latest_ns), stream_in.syncs)
+            reported = 0
+            out = _Outputs(tmp, engine, trace, info, stream_in)
             first: list[int] = []  # the earliest range start, once the first window is read
             try:
-                for chunk in stream(engine, earliest(stream_in.windows(), first)):
+                for chunk in stream(engine, earliest(stream_in.windows(), first), stream_in.activity):
                     out.window(chunk, first)
                     report("correlating", stream_in.rows_read - reported)
                     reported = stream_in.rows_read
                 report("writing", 0)
                 _trim_heap()  # the windows' buffers: the last writes need less, and fresh
-                tables = other_tables(engine, stream_in.marks(), stream_in.threads(), stream_in.devices)
+                threads = stream_in.threads(np.concatenate(engine.tally.thread_keys or [np.zeros(0, np.int64)]))
+                tables = other_tables(engine, stream_in.marks(), threads, stream_in.devices)
                 out.finish(first, tables)
             except BaseException:
                 out.abort()
                 raise
             finally:
                 out.close()
-        gpu = gpu_figures(engine.gpu.column("kind"), *engine.gpu_columns())
         parquet.write_meta(tmp, info, out.rows(tables), __version__)
-        return Tallies(info, out.ops, engine.api_op, gpu, stream_in.rows_read)
+        t = engine.tally
+        return Tallies(info, out.ops, t.api_calls, t.api_outside, t.figures(), stream_in.rows_read)
 
 
 class _Outputs:
     """Where a streamed conversion's rows go: the ops, API call and GPU op files, written as
     their rows become final, and the trace (``convert --chrome``) fed the same tables."""
 
-    def __init__(self, tmp: Path, engine: Correlator, trace: Path | None, info: SourceInfo, devices: pa.Table) -> None:
+    def __init__(self, tmp: Path, engine: Correlator, trace: Path | None, info: SourceInfo, stream_in: Stream) -> None:
         self.tmp = tmp
         self.engine = engine
         self.ops = OpsTally()
         self.writer = parquet.TableWriter(tmp / "ops.parquet")
         self.trace = trace
         self.feed: TraceFeed | None = None
-        self._info, self._devices = info, devices_table(engine, devices)
-        # API calls and GPU ops are written as their rows become final, a row group at a
-        # time built on the writers' threads (the main thread when a trace needs them too).
-        self.api = _Finished(tmp / "api_calls.parquet", engine.api_calls, trace is not None)
-        self.gpu = _Finished(tmp / "gpu_ops.parquet", engine.gpu_ops, trace is not None)
+        self._info, self._stream = info, stream_in
+        self.api = _Grouped(tmp / "api_calls.parquet", engine.no_api_calls)
+        self.gpu = _Grouped(tmp / "gpu_ops.parquet", engine.no_gpu_ops)
 
     def _trace(self, first: list[int]) -> TraceFeed | None:
         if self.trace is not None and self.feed is None:
-            starts = [int(np_col(t, "start_ns").min()) for t in (self.engine.api, self.engine.gpu) if t.num_rows]
-            self.feed = TraceFeed(self.trace, self._info, self._devices, min(starts + first, default=None))
+            s = self._stream
+            starts = [t for t in (first_start([s.api, s.gpu]), *first) if t is not None]
+            devices = devices_table(s.gpu_devices(), s.devices)
+            self.feed = TraceFeed(self.trace, self._info, devices, min(starts, default=None))
         return self.feed
 
     def window(self, chunk: pa.Table, first: list[int]) -> None:
@@ -193,8 +184,9 @@ class _Outputs:
         self._final(feed, last=False)
 
     def _final(self, feed: TraceFeed | None, last: bool) -> None:
-        api_ready, gpu_ready = self.engine.final_rows()
-        api, gpu = self.api.write(api_ready, last), self.gpu.write(gpu_ready, last)
+        api_ready, gpu_ready = self.engine.finished()
+        api = self.api.write([api_ready] if api_ready is not None else [], last)
+        gpu = self.gpu.write(gpu_ready, last)
         if feed is not None:
             for table in api:
                 feed.api_calls(table)
@@ -226,38 +218,37 @@ class _Outputs:
             out.close()
 
 
-class _Finished:
-    """api_calls or gpu_ops, written in row groups of ROW_GROUP_ROWS rows as they become final.
+class _Grouped:
+    """api_calls or gpu_ops, written in row groups of ROW_GROUP_ROWS rows as they become final
+    (``empty``: the table without rows, written when none came, for its columns)."""
 
-    Each row group is built on the writer's thread, or here when ``keep`` (the trace needs the
-    tables too): :meth:`write` returns the tables it built.
-    """
-
-    def __init__(self, path: Path, build: Callable[[int, int], pa.Table], keep: bool = False) -> None:
+    def __init__(self, path: Path, empty: Callable[[], pa.Table]) -> None:
         self.writer = parquet.TableWriter(path)
-        self._build = build
-        self._keep = keep
-        self._done = 0
-        self._queued = False
+        self._empty = empty
+        self._held: list[pa.Table] = []
+        self._rows = 0
+        self._written = False
 
-    def write(self, ready: int, last: bool = False) -> list[pa.Table]:
-        """Queue the full row groups among the first ``ready`` rows; ``last``: all of them."""
-        built: list[pa.Table] = []
-        while ready - self._done >= parquet.ROW_GROUP_ROWS or (last and ready > self._done):
-            stop = min(self._done + parquet.ROW_GROUP_ROWS, ready)
-            self._queue(self._done, stop, built)
-            self._done, self._queued = stop, True
-        if last and not self._queued:  # no rows: the file still holds the table's schema
-            self._queue(0, 0, built)
-            self._queued = True
-        return built
-
-    def _queue(self, first: int, stop: int, built: list[pa.Table]) -> None:
-        if self._keep:
-            built.append(self._build(first, stop))
-            self.writer.write(built[-1])
-        else:
-            self.writer.write(functools.partial(self._build, first, stop))
+    def write(self, tables: list[pa.Table], last: bool = False) -> list[pa.Table]:
+        """Hold ``tables``; write the full row groups among the rows held (``last``: all of
+        them). Returns the row groups written."""
+        self._held += [t for t in tables if t.num_rows]
+        self._rows += sum(t.num_rows for t in tables)
+        size = parquet.ROW_GROUP_ROWS
+        if self._rows < size and not (last and self._rows):
+            if last and not self._written:
+                self.writer.write(self._empty())  # the file still holds the table's schema
+                self._written = True
+            return []
+        held = pa.concat_tables(self._held) if len(self._held) > 1 else self._held[0]
+        stop = self._rows if last else self._rows - self._rows % size
+        groups = [held.slice(i, min(size, stop - i)) for i in range(0, stop, size)]
+        for group in groups:
+            self.writer.write(group)
+        self._held = [held.slice(stop)] if stop < self._rows else []
+        self._rows -= stop
+        self._written = True
+        return groups
 
 
 def _trim_heap() -> None:
@@ -292,7 +283,7 @@ def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected
         write_whole(model, trace)
     ops = OpsTally()
     ops.add(model.ops)
-    g = model.gpu_ops
+    g, api_op = model.gpu_ops, model.api_calls.column("op_id")
     gpu = gpu_figures(
         g.column("kind"),
         np_col(g, "start_ns"),
@@ -300,4 +291,4 @@ def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected
         np_col(g, "op_id", fill=-1),
         np_col(g, "api_call_id", fill=-1),
     )
-    return Tallies(info, ops, np_col(model.api_calls, "op_id", fill=-1), gpu, rows_read)
+    return Tallies(info, ops, model.api_calls.num_rows, api_op.null_count, gpu, rows_read)

@@ -118,7 +118,8 @@ class Tallies:
 
     info: SourceInfo
     ops: OpsTally
-    api_op: np.ndarray  # the op of each API call, -1 for none
+    api_calls: int
+    api_calls_outside_ranges: int
     gpu: dict[str, int]
     rows_read: int
 
@@ -130,8 +131,8 @@ class Tallies:
             ops=self.ops.rows,
             threads=len(self.ops.threads),
             processes=len({key >> 32 for key in self.ops.threads}),
-            api_calls=len(self.api_op),
-            api_calls_outside_ranges=int((self.api_op < 0).sum()),
+            api_calls=self.api_calls,
+            api_calls_outside_ranges=self.api_calls_outside_ranges,
             seconds=seconds,
             **self.gpu,
         )

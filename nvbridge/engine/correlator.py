@@ -14,7 +14,7 @@ Rules (docs/architecture.md, "Where each rule lives"):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,9 +24,10 @@ import pyarrow as pa
 from nvbridge import names, semantics
 from nvbridge.columns import np_col, take_sorted
 from nvbridge.engine import invariants, window
-from nvbridge.engine.keys import api_by_correlation, match_gpu_ops, through
+from nvbridge.engine.activity import GpuBuffer, KeySet, ProcessKeys, Reorder, api_rows
+from nvbridge.engine.keys import through
 from nvbridge.engine.model import CROSS_THREAD, OPEN_AT_END, Model
-from nvbridge.engine.tables import api_calls_table, gpu_ops_table, other_tables
+from nvbridge.engine.tables import other_tables
 from nvbridge.errors import CorrelationError, NotStreamable
 from nvbridge.profile import RANGES_SCHEMA, RawProfile, SourceInfo
 
@@ -62,59 +63,40 @@ class _Carried:
 
 
 class Correlator:
-    """The engine, fed one window of ranges at a time in start order.
+    """The engine, fed one window of ranges, API calls and GPU ops at a time in start order.
 
-    API calls and GPU ops are whole-report tables (numbers and dictionary-encoded names, so
-    compact); ranges, which carry every op name, stream through in windows. A window's ranges
-    are those that start before its ``cut``; the ranges still open at the cut stay, as the
-    innermost open ranges of their threads, for the next window, so every rule holds across
-    windows exactly as in one pass. Those rows are emitted when they close, after rows of
-    later ops: op ids follow (start, thread, -end) order, row order follows closing windows.
+    A window's ranges are those that start before its ``cut``; the ranges still open at the
+    cut stay, as the innermost open ranges of their threads, for the next window, so every rule
+    holds across windows exactly as in one pass. Those rows are emitted when they close, after
+    rows of later ops: op ids follow (start, thread, -end) order, row order follows closing
+    windows. API calls come with the window whose cut follows their start; GPU ops ahead of
+    their launch's window (:mod:`nvbridge.engine.activity`). Finished API calls and GPU ops
+    are handed on, in id order, by :meth:`finished`.
 
     Args:
         info: what the reader detected.
-        api, gpu: the profile's API calls and GPU ops (RawProfile columns).
         capture_end: where never-closed ranges are clamped (:func:`capture_end`).
-        syncs: the profile's synchronizations, matched to their API calls now, with the GPU
-            ops, rather than after the last window (0.25 s at 10M NVTX rows).
+        syncs: the profile's synchronizations (whole: a few per step), matched to their API
+            calls as the calls come.
     """
 
-    def __init__(self, info: SourceInfo, api: pa.Table, gpu: pa.Table, capture_end: int, syncs: pa.Table) -> None:
+    def __init__(self, info: SourceInfo, capture_end: int, syncs: pa.Table) -> None:
         self.info = info
         self.capture_end = capture_end
-        self.api = api
-        self.gpu = gpu
-        self.gpu_order, self._g_start, self._g_end, self._g_api = match_gpu_ops(api, gpu)
         self.syncs = syncs
+        self._keys = ProcessKeys()
+        self._retired = KeySet()
+        self._gpu = GpuBuffer(info.kind == "nsys")
+        self._api_out = Reorder("api_call_id")
         # Position of each sync's API call (-1 none).
-        self.sync_api = api_by_correlation(
-            api, np_col(syncs, "process_key", fill=0), np_col(syncs, "correlation_id", fill=-1)
-        )
+        self.sync_api = np.full(syncs.num_rows, -1, np.int64)
+        self._sync_key = self._keys.of(np_col(syncs, "process_key", fill=0), np_col(syncs, "correlation_id", fill=-1))
         # Some Nsight Systems exporters store a never-closed range's end as the capture end.
         self._open_marker = info.capture_end_ns if info.kind == "nsys" else None
         self._end_thread_mask = 0xFFFFFF if info.kind == "nsys" else 0xFFFFFFFF
-        a_start = np_col(api, "start_ns")
-        self._a_end = np_col(api, "end_ns")
-        # API calls are taken in start order (exports are nearly sorted; the sort is stable).
-        self._a_order = np.argsort(a_start, kind="stable")
-        self._a_start = a_start[self._a_order]
-        self._a_key = np_col(api, "thread_key")[self._a_order]
-        rank = np.empty(len(a_start), np.int64)
-        rank[self._a_order] = np.arange(len(a_start))
-        # GPU ops grouped by their API call's rank: a window's API calls own one slice of them.
-        g_rank = np.where(self._g_api >= 0, rank[np.maximum(self._g_api, 0)] if len(rank) else -1, -1)
-        has_api = np.flatnonzero(g_rank >= 0)
-        self._g_by_rank = has_api[np.argsort(g_rank[has_api], kind="stable")]
-        # A row's op is final once its API call's rank is below _api_done; the prefix maxima of
-        # the ranks (API calls in table order, GPU ops in start order) say how many leading rows
-        # are, so the output can be written while later windows are correlated.
-        self._api_ready = np.maximum.accumulate(rank).astype(np.int32) if len(rank) else rank
-        self._g_ready = np.maximum.accumulate(g_rank).astype(np.int32) if len(g_rank) else g_rank
-        self._api_gpu_count = np.bincount(self._g_api[self._g_api >= 0], minlength=len(rank)).astype(np.int32)
-        self._g_rank_sorted = g_rank[self._g_by_rank]
-        self._api_done = 0
-        self.api_op = np.full(api.num_rows, -1, np.int64)
-        self.g_op = np.full(gpu.num_rows, -1, np.int64)
+        self.tally = ActivityTally()
+        self._gpu_out: list[pa.Table] = []
+        self._api_columns: pa.Table | None = None
         self._next_id = 0
         self._emitted = invariants.EmittedIds()
         self._self_gpu_sum = 0
@@ -124,13 +106,16 @@ class Correlator:
         self._done = False
         self._pool = ThreadPoolExecutor(max_workers=1)
 
-    def add(self, ranges: pa.Table, cut: int | None) -> pa.Table:
+    def add(self, ranges: pa.Table, cut: int | None, api: pa.Table, gpu: pa.Table) -> pa.Table:
         """Correlate ``ranges`` (every range starting before ``cut``; None: the rest of the
-        report) with the API calls that start before ``cut``; returns the finished ops rows.
+        report) with ``api`` (every API call starting before ``cut`` not given before, with
+        its ``api_call_id``) and ``gpu`` (GPU ops read since the last window, with their
+        ``table_index`` and ``rowid``); returns the finished ops rows.
 
         Raises:
-            NotStreamable: a range starts before the previous cut, or after the capture end
-                (the caller converts the report in one window instead).
+            NotStreamable: a range starts before the previous cut, or after the capture end,
+                or a GPU op started long after its API call's window (the caller converts the
+                report another way).
             CorrelationError: an invariant is broken.
         """
         new, parsed_new = self._accept(ranges, cut)
@@ -141,17 +126,51 @@ class Correlator:
             else parsed_new.cast(names.PARSED_SCHEMA)
         )
         rows = self._rows(new)
-        api_rows, a_start, a_end, a_key, a0, a1 = self._api_window(cut)
-        tree = window.build_tree(rows, a_start, a_end, a_key, self.capture_end)
-        self.api_op[api_rows] = through(rows.op_id, tree.api_local)
-        # GPU ops -> the range of their API call: this window's calls own one slice of them.
-        g0, g1 = np.searchsorted(self._g_rank_sorted, [a0, a1], "left")
-        g_rows = self._g_by_rank[g0:g1]
-        g_local = tree.api_local[self._g_rank_sorted[g0:g1] - a0]
-        self.g_op[g_rows] = through(rows.op_id, g_local)
-        sums = window.roll_up(rows, tree, g_local, self._g_start[g_rows], self._g_end[g_rows])
+        self._api_columns = api.slice(0, 0)
+        api = _in_start_order(api)
+        a_start = np_col(api, "start_ns")
+        a_end = np.maximum(np_col(api, "end_ns"), a_start)
+        tree = window.build_tree(rows, a_start, a_end, np_col(api, "thread_key"), self.capture_end)
+        a_op = through(rows.op_id, tree.api_local)
+        a_key = self._keys.of(np_col(api, "process_key", fill=0), np_col(api, "correlation_id", fill=-1))
+        a_id = np_col(api, "api_call_id")
+        if self._gpu.orphans.has(a_key).any():
+            raise NotStreamable("an API call starts after the GPU op it launched")
+        # GPU ops -> the range of their API call: this window's calls claim theirs from the buffer.
+        self._gpu.add(gpu, self._keys, self._retired)
+        g_rows, g_call = self._gpu.match(a_key)
+        g_local = tree.api_local[g_call]
+        g_start, g_end = self._gpu.times(g_rows)
+        self._gpu.assign(
+            g_rows,
+            through(rows.op_id, g_local),
+            a_id[g_call],
+            np_col(api, "process_id", fill=0)[g_call],
+            np_col(api, "thread_id", fill=0)[g_call],
+        )
+        self._retired.add(a_key)
+        self._match_syncs(a_key, a_id)
+        self._api_out.put(api_rows(api, a_op, np.bincount(g_call, minlength=len(a_id))))
+        self.tally.api(api, a_op)
+        sums = window.roll_up(rows, tree, g_local, g_start, g_end)
         parsed = parsing.result() if isinstance(parsing, Future) else parsing
-        return self._emit(rows, tree, sums, parsed, cut)
+        out = self._emit(rows, tree, sums, parsed, cut)
+        released = self._gpu.release(cut)
+        if released is not None:
+            self.tally.gpu(released)
+            self._gpu_out.append(released)
+        return out
+
+    def _match_syncs(self, a_key: np.ndarray, a_id: np.ndarray) -> None:
+        """Syncs whose API call is among this window's (the first with the key, as one pass)."""
+        open_ = np.flatnonzero((self.sync_api < 0) & (self._sync_key >= 0))
+        if not len(open_) or not len(a_key):
+            return
+        order = np.lexsort((a_id, a_key))
+        keys = a_key[order]
+        pos = np.minimum(np.searchsorted(keys, self._sync_key[open_]), len(keys) - 1)
+        hit = keys[pos] == self._sync_key[open_]
+        self.sync_api[open_[hit]] = a_id[order[pos[hit]]]
 
     def _accept(self, ranges: pa.Table, cut: int | None) -> tuple[pa.Table, pa.Table | None]:
         """The window's ranges in output order, with their parsed names if they came with them."""
@@ -202,16 +221,6 @@ class Correlator:
             np.concatenate([np_col(prev.raw, "thread_key"), key]),
             k,
         )
-
-    def _api_window(self, cut: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
-        """This window's API calls (those starting before the cut, in start order): their rows,
-        start, end, thread key, and their rank range."""
-        a0 = self._api_done
-        a1 = len(self._a_start) if cut is None else int(np.searchsorted(self._a_start, cut, "left"))
-        self._api_done = a1
-        api_rows = self._a_order[a0:a1]
-        a_start = self._a_start[a0:a1]
-        return api_rows, a_start, np.maximum(self._a_end[api_rows], a_start), self._a_key[a0:a1], a0, a1
 
     def _emit(
         self, rows: window.Rows, tree: window.Tree, sums: window.Sums, parsed: pa.Table, cut: int | None
@@ -284,47 +293,106 @@ class Correlator:
     def finish(self) -> None:
         """Check what needs the whole report, once the last window (``cut`` None) is in."""
         self._pool.shutdown()
-        if not self._done or self._api_done != len(self._a_start):
-            raise CorrelationError("API calls were left out of every window")
+        if not self._done:
+            raise CorrelationError("the last window never came")
         self._emitted.check_complete(self._next_id)
-        invariants.check_gpu_time(self._self_gpu_sum, self._g_start, self._g_end, self.g_op)
-        # What only the windows needed: at 10M NVTX rows 200 MB, freed before the output is built.
-        del self._a_order, self._a_start, self._a_key, self._g_by_rank, self._g_rank_sorted
-        del self._api_ready, self._g_ready
+        if self._self_gpu_sum != self.tally.gpu_attributed_ns:
+            raise CorrelationError(
+                f"self GPU time sums to {self._self_gpu_sum} ns but attributed GPU ops last "
+                f"{self.tally.gpu_attributed_ns} ns"
+            )
         self._forward = semantics.ForwardIndex()
         self._emitted = invariants.EmittedIds()
+        self._retired = KeySet()
 
     def close(self) -> None:
         """Stop the name-parsing worker (also when a window raised)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def final_rows(self) -> tuple[int, int]:
-        """How many leading rows of api_calls and of gpu_ops are final (their op can no longer
-        change): those rows may be built and written while later windows are correlated."""
+    def finished(self) -> tuple[pa.Table | None, list[pa.Table]]:
+        """The api_calls rows that continue those handed on so far (None: none yet), and the
+        gpu_ops rows released since the last call, all in id order."""
+        gpu, self._gpu_out = self._gpu_out, []
+        api = self._api_out.ready()
         if self._done:
-            return self.api.num_rows, len(self._g_start)
-        return (
-            int(np.searchsorted(self._api_ready, self._api_done, "left")),
-            int(np.searchsorted(self._g_ready, self._api_done, "left")),
-        )
+            self._api_out.check_empty()  # every id handed on: none missing
+        return api, gpu
 
-    def api_calls(self, first: int = 0, stop: int | None = None) -> pa.Table:
-        """The api_calls table, or its rows ``first:stop`` (final rows: :meth:`final_rows`)."""
-        stop = self.api.num_rows if stop is None else min(stop, self.api.num_rows)
-        return api_calls_table(self.api, self.api_op, self._api_gpu_count, first, stop)
+    def no_api_calls(self) -> pa.Table:
+        """An api_calls table without rows (its file still holds the columns)."""
+        assert self._api_columns is not None, "no window was added"
+        empty = np.zeros(0, np.int64)
+        return api_rows(self._api_columns, empty, empty)
 
-    def gpu_ops(self, first: int = 0, stop: int | None = None) -> pa.Table:
-        """The gpu_ops table, or its rows ``first:stop`` (final rows: :meth:`final_rows`)."""
-        stop = len(self._g_start) if stop is None else min(stop, len(self._g_start))
-        return gpu_ops_table(self, first, stop)
+    def no_gpu_ops(self) -> pa.Table:
+        """A gpu_ops table without rows."""
+        return self._gpu.empty()
 
-    def gpu_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """start_ns, end_ns, op_id and api_call_id of the GPU ops in gpu_op_id order (-1 = none)."""
-        return self._g_start, self._g_end, self.g_op, self._g_api
+    @property
+    def gpu_devices(self) -> set[int]:
+        """Devices the GPU ops handed on so far ran on."""
+        return self._gpu.devices
 
 
-def stream(engine: Correlator, windows: Iterable[pa.Table]) -> Iterator[pa.Table]:
-    """Feed windows of ranges read in export order to ``engine``; yields finished ops rows.
+def _in_start_order(api: pa.Table) -> pa.Table:
+    """API calls by start, ties in table order (exports list them so, mostly: then no copy)."""
+    start, ids = np_col(api, "start_ns"), np_col(api, "api_call_id")
+    if len(start) < 2 or ((np.diff(start) > 0) | ((np.diff(start) == 0) & (np.diff(ids) > 0))).all():
+        return api
+    return api.take(pa.array(np.lexsort((ids, start))))
+
+
+class ActivityTally:
+    """What the conversion's summary needs of the API calls and GPU ops, counted as they go."""
+
+    def __init__(self) -> None:
+        self.api_calls = 0
+        self.api_outside = 0
+        self.kinds: dict[str, int] = {}
+        self.gpu_without_api = 0
+        self.gpu_unattributed = 0
+        self.gpu_ns = 0
+        self.gpu_unattributed_ns = 0
+        self.gpu_attributed_ns = 0
+        self.thread_keys: list[np.ndarray] = []
+
+    def api(self, api: pa.Table, op: np.ndarray) -> None:
+        self.api_calls += api.num_rows
+        self.api_outside += int((op < 0).sum())
+        self.thread_keys.append(np.unique(np_col(api, "thread_key")))
+
+    def gpu(self, gpu: pa.Table) -> None:
+        for v in gpu.column("kind").value_counts().to_pylist():
+            self.kinds[str(v["values"])] = self.kinds.get(str(v["values"]), 0) + int(v["counts"])
+        dur = np_col(gpu, "end_ns") - np_col(gpu, "start_ns")
+        lost = np_col(gpu, "op_id", fill=-1) < 0
+        self.gpu_without_api += int(np_col(gpu, "api_call_id", fill=-1).__lt__(0).sum())
+        self.gpu_unattributed += int(lost.sum())
+        self.gpu_ns += int(dur.sum())
+        self.gpu_unattributed_ns += int(dur[lost].sum())
+        self.gpu_attributed_ns += int(dur[~lost].sum())
+
+    def figures(self) -> dict[str, int]:
+        """The summary's GPU counts and times."""
+        return {
+            "kernels": self.kinds.get("kernel", 0),
+            "memcpys": self.kinds.get("memcpy", 0),
+            "memsets": self.kinds.get("memset", 0),
+            "gpu_ops_without_api_call": self.gpu_without_api,
+            "gpu_ops_unattributed": self.gpu_unattributed,
+            "gpu_ns_total": self.gpu_ns,
+            "gpu_ns_unattributed": self.gpu_unattributed_ns,
+        }
+
+
+# fetch(cut): the API calls starting before ``cut`` (None: all) not fetched before, and the GPU
+# ops read since (through the window's horizon, :mod:`nvbridge.engine.activity`).
+Fetch = Callable[[int | None], tuple[pa.Table, pa.Table]]
+
+
+def stream(engine: Correlator, windows: Iterable[pa.Table], fetch: Fetch) -> Iterator[pa.Table]:
+    """Feed windows of ranges read in export order to ``engine``, with the API calls and GPU
+    ops ``fetch`` gives for each cut; yields finished ops rows.
 
     Each window is cut at its latest start: the ranges starting there wait for the next
     window, so equal starts are never split (ties order by thread, which the engine sorts).
@@ -351,11 +419,18 @@ def stream(engine: Correlator, windows: Iterable[pa.Table]) -> Iterator[pa.Table
                 now, held = part.slice(0, len(start) - tail), part.slice(len(start) - tail)
             else:
                 now, held = part.filter(pa.array(~later)), part.filter(pa.array(later))
-            yield engine.add(now, cut)
-        yield engine.add(held if held is not None else RANGES_SCHEMA.empty_table(), None)
+            yield engine.add(now, cut, *fetch(cut))
+        yield engine.add(held if held is not None else RANGES_SCHEMA.empty_table(), None, *fetch(None))
         engine.finish()
     finally:
         engine.close()
+
+
+def whole_activity(api: pa.Table, gpu: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """A reader's whole API call and GPU op tables as one window takes them: ids in table order."""
+    api = api.append_column("api_call_id", pa.array(np.arange(api.num_rows, dtype=np.int64)))
+    gpu = gpu.append_column("table_index", pa.array(np.zeros(gpu.num_rows, np.int64)))
+    return api, gpu.append_column("rowid", pa.array(np.arange(gpu.num_rows, dtype=np.int64)))
 
 
 def correlate(profile: RawProfile) -> Model:
@@ -370,16 +445,17 @@ def correlate(profile: RawProfile) -> Model:
     r, api = profile.ranges, profile.api_calls
     times = [np_col(r, "start_ns"), np_col(api, "start_ns"), np_col(api, "end_ns")]
     hi = int(max((int(t.max()) for t in times if len(t)), default=0))
-    engine = Correlator(profile.info, api, profile.gpu_ops, capture_end(profile.info, hi), profile.syncs)
+    engine = Correlator(profile.info, capture_end(profile.info, hi), profile.syncs)
     try:
-        ops = engine.add(r, None)
+        ops = engine.add(r, None, *whole_activity(api, profile.gpu_ops))
         engine.finish()
+        api_calls, gpu_ops = engine.finished()
     finally:
         engine.close()
     return Model(
         profile.info,
         ops,
-        gpu_ops=engine.gpu_ops(),
-        api_calls=engine.api_calls(),
+        gpu_ops=pa.concat_tables(gpu_ops) if gpu_ops else engine.no_gpu_ops(),
+        api_calls=api_calls if api_calls is not None else engine.no_api_calls(),
         **other_tables(engine, profile.marks, profile.threads, profile.devices),
     )

@@ -40,6 +40,8 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "float": pa.float64(),
     "bytes": pa.binary(),
 }
+# Every SQLite table's row id, selectable as a column (a slab's rows carry it for their order).
+ROWID = "rowid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,8 +217,10 @@ class Database:
         present = self.columns(table)
         exprs: list[Any] = []
         for col in columns:
-            if col.raw in present:
-                raw: Any = t.c[col.raw]
+            if col.raw == ROWID:
+                raw: Any = sa.literal_column(ROWID)
+            elif col.raw in present:
+                raw = t.c[col.raw]
             elif col.required:
                 raise MissingTable(
                     f"{self.name}: table {table} has no column {col.raw}; this export is "
@@ -245,7 +249,7 @@ class Database:
             empty = pa.table({c.field: pa.array([], _ARROW_TYPES[c.type]) for c in columns})
             return lambda: empty
         generic = self.select(table, columns, where)
-        present = self.columns(table)
+        present = self.columns(table) | {ROWID}
         absent = [c.field for c in columns if c.raw not in present]
         if self.path is None:
             return lambda: mark_absent(self._read_generic(generic, columns), absent)
@@ -276,6 +280,12 @@ class Database:
             return mark_absent(pa.table(arrays, names=[c.field for c in columns]), absent)
 
         return fetch
+
+    def run(self, call: Callable[[], Any]) -> Future[Any]:
+        """Run ``call`` on the reader threads (after the reads queued before it)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.READERS, thread_name_prefix="nvbridge-read")
+        return self._pool.submit(call)
 
     def submit(
         self,

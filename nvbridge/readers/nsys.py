@@ -20,9 +20,9 @@ import sqlalchemy as sa
 
 from nvbridge.columns import np_col, set_column
 from nvbridge.errors import NotStreamable
-from nvbridge.profile import RawProfile
-from nvbridge.readers._arrow import concat_gpu_ops
+from nvbridge.profile import GPU_OPS_SCHEMA, RawProfile
 from nvbridge.readers._db import Database
+from nvbridge.readers.activity import LATE_NS, Part, SlabTable
 from nvbridge.readers.nsys_info import device_table, source_info
 from nvbridge.readers.nsys_tables import (
     GPU_TABLES,
@@ -140,16 +140,20 @@ class Stream:
         self._slabs: list[Slab] | None = None  # by_start: the slabs still to read
         self._latest_range: int | None = None
         self._domains: dict[tuple[int, int], str] = {}
-        # The API calls and GPU ops come first: the first window cannot be correlated without
-        # them. The NVTX windows follow on whichever reader is free.
-        # Each is normalized on its reader thread as soon as it is read; the string table, which
-        # they need, first.
+        # The string table first: every normalization needs it. Then the API calls' and GPU ops'
+        # chunk scans, then the first NVTX windows; the slabs of API calls and GPU ops follow
+        # as the engine asks for them (:meth:`activity`).
         self._strings = strings = db.submit(*WHOLE_TABLES["strings"], then=checked_strings)
-        api = db.submit(*WHOLE_TABLES["runtime"], then=lambda t: normalize_api_calls(t, strings.result()))
-        gpu = {
-            key: db.submit(*WHOLE_TABLES[key], then=functools.partial(gpu_part, key, strings=strings))
-            for key in GPU_TABLES
-        }
+        self.api = SlabTable(
+            db,
+            [Part(WHOLE_TABLES["runtime"][0], RUNTIME, lambda t: normalize_api_calls(t, strings.result()))],
+            window_rows,
+        )
+        self.gpu = SlabTable(
+            db,
+            [Part(*WHOLE_TABLES[key], functools.partial(gpu_part, key, strings=strings)) for key in GPU_TABLES],
+            window_rows,
+        )
         syncs = db.submit(*WHOLE_TABLES["sync"], then=normalize_syncs)
         if db.has("NVTX_EVENTS"):
             db.select("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
@@ -170,10 +174,10 @@ class Stream:
                 self._submit_window()
         self.info = source_info(db)
         self.strings = strings.result()
-        self.api_calls = api.result()
         self.syncs = syncs.result()
-        self.gpu_ops = concat_gpu_ops([part for key in GPU_TABLES if (part := gpu[key].result()) is not None])
         self.devices = device_table(db)
+        # An API call table without rows, as the reader makes it (its columns' types).
+        self._no_api = normalize_api_calls(db.read_table(*WHOLE_TABLES["runtime"], sa.false()), self.strings)
         # Never-closed ranges are clamped at the latest time of the capture; in a stream the
         # latest range start is the last range row's (the engine checks that it is).
         if self._slabs is not None:
@@ -185,9 +189,11 @@ class Stream:
         else:
             last = []
         times = [int(last[0][0])] if last and last[0][0] is not None else []
-        times += [int(np_col(self.api_calls, c).max()) for c in ("start_ns", "end_ns") if self.api_calls.num_rows]
+        for stats in self.api.stats:  # the latest API call start and end (None: damaged)
+            times += [int(stats.hi.max())] if stats is not None and len(stats.hi) else []
+            times += [stats.latest] if stats is not None and stats.latest is not None else []
         self.latest_ns = max(times, default=0)
-        self.rows_read = self.api_calls.num_rows + self.gpu_ops.num_rows + self.syncs.num_rows
+        self._rows_read: int = self.syncs.num_rows
         self._unnamed: set[tuple[int, int]] = set()
         self._marks: list[pa.Table] = []
         self._thread_names: list[pa.Table] = []
@@ -214,6 +220,9 @@ class Stream:
         queries = chunk_queries("NVTX_EVENTS", types, latest, self._next, self._last)
         stats = chunks([row for q in queries for row in self.db.scalar_rows(q)])
         bounds = plan([stats], self.window_rows)
+        if stats is None:  # a start that is not an integer: the one slab's read names it
+            self._slabs = [Slab(None, None, None, False)]
+            return
         self._slabs = [stats.slab(lo, hi, k == 0) for k, (lo, hi) in enumerate(bounds)]
         self._latest_range = stats.latest
         named = self.db.read_table("NVTX_EVENTS", NVTX, t.c.eventType == NVTX_DOMAIN_CREATE)
@@ -259,7 +268,7 @@ class Stream:
             window = self._pending.pop(0).result()
             if len(self._pending) < self.AHEAD:
                 self._submit_window()
-            self.rows_read += window.rows
+            self._rows_read += window.rows
             if window.others is not None:
                 self._others(window.others)
             ranges = window.ranges
@@ -290,12 +299,60 @@ class Stream:
             self._others(self.db.read_table("NVTX_EVENTS", NVTX, sa.false()))  # no rows: the empty table
         return pa.concat_tables(self._marks)
 
-    def threads(self) -> pa.Table:
-        """Every thread of the report, named (once :meth:`windows` is exhausted)."""
+    def threads(self, api_thread_keys: np.ndarray) -> pa.Table:
+        """Every thread of the report, named (once :meth:`windows` is exhausted);
+        ``api_thread_keys``: the threads the API calls were made on."""
         keys = np.unique(np.concatenate(self._thread_keys)) if self._thread_keys else np.zeros(0, np.int64)
         names = (
             pa.concat_tables(self._thread_names)
             if self._thread_names
             else pa.table({"thread_key": pa.array([], pa.int64()), "thread_name": pa.array([], pa.string())})
         )
-        return thread_table(self.db, self.strings, pa.table({"thread_key": pa.array(keys)}), self.api_calls, names)
+        api = pa.table({"thread_key": pa.array(api_thread_keys, pa.int64())})
+        return thread_table(self.db, self.strings, pa.table({"thread_key": pa.array(keys)}), api, names)
+
+    def gpu_devices(self) -> list[int]:
+        """Every device a GPU op ran on (one scan of each GPU table: for a trace's header,
+        written before the GPU ops are read)."""
+        tables = [WHOLE_TABLES[key][0] for key in GPU_TABLES]
+        union = " UNION ".join(f"SELECT DISTINCT deviceId FROM {t}" for t in tables if "deviceId" in self.db.columns(t))
+        return [int(d) for (d,) in self.db.scalar_rows(union) if d is not None] if union else []
+
+    @property
+    def rows_read(self) -> int:
+        return self._rows_read + self.api.rows_read + self.gpu.rows_read
+
+    def activity(self, cut: int | None) -> tuple[pa.Table, pa.Table]:
+        """The API calls starting before ``cut`` (None: all) not handed on before, each with its
+        api_call_id, and the GPU ops read since, through the window's horizon: LATE_NS past the
+        cut and past the end of its last API call (:mod:`nvbridge.engine.activity`)."""
+        api = self.api.before(cut)
+        if api is None:
+            api = self._no_api.append_column("table_index", pa.array([], pa.int64()))
+            api = api.append_column("rowid", pa.array([], pa.int64()))
+        horizon = None if cut is None else max(cut, int(np_col(api, "end_ns").max(initial=cut))) + LATE_NS
+        gpu = self.gpu.before(horizon)
+        return _with_ids(self.api, api), gpu if gpu is not None else NO_GPU_OPS
+
+
+# GPU ops without rows, as the engine takes them.
+NO_GPU_OPS = GPU_OPS_SCHEMA.empty_table().append_column("table_index", pa.array([], pa.int64()))
+NO_GPU_OPS = NO_GPU_OPS.append_column("rowid", pa.array([], pa.int64()))
+
+
+def _with_ids(reader: SlabTable, api: pa.Table) -> pa.Table:
+    """API call rows with their api_call_id, the place in table order: the row's offset from
+    the first rowid, or (the table read whole) its place in the read.
+
+    Raises:
+        NotStreamable: the table has rowid gaps and is read in several slabs.
+    """
+    rowid = np_col(api, "rowid")
+    if reader.single() or not api.num_rows:
+        ids = np.arange(reader.handed, reader.handed + api.num_rows, dtype=np.int64)
+    elif (first := reader.dense(0)) is not None:
+        ids = rowid - first
+    else:
+        raise NotStreamable("API call rowids have gaps")
+    reader.handed += api.num_rows
+    return api.drop_columns(["table_index", "rowid"]).append_column("api_call_id", pa.array(ids))

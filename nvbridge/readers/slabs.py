@@ -85,10 +85,14 @@ def chunk_queries(table: str, where: str, latest: str, first: int, last: int) ->
     return [" UNION ALL ".join(selects[i : i + _PER_STATEMENT]) for i in range(0, len(selects), _PER_STATEMENT)]
 
 
-def chunks(rows: Sequence[Sequence[Any]]) -> Chunks:
-    """:class:`Chunks` from the rows of :func:`chunk_queries` (chunks with no start dropped)."""
-    col = [np.array([r[i] if r[i] is not None else -1 for r in rows], np.int64) for i in range(5)]
-    latest = [int(r[6]) for r in rows if r[6] is not None]
+def chunks(rows: Sequence[Sequence[Any]]) -> Chunks | None:
+    """:class:`Chunks` from the rows of :func:`chunk_queries` (chunks with no start dropped);
+    None when a start or end is not an integer (the read that follows names the damage)."""
+    try:
+        col = [np.array([r[i] if r[i] is not None else -1 for r in rows], np.int64) for i in range(5)]
+        latest = [int(r[6]) for r in rows if r[6] is not None]
+    except (TypeError, ValueError, OverflowError):
+        return None
     has = col[2] > 0
     return Chunks(
         col[0][has],
@@ -101,16 +105,20 @@ def chunks(rows: Sequence[Sequence[Any]]) -> Chunks:
     )
 
 
-def plan(tables: Sequence[Chunks], slab_rows: int) -> list[tuple[int | None, int | None]]:
+def plan(tables: Sequence[Chunks | None], slab_rows: int) -> list[tuple[int | None, int | None]]:
     """Bounds ``[lo, hi)`` of slabs holding about ``slab_rows`` rows of ``tables`` each, in
-    start order, from None (before every start) to None (after them).
+    start order, from None (before every start) to None (after them); one slab if a table's
+    chunks could not be read (None).
 
     Rows are assumed spread evenly over their chunk's span of starts to place the cuts; the
     estimate sizes slabs only: every row is read by the one slab whose bounds hold its start.
     """
-    lo = np.concatenate([c.lo for c in tables]) if tables else np.zeros(0, np.int64)
-    hi = np.concatenate([c.hi for c in tables]) if tables else np.zeros(0, np.int64)
-    rows = np.concatenate([c.with_start for c in tables]).astype(np.float64) if tables else np.zeros(0)
+    read = [c for c in tables if c is not None]
+    if len(read) < len(tables):
+        return [(None, None)]
+    lo = np.concatenate([c.lo for c in read]) if read else np.zeros(0, np.int64)
+    hi = np.concatenate([c.hi for c in read]) if read else np.zeros(0, np.int64)
+    rows = np.concatenate([c.with_start for c in read]).astype(np.float64) if read else np.zeros(0)
     total = int(rows.sum())
     if total <= slab_rows:
         return [(None, None)]  # one slab: every table whole, as a rowid window reads it

@@ -1,0 +1,272 @@
+"""API calls and GPU ops as they stream: correlation keys, GPU ops waiting for their launch,
+and rows put back in table order.
+
+A window brings the API calls that start before its cut, and every GPU op that starts before
+the window's horizon (``readers.activity.LATE_NS`` past its cut and past the end of its last
+API call). A
+GPU op starts after the API call that launched it, so it is in the buffer when that call's
+window runs: the GPU time is summed into the call's range there, while the range is still
+held. A GPU op no call claims by the time the stream has passed its start has none
+(NO_API_CALL), unless a call already gone had its key: that op started more than LATE_NS after
+its launch, and the stream gives up (NotStreamable) rather than count it wrong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from nvbridge.columns import np_col, take_batches
+from nvbridge.engine.keys import through
+from nvbridge.engine.model import NO_API_CALL
+from nvbridge.errors import CorrelationError, NotStreamable
+from nvbridge.profile import GPU_OPS_SCHEMA
+
+_CORR_BITS = 40
+
+
+class ProcessKeys:
+    """One int64 per (process, correlation id), process numbers kept across windows."""
+
+    def __init__(self) -> None:
+        self._index: dict[int, int] = {}
+
+    def of(self, process_key: np.ndarray, corr: np.ndarray) -> np.ndarray:
+        """Keys of the rows (-1 where the correlation id is missing)."""
+        procs = np.unique(process_key)
+        for p in procs.tolist():
+            self._index.setdefault(int(p), len(self._index))
+        if len(corr) and (int(corr.max()) >= 1 << _CORR_BITS or len(self._index) >= 1 << (62 - _CORR_BITS)):
+            raise CorrelationError("correlation ids too large to key; please report this file")
+        table = np.array([self._index[int(p)] for p in procs.tolist()], np.int64)
+        idx = table[np.searchsorted(procs, process_key)] if len(procs) else np.zeros(0, np.int64)
+        return np.where(corr >= 0, (idx << _CORR_BITS) | np.maximum(corr, 0), -1)
+
+
+class KeySet:
+    """The keys of API calls already correlated, sorted runs merged as they grow."""
+
+    def __init__(self) -> None:
+        self._runs: list[np.ndarray] = []
+
+    def add(self, keys: np.ndarray) -> None:
+        self._runs.append(np.sort(keys[keys >= 0]))
+        while len(self._runs) > 1 and len(self._runs[-2]) <= 2 * len(self._runs[-1]):
+            last = self._runs.pop()
+            self._runs[-1] = np.sort(np.concatenate([self._runs[-1], last]), kind="stable")
+
+    def has(self, keys: np.ndarray) -> np.ndarray:
+        found = np.zeros(len(keys), bool)
+        for run in self._runs:
+            if len(run):
+                pos = np.minimum(np.searchsorted(run, keys), len(run) - 1)
+                found |= run[pos] == keys
+        return found
+
+
+class GpuBuffer:
+    """GPU ops read but not yet written: matched to their API call's window, then released in
+    start order once the stream has passed their start, each given its gpu_op_id."""
+
+    def __init__(self, nsys: bool) -> None:
+        self._nsys = nsys
+        self._parts: list[pa.Table] = []
+        self._table: pa.Table | None = None
+        self._n = 0
+        self._cols: dict[str, np.ndarray] = {name: np.zeros(0, np.int64) for name in _STATE}
+        self._next_id = 0
+        self.devices: set[int] = set()
+        # Keys of the ops released without a call: a call with one of them, coming later,
+        # started after its GPU op (clock skew), which the stream cannot place.
+        self.orphans = KeySet()
+
+    def add(self, gpu: pa.Table, keys: ProcessKeys, retired: KeySet) -> None:
+        """Buffer newly read GPU ops (GPU_OPS_SCHEMA plus ``table_index`` and ``rowid``)."""
+        if not gpu.num_rows:
+            return
+        key = keys.of(np_col(gpu, "process_key", fill=0), np_col(gpu, "correlation_id", fill=-1))
+        n = gpu.num_rows
+        new = {
+            "start": np_col(gpu, "start_ns"),
+            "end": np_col(gpu, "end_ns"),
+            "key": key,
+            "order_a": np_col(gpu, "table_index"),
+            "order_b": np_col(gpu, "rowid"),
+            "op": np.full(n, -1, np.int64),
+            "api": np.full(n, -1, np.int64),
+            "pid": np.zeros(n, np.int64),
+            "tid": np.zeros(n, np.int64),
+            # A call already correlated has this key: the op would be counted nowhere.
+            "late": retired.has(key) & (key >= 0),
+        }
+        self._cols = {name: np.concatenate([self._cols[name], new[name]]) for name in _STATE}
+        self._parts.append(gpu.drop_columns(["table_index", "rowid"]))
+        self._n += n
+
+    def match(self, api_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Buffered, unmatched ops whose key is one of ``api_keys`` (a window's calls): their
+        buffer rows, and the position in ``api_keys`` of their call (its first with the key)."""
+        free = np.flatnonzero((self._cols["api"] < 0) & (self._cols["key"] >= 0))
+        if not len(free) or not len(api_keys):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        order = np.argsort(api_keys, kind="stable")
+        sorted_keys = api_keys[order]
+        q = self._cols["key"][free]
+        pos = np.minimum(np.searchsorted(sorted_keys, q), len(sorted_keys) - 1)
+        hit = (sorted_keys[pos] == q) & (q >= 0)
+        return free[hit], order[pos[hit]]
+
+    def times(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._cols["start"][rows], self._cols["end"][rows]
+
+    def assign(self, rows: np.ndarray, op: np.ndarray, api: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> None:
+        for name, values in (("op", op), ("api", api), ("pid", pid), ("tid", tid)):
+            self._cols[name][rows] = values
+
+    def empty(self) -> pa.Table:
+        """gpu_ops without rows."""
+        state = {name: np.zeros(0, bool if name == "late" else np.int64) for name in _STATE}
+        return _gpu_rows(GPU_OPS_SCHEMA.empty_table(), np.zeros(0, np.int64), state, self._nsys)
+
+    def release(self, cut: int | None) -> pa.Table | None:
+        """The ops that start before ``cut`` (None: all), final now, in gpu_op_id order.
+
+        Raises:
+            NotStreamable: one of them has no call now, but a call with its key was correlated
+                in an earlier window (it started more than LATE_NS after its launch).
+        """
+        c = self._cols
+        done = np.flatnonzero(c["start"] < cut) if cut is not None else np.arange(self._n)
+        if not len(done):
+            return None
+        if (c["late"][done] & (c["api"][done] < 0)).any():
+            raise NotStreamable("a GPU op started long after its API call's window")
+        done = done[np.lexsort((c["order_b"][done], c["order_a"][done], c["start"][done]))]
+        if self._table is None or len(self._parts) > 1 or self._table.num_rows != self._n:
+            self._table = pa.concat_tables(self._parts).unify_dictionaries() if self._parts else None
+            self._parts = [self._table] if self._table is not None else []
+        assert self._table is not None
+        out = _gpu_rows(
+            take_batches(self._table, done),
+            np.arange(self._next_id, self._next_id + len(done), dtype=np.int64),
+            {name: c[name][done] for name in _STATE},
+            self._nsys,
+        )
+        self._next_id += len(done)
+        self.orphans.add(c["key"][done][c["api"][done] < 0])
+        self.devices.update(np.unique(np_col(out, "device_id", fill=-1)).tolist())
+        keep = np.ones(self._n, bool)
+        keep[done] = False
+        self._cols = {name: c[name][keep] for name in _STATE}
+        self._table = self._table.filter(pa.array(keep)) if not keep.all() else self._table
+        self._parts = [self._table]
+        self._n = int(keep.sum())
+        return out
+
+
+_STATE = ("start", "end", "key", "order_a", "order_b", "op", "api", "pid", "tid", "late")
+
+# gpu_ops columns copied from the reader's table as they are.
+_GPU_PASSED = (
+    "bytes",
+    "copy_kind",
+    "src_kind",
+    "dst_kind",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "registers_per_thread",
+    "static_shared_bytes",
+    "dynamic_shared_bytes",
+    "short_name",
+    "mangled_name",
+    "graph_node_id",
+)
+
+
+def _gpu_rows(gpu: pa.Table, ids: np.ndarray, c: dict[str, np.ndarray], nsys: bool) -> pa.Table:
+    """gpu_ops rows from the reader's rows and their correlation (``c``: _STATE columns)."""
+    g_api, g_op = c["api"], c["op"]
+    g_pkey = np_col(gpu, "process_key", fill=0)
+    # Without an API row, nsys still knows the process from globalPid; nvprof does not.
+    g_pid = np.where(g_api >= 0, c["pid"], (g_pkey >> 24) & 0xFFFFFF)
+    cols = {
+        "gpu_op_id": pa.array(ids),
+        "op_id": pa.array(g_op, mask=g_op < 0),
+        "api_call_id": pa.array(g_api, mask=g_api < 0),
+        "kind": gpu.column("kind"),
+        "name": gpu.column("name"),
+        "device_id": gpu.column("device_id"),
+        "stream_id": gpu.column("stream_id"),
+        "context_id": gpu.column("context_id"),
+        "process_id": pa.array(g_pid, mask=~((g_api >= 0) | nsys)),
+        "thread_id": pa.array(c["tid"], mask=g_api < 0),
+        "correlation_id": gpu.column("correlation_id"),
+        "start_ns": pa.array(c["start"]),
+        "end_ns": pa.array(c["end"]),
+    }
+    for name in _GPU_PASSED:
+        cols[name] = gpu.column(name)
+    cols["flags"] = pa.array(np.where(g_api < 0, NO_API_CALL, 0).astype(np.int64))
+    return pa.table(cols)
+
+
+class Reorder:
+    """Rows finished out of order, handed on in id order (``id_column`` counts from 0)."""
+
+    def __init__(self, id_column: str) -> None:
+        self._column = id_column
+        self._held: list[pa.Table] = []
+        self._next = 0
+
+    def put(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._held.append(table)
+
+    def ready(self) -> pa.Table | None:
+        """The held rows that continue the ids handed on so far, in id order."""
+        if not self._held:
+            return None
+        held = pa.concat_tables(self._held)
+        ids = np_col(held, self._column)
+        order = np.argsort(ids, kind="stable")
+        run = int(np.searchsorted(ids[order] - np.arange(self._next, self._next + len(ids)), 0, "right"))
+        if not run:
+            self._held = [held]
+            return None
+        out = take_batches(held, order[:run])
+        rest = order[run:]
+        self._held = [take_batches(held, np.sort(rest))] if len(rest) else []
+        self._next += run
+        return out
+
+    def check_empty(self) -> None:
+        if self._held:
+            raise CorrelationError("API calls were left out of every window")
+
+
+def api_rows(api: pa.Table, op: np.ndarray, gpu_count: np.ndarray) -> pa.Table:
+    """api_calls rows for a window's calls (``api``: the reader's columns plus api_call_id)."""
+    from nvbridge.columns import DICT_STR
+
+    return pa.table(
+        {
+            "api_call_id": api.column("api_call_id"),
+            "op_id": pa.array(op, mask=op < 0),
+            "name": api.column("name").cast(DICT_STR),
+            "kind": api.column("kind"),
+            "process_id": api.column("process_id"),
+            "thread_id": api.column("thread_id"),
+            "correlation_id": api.column("correlation_id"),
+            "start_ns": api.column("start_ns"),
+            "end_ns": api.column("end_ns"),
+            "gpu_op_count": pa.array(gpu_count.astype(np.int64)),
+            "return_value": api.column("return_value"),
+        }
+    )
+
+
+__all__ = ["GpuBuffer", "KeySet", "ProcessKeys", "Reorder", "api_rows", "through"]

@@ -1,0 +1,162 @@
+"""CUDA API calls and GPU ops of an Nsight Systems export, read slab by slab in start order.
+
+Neither table is in start order in every export (the FSDP export stores its API calls one
+process after the other), and a streamed conversion needs, at each cut, every row that starts
+before it: so each is read in slabs of starts (:mod:`nvbridge.readers.slabs`), a few slabs
+ahead on the database's reader threads, and only the rows not yet handed on are held.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import sqlalchemy as sa
+
+from nvbridge.columns import np_col
+from nvbridge.readers._db import ROWID, Column, Database
+from nvbridge.readers.slabs import Chunks, chunk_queries, chunks, plan
+
+# How long after its API call ends a GPU op may start and still be read in that call's window
+# (the real exports' longest is 16 ms; a GPU queued seconds behind the host is well within it).
+# A later one makes the streamed conversion give up and read the report another way.
+LATE_NS = 10_000_000_000
+# A table's raw rows -> its normalized rows (None: none to keep).
+Normalize = Callable[[pa.Table], pa.Table | None]
+_ROWID = Column("rowid", ROWID)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One SQLite table of a :class:`SlabTable`: its columns and how its rows are normalized."""
+
+    table: str
+    columns: list[Column]
+    normalize: Normalize
+
+
+class SlabTable:
+    """Rows of one or more tables (GPU ops: kernels, copies, sets, graphs) read in slabs of
+    starts; :meth:`before` hands on, once, the rows that start before a time.
+
+    Each row carries ``table_index`` (its table's place in ``parts``) and ``rowid``, which
+    order rows of equal start as the tables list them.
+    """
+
+    AHEAD = 2
+
+    def __init__(self, db: Database, parts: Sequence[Part], slab_rows: int) -> None:
+        self.db = db
+        # An absent table reads as zero rows: its empty part still names its kind, as the
+        # whole-file reader's does.
+        self._parts = list(parts)
+        self._slab_rows = slab_rows
+        # Each table's rowid bounds and chunk spans, scanned on the reader threads meanwhile.
+        self._scans = [db.run(functools.partial(_scan, db, p.table)) for p in self._parts]
+        self._slabs: list[tuple[int | None, int | None]] | None = None
+        self._next = 0  # slabs submitted
+        self._pending: list[tuple[int | None, list[Future[tuple[pa.Table | None, np.ndarray]]]]] = []
+        self._covered: int | None = None  # every row starting before this has been read
+        self._done = not self._parts
+        self._held: list[pa.Table] = []
+        self.rows_read = 0
+        self.handed = 0  # rows handed on so far
+
+    def _plan(self) -> list[tuple[int | None, int | None]]:
+        if self._slabs is None:
+            self._slabs = plan(self.stats, self._slab_rows)
+            for _ in range(self.AHEAD):
+                self._submit()
+        return self._slabs
+
+    @property
+    def stats(self) -> list[Chunks | None]:
+        return [s.result()[1] for s in self._scans]
+
+    def single(self) -> bool:
+        """One slab: every table read whole, in table order."""
+        return len(self._plan()) == 1
+
+    def dense(self, index: int) -> int | None:
+        """The first rowid of table ``index`` when its rowids have no gaps, else None."""
+        first, last, rows = self._scans[index].result()[0]
+        return first if rows == last - first + 1 else None
+
+    def _submit(self) -> None:
+        slabs = self._plan()
+        if self._next >= len(slabs):
+            return
+        lo, hi = slabs[self._next]
+        futures = [
+            self.db.submit(
+                part.table,
+                [*part.columns, _ROWID],
+                sa.and_(sa.text(stats.slab(lo, hi, self._next == 0).where() if stats is not None else "1")),
+                then=functools.partial(_normalized, part.normalize),
+            )
+            for part, stats in zip(self._parts, self.stats)
+        ]
+        self._pending.append((hi, futures))
+        self._next += 1
+
+    def before(self, t: int | None) -> pa.Table | None:
+        """The rows starting before ``t`` (None: all) not handed on before; None when there
+        are none."""
+        if not self._parts:
+            return None
+        self._plan()
+        while self._pending and (t is None or self._covered is None or self._covered < t):
+            hi, futures = self._pending.pop(0)
+            self._submit()
+            for index, future in enumerate(futures):
+                table, rowids = future.result()
+                if table is not None:
+                    self.rows_read += table.num_rows
+                    table = table.append_column("table_index", pa.array(np.full(table.num_rows, index, np.int64)))
+                    self._held.append(table.append_column("rowid", pa.array(rowids)))
+            self._covered = hi if hi is not None else _END
+        return self._take(t)
+
+    def _take(self, t: int | None) -> pa.Table | None:
+        if not self._held:
+            return None
+        held = pa.concat_tables(self._held).unify_dictionaries() if len(self._held) > 1 else self._held[0]
+        self._held = []
+        if t is None:
+            return held
+        now = np_col(held, "start_ns") < t
+        if now.all():
+            return held
+        self._held = [held.filter(pa.array(~now))]
+        return held.filter(pa.array(now))
+
+
+# Past every start: what ``_covered`` holds once the last slab (unbounded) is read.
+_END = 1 << 63
+
+
+def _scan(db: Database, table: str) -> tuple[tuple[int, int, int], Chunks | None]:
+    """A table's first and last rowid and its rows, and its chunk spans."""
+    if not db.has(table):
+        return (0, -1, 0), chunks([])
+    ((first, last, rows),) = db.scalar_rows(
+        f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table}), (SELECT count(*) FROM {table})"
+    )
+    first, last = int(first or 0), int(last if last is not None else -1)
+    stats = chunks([row for q in chunk_queries(table, "1", "end", first, last) for row in db.scalar_rows(q)])
+    return (first, last, int(rows or 0)), stats
+
+
+def _normalized(normalize: Normalize, raw: pa.Table) -> tuple[pa.Table | None, np.ndarray]:
+    rowids = np_col(raw, "rowid")
+    return normalize(raw.drop_columns(["rowid"])), rowids
+
+
+def first_start(tables: Sequence[SlabTable]) -> int | None:
+    """The earliest start of any row of ``tables`` (for a trace's origin, before any is read)."""
+    starts = [int(s.lo.min()) for t in tables for s in t.stats if s is not None and len(s.lo)]
+    return min(starts, default=None)
