@@ -44,8 +44,13 @@ class CorrelationError(NvbridgeError):
 
 
 class NotStreamable(NvbridgeError):
-    """A report cannot be correlated window by window (its ranges are not in start order);
-    ``convert`` catches it and converts the report in one window. Never reaches a user."""
+    """A report cannot be correlated window by window as tried (its ranges are not in start
+    order, say); ``convert`` catches it and tries another way. Never reaches a user."""
+
+
+class LateGpuOp(NotStreamable):
+    """A GPU op may have started after its API call's window was correlated: ``convert`` tries
+    again with a longer horizon."""
 
 
 class ExportError(NvbridgeError):

@@ -172,7 +172,7 @@ def test_gpu_ops_later_than_the_horizon_fall_back_to_one_window(
     _assert_same(nvbridge.load(tmp_path / "out"), nvbridge.load(path))
 
 
-def test_a_horizon_past_every_lag_streams(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_horizon_past_every_lag_streams_on_the_first_or_second_try(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The longest lag from a launch's end to its GPU op in the FSDP export, from raw SQL, as
     the horizon: the report streams (no fallback) and gives the one-window dataset."""
     path = real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite")
@@ -186,7 +186,22 @@ def test_a_horizon_past_every_lag_streams(tmp_path: Path, monkeypatch: pytest.Mo
     )
     assert lag > 10_000_000  # over 10 ms: a horizon below it would not do
     monkeypatch.setattr(convert_mod, "WINDOW_ROWS", 97)
-    monkeypatch.setattr(convert_mod_nsys, "LATE_NS", lag + 1)
     monkeypatch.setattr(convert_mod, "_whole", _no_whole_path)
+    tries: list[int] = []
+    init = convert_mod_nsys.Stream.__init__
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> None:
+        tries.append(kwargs.get("horizons", 1))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(convert_mod_nsys.Stream, "__init__", spy)
+    monkeypatch.setattr(convert_mod_nsys, "LATE_NS", lag + 1)
     nvbridge.convert(path, tmp_path / "out")
+    assert tries == [1]
     _assert_same(nvbridge.load(tmp_path / "out"), nvbridge.load(path))
+    # A horizon 30 times too short: the second try's is LATE_RETRY (60) times longer, and streams.
+    tries.clear()
+    monkeypatch.setattr(convert_mod_nsys, "LATE_NS", lag // 30)
+    nvbridge.convert(path, tmp_path / "out2")
+    assert tries == [1, convert_mod.LATE_RETRY]
+    _assert_same(nvbridge.load(tmp_path / "out2"), nvbridge.load(path))

@@ -23,7 +23,7 @@ from nvbridge.columns import np_col
 from nvbridge.conversion.result import ConversionResult, OpsTally, Tallies, gpu_figures, with_rank
 from nvbridge.conversion.trace import TraceFeed, earliest, write_whole
 from nvbridge.engine import Correlator, capture_end, correlate, devices_table, other_tables, stream, with_parsed_names
-from nvbridge.errors import NotStreamable
+from nvbridge.errors import LateGpuOp, NotStreamable
 from nvbridge.export import parquet
 from nvbridge.export.trace import check_destination as check_trace_destination
 from nvbridge.profile import SourceInfo
@@ -36,11 +36,11 @@ if TYPE_CHECKING:
 # progress(stage, rows): ``stage`` names what starts now; ``rows`` is how many rows' worth of the
 # whole job the finished stage stands for, so a display can show rows/s and time left.
 Progress = Callable[[str, int], None]
-# NVTX rowids per streamed window. Measured at 2M rows: 64K to 512K rows take the same time,
-# and peak memory grows with the window (0.60 GB at 64K, 0.67 at 128K, 0.85 at 256K, 1.1 at 512K).
-WINDOW_ROWS = 1 << 17
-# NVTX windows the readers may fetch ahead while the engine is set up (21 MB each at 131,072 rows).
-INIT_WINDOWS = 8
+# NVTX rows per streamed window (and API call and GPU op rows per slab). Measured at 2M rows:
+# 64K to 512K rows take the same time, and peak memory grows with the window.
+WINDOW_ROWS = 1 << 16
+# How many times longer the GPU op horizon is on a second try (readers.activity.LATE_NS).
+LATE_RETRY = 60
 # Share of a report's time each stage takes (measured at 2M NVTX rows): read, correlate, write.
 STAGE_SHARE = {"reading": 0.38, "correlating": 0.40, "writing": 0.22}
 
@@ -96,19 +96,30 @@ def _convert_into(
     source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: Path | None
 ) -> Tallies:
     """Stream the report into ``tmp`` (and ``trace``): NVTX rows by rowid windows, or, when its
-    ranges turn out to be out of start order, by slabs of starts; nvprof files and other URLs
-    are read whole."""
-    for by_start in (False, True):
+    ranges turn out to be out of start order, by slabs of starts; when a GPU op starts later
+    after its launch than the horizon allows, again with LATE_RETRY times the horizon. nvprof
+    files, other URLs and reports that still do not stream are read whole."""
+    by_start, horizons = False, 1
+    for _attempt in range(3):
         try:
-            return _streamed(source, tmp, report, trace, by_start)
+            return _streamed(source, tmp, report, trace, by_start, horizons)
+        except LateGpuOp:
+            if horizons > 1:
+                break
+            horizons = LATE_RETRY
         except NotStreamable:
-            for part in tmp.iterdir():
-                part.unlink()
+            if by_start:
+                break
+            by_start = True
+        for part in tmp.iterdir():
+            part.unlink()
+    for part in tmp.iterdir():
+        part.unlink()
     return _whole(source, tmp, report, expected, trace)
 
 
 def _streamed(
-    source: str | os.PathLike[str], tmp: Path, report: Progress, trace: Path | None, by_start: bool
+    source: str | os.PathLike[str], tmp: Path, report: Progress, trace: Path | None, by_start: bool, horizons: int
 ) -> Tallies:
     """Convert an Nsight Systems file window by window into ``tmp`` (and ``trace``).
 
@@ -126,7 +137,7 @@ def _streamed(
         report("reading", 0)
         with db.translate_errors():
             # Names are parsed on the reader threads, a window or two ahead of the engine.
-            stream_in = Stream(db, WINDOW_ROWS, prepare=with_parsed_names, by_start=by_start)
+            stream_in = Stream(db, WINDOW_ROWS, prepare=with_parsed_names, by_start=by_start, horizons=horizons)
             info = with_rank(stream_in.info, source)
             engine = Correlator(info, capture_end(info, stream_in.latest_ns), stream_in.syncs)
             reported = 0

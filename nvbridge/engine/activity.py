@@ -7,8 +7,9 @@ API call). A
 GPU op starts after the API call that launched it, so it is in the buffer when that call's
 window runs: the GPU time is summed into the call's range there, while the range is still
 held. A GPU op no call claims by the time the stream has passed its start has none
-(NO_API_CALL), unless a call already gone had its key: that op started more than LATE_NS after
-its launch, and the stream gives up (NotStreamable) rather than count it wrong.
+(NO_API_CALL), unless a call already gone may have had its key (its correlation id lies among
+theirs): that op may have started more than LATE_NS after its launch, and the stream gives up
+(NotStreamable) rather than count it wrong.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col, take_batches
-from nvbridge.engine.keys import through
 from nvbridge.engine.model import NO_API_CALL
-from nvbridge.errors import CorrelationError, NotStreamable
+from nvbridge.errors import CorrelationError, LateGpuOp
 from nvbridge.profile import GPU_OPS_SCHEMA
 
 _CORR_BITS = 40
@@ -41,6 +41,36 @@ class ProcessKeys:
         table = np.array([self._index[int(p)] for p in procs.tolist()], np.int64)
         idx = table[np.searchsorted(procs, process_key)] if len(procs) else np.zeros(0, np.int64)
         return np.where(corr >= 0, (idx << _CORR_BITS) | np.maximum(corr, 0), -1)
+
+
+class Correlated:
+    """Per process, the span of correlation ids of the API calls correlated so far: a GPU op
+    whose id falls in it may belong to one of them (its window gone), and is checked; one
+    below it was launched before the capture (the FSDP export's 16 orphans are)."""
+
+    def __init__(self) -> None:
+        self._lo = np.zeros(0, np.int64)
+        self._hi = np.zeros(0, np.int64)
+
+    def add(self, keys: np.ndarray) -> None:
+        keys = keys[keys >= 0]
+        if not len(keys):
+            return
+        proc, corr = keys >> _CORR_BITS, keys & ((1 << _CORR_BITS) - 1)
+        grow = int(proc.max()) + 1 - len(self._lo)
+        if grow > 0:
+            self._lo = np.concatenate([self._lo, np.full(grow, np.iinfo(np.int64).max)])
+            self._hi = np.concatenate([self._hi, np.full(grow, -1)])
+        np.minimum.at(self._lo, proc, corr)
+        np.maximum.at(self._hi, proc, corr)
+
+    def within(self, keys: np.ndarray) -> np.ndarray:
+        proc, corr = keys >> _CORR_BITS, keys & ((1 << _CORR_BITS) - 1)
+        known = (keys >= 0) & (proc < len(self._lo))
+        p = np.where(known, proc, 0)
+        if not len(self._lo):
+            return np.zeros(len(keys), bool)
+        return known & (self._lo[p] <= corr) & (corr <= self._hi[p])
 
 
 class KeySet:
@@ -80,7 +110,7 @@ class GpuBuffer:
         # started after its GPU op (clock skew), which the stream cannot place.
         self.orphans = KeySet()
 
-    def add(self, gpu: pa.Table, keys: ProcessKeys, retired: KeySet) -> None:
+    def add(self, gpu: pa.Table, keys: ProcessKeys, correlated: Correlated) -> None:
         """Buffer newly read GPU ops (GPU_OPS_SCHEMA plus ``table_index`` and ``rowid``)."""
         if not gpu.num_rows:
             return
@@ -96,8 +126,9 @@ class GpuBuffer:
             "api": np.full(n, -1, np.int64),
             "pid": np.zeros(n, np.int64),
             "tid": np.zeros(n, np.int64),
-            # A call already correlated has this key: the op would be counted nowhere.
-            "late": retired.has(key) & (key >= 0),
+            # A call already correlated may have this key: if none claims the op, it would be
+            # counted nowhere (its launch's window is gone).
+            "late": correlated.within(key),
         }
         self._cols = {name: np.concatenate([self._cols[name], new[name]]) for name in _STATE}
         self._parts.append(gpu.drop_columns(["table_index", "rowid"]))
@@ -132,15 +163,15 @@ class GpuBuffer:
         """The ops that start before ``cut`` (None: all), final now, in gpu_op_id order.
 
         Raises:
-            NotStreamable: one of them has no call now, but a call with its key was correlated
-                in an earlier window (it started more than LATE_NS after its launch).
+            LateGpuOp: one of them has no call now, but a call with its key may have been
+                correlated in an earlier window (it started more than LATE_NS after its launch).
         """
         c = self._cols
         done = np.flatnonzero(c["start"] < cut) if cut is not None else np.arange(self._n)
         if not len(done):
             return None
         if (c["late"][done] & (c["api"][done] < 0)).any():
-            raise NotStreamable("a GPU op started long after its API call's window")
+            raise LateGpuOp("a GPU op started long after its API call's window")
         done = done[np.lexsort((c["order_b"][done], c["order_a"][done], c["start"][done]))]
         if self._table is None or len(self._parts) > 1 or self._table.num_rows != self._n:
             self._table = pa.concat_tables(self._parts).unify_dictionaries() if self._parts else None
@@ -269,4 +300,3 @@ def api_rows(api: pa.Table, op: np.ndarray, gpu_count: np.ndarray) -> pa.Table:
     )
 
 
-__all__ = ["GpuBuffer", "KeySet", "ProcessKeys", "Reorder", "api_rows", "through"]

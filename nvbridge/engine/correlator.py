@@ -24,7 +24,7 @@ import pyarrow as pa
 from nvbridge import names, semantics
 from nvbridge.columns import np_col, take_sorted
 from nvbridge.engine import invariants, window
-from nvbridge.engine.activity import GpuBuffer, KeySet, ProcessKeys, Reorder, api_rows
+from nvbridge.engine.activity import Correlated, GpuBuffer, ProcessKeys, Reorder, api_rows
 from nvbridge.engine.keys import through
 from nvbridge.engine.model import CROSS_THREAD, OPEN_AT_END, Model
 from nvbridge.engine.tables import other_tables
@@ -85,7 +85,7 @@ class Correlator:
         self.capture_end = capture_end
         self.syncs = syncs
         self._keys = ProcessKeys()
-        self._retired = KeySet()
+        self._correlated = Correlated()
         self._gpu = GpuBuffer(info.kind == "nsys")
         self._api_out = Reorder("api_call_id")
         # Position of each sync's API call (-1 none).
@@ -137,7 +137,7 @@ class Correlator:
         if self._gpu.orphans.has(a_key).any():
             raise NotStreamable("an API call starts after the GPU op it launched")
         # GPU ops -> the range of their API call: this window's calls claim theirs from the buffer.
-        self._gpu.add(gpu, self._keys, self._retired)
+        self._gpu.add(gpu, self._keys, self._correlated)
         g_rows, g_call = self._gpu.match(a_key)
         g_local = tree.api_local[g_call]
         g_start, g_end = self._gpu.times(g_rows)
@@ -148,7 +148,7 @@ class Correlator:
             np_col(api, "process_id", fill=0)[g_call],
             np_col(api, "thread_id", fill=0)[g_call],
         )
-        self._retired.add(a_key)
+        self._correlated.add(a_key)
         self._match_syncs(a_key, a_id)
         self._api_out.put(api_rows(api, a_op, np.bincount(g_call, minlength=len(a_id))))
         self.tally.api(api, a_op)
@@ -303,7 +303,6 @@ class Correlator:
             )
         self._forward = semantics.ForwardIndex()
         self._emitted = invariants.EmittedIds()
-        self._retired = KeySet()
 
     def close(self) -> None:
         """Stop the name-parsing worker (also when a window raised)."""

@@ -11,22 +11,32 @@ from nvbridge.errors import CorrelationError
 
 
 class EmittedIds:
-    """Which op ids have been emitted so far: each exactly once, and all of 0..n-1 at the end."""
+    """Which op ids have been emitted so far: each exactly once, and all of 0..n-1 at the end.
+
+    Ids come nearly in order (a range still open at a cut comes later), so they are kept as
+    "every id below ``low``" plus the few above it: memory follows the ranges held open, not
+    the report.
+    """
 
     def __init__(self) -> None:
-        self._seen = np.zeros(0, bool)
+        self._low = 0
+        self._above = np.zeros(0, np.int64)
 
     def add(self, ids: np.ndarray) -> None:
         """Record ``ids``; raises if one was emitted before."""
-        if len(ids) and int(ids.max()) >= len(self._seen):
-            self._seen = np.concatenate([self._seen, np.zeros(max(len(self._seen), int(ids.max()) + 1), bool)])
-        if self._seen[ids].any():
+        if not len(ids):
+            return
+        merged = np.sort(np.concatenate([self._above, ids]))
+        if int(merged[0]) < self._low or (np.diff(merged) == 0).any():
             raise CorrelationError("an op was emitted twice")
-        self._seen[ids] = True
+        # The ids that continue low..: merged - (low, low + 1, ...) is 0 along that run.
+        run = int(np.searchsorted(merged - np.arange(self._low, self._low + len(merged)), 0, "right"))
+        self._low += run
+        self._above = merged[run:]
 
     def check_complete(self, n: int) -> None:
         """Every id below ``n`` was emitted, and none above."""
-        if not self._seen[:n].all() or len(self._seen[n:].nonzero()[0]):
+        if self._low != n or len(self._above):
             raise CorrelationError("op ids are not 0..n-1")
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -122,7 +121,7 @@ class Stream:
         NotStreamable: a domain is named after ranges of it were already emitted unnamed.
     """
 
-    AHEAD = 2
+    AHEAD = 1  # NVTX windows read ahead of the one the engine works on
 
     def __init__(
         self,
@@ -131,6 +130,7 @@ class Stream:
         prepare: Callable[[pa.Table], pa.Table] = lambda ranges: ranges,
         *,
         by_start: bool = False,
+        horizons: int = 1,
     ) -> None:
         self.db = db
         self.window_rows = window_rows
@@ -140,6 +140,7 @@ class Stream:
         self._slabs: list[Slab] | None = None  # by_start: the slabs still to read
         self._latest_range: int | None = None
         self._domains: dict[tuple[int, int], str] = {}
+        self._late = LATE_NS * horizons  # the GPU op horizon past a window's cut and calls
         # The string table first: every normalization needs it. Then the API calls' and GPU ops'
         # chunk scans, then the first NVTX windows; the slabs of API calls and GPU ops follow
         # as the engine asks for them (:meth:`activity`).
@@ -198,16 +199,6 @@ class Stream:
         self._marks: list[pa.Table] = []
         self._thread_names: list[pa.Table] = []
         self._thread_keys: list[np.ndarray] = []
-
-    def read_while(self, busy: Future[Any], most: int) -> None:
-        """Keep both readers fetching NVTX windows, up to ``most`` waiting, until ``busy`` is done
-        (the engine being set up); the queue then drains back to AHEAD as windows are consumed."""
-        while not busy.done():
-            reading = [f for f in self._pending if not f.done()]
-            if len(reading) < self.db.READERS and len(self._pending) < most and self._more():
-                self._submit_window()
-                continue
-            wait([busy, *reading], return_when=FIRST_COMPLETED)
 
     def _more(self) -> bool:
         return bool(self._slabs) if self._slabs is not None else self._next <= self._last
@@ -330,7 +321,7 @@ class Stream:
         if api is None:
             api = self._no_api.append_column("table_index", pa.array([], pa.int64()))
             api = api.append_column("rowid", pa.array([], pa.int64()))
-        horizon = None if cut is None else max(cut, int(np_col(api, "end_ns").max(initial=cut))) + LATE_NS
+        horizon = None if cut is None else max(cut, int(np_col(api, "end_ns").max(initial=cut))) + self._late
         gpu = self.gpu.before(horizon)
         return _with_ids(self.api, api), gpu if gpu is not None else NO_GPU_OPS
 
