@@ -172,7 +172,9 @@ def test_gpu_ops_later_than_the_horizon_fall_back_to_one_window(
     _assert_same(nvbridge.load(tmp_path / "out"), nvbridge.load(path))
 
 
-def test_a_horizon_past_every_lag_streams_on_the_first_or_second_try(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_horizon_past_every_lag_streams_on_the_first_or_second_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The longest lag from a launch's end to its GPU op in the FSDP export, from raw SQL, as
     the horizon: the report streams (no fallback) and gives the one-window dataset."""
     path = real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite")

@@ -298,5 +298,3 @@ def api_rows(api: pa.Table, op: np.ndarray, gpu_count: np.ndarray) -> pa.Table:
             "return_value": api.column("return_value"),
         }
     )
-
-
