@@ -43,6 +43,7 @@ class ReportFigures:
     def peaks(
         self, devices: pa.Table, device: int | None, peak_tflops: float | None, peak_gbps: float | None
     ) -> Peaks | None:
+        """The peaks of ``device`` (default: the one that ran the most GPU ops), with overrides."""
         return peaks_of(devices, self.gpu_ops_by_device, device, peak_tflops, peak_gbps)
 
 
@@ -105,7 +106,7 @@ def _tree(report: Report) -> tuple[np.ndarray, int]:
     n = report.rows("ops")
     parent = np.full(n + 1, -1, np.int32 if n < 2**31 - 1 else np.int64)  # 4 bytes an op
     top = 0
-    for chunk in report.chunks("ops", ["op_id", "parent_id", "depth", "start_ns", "end_ns"]):
+    for chunk in report.chunks("ops", ["op_id", "parent_id", "depth", "start_ns", "end_ns"]):  # times: the check
         parent[np_col(chunk, "op_id")] = np_col(chunk, "parent_id", fill=-1)
         top = max(top, int(np_col(chunk, "depth").max(initial=0)))
     return parent, top

@@ -37,8 +37,9 @@ CPU_FALLBACK = {"self_gpu_ns": "self_cpu_ns", "gpu_total_ns": "cpu_total_ns", "g
 TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 NO_OP = "[no op]"  # the row of GPU ops launched outside every op
 
-# What the summary tables (key_averages, gpu_header, rank_facts) read of a dataset: a third of
-# the ops columns, without the range names (unique per row; op_name is what they group by).
+# What the summary tables (key_averages, gpu_header, rank_facts) may read of a dataset, checked
+# before anything is read: a third of the ops columns, without the range names (unique per row;
+# op_name is what they group by). Each mode reads only its part (nvbridge.analysis.streamed).
 SUMMARY_COLUMNS: dict[str, list[str]] = {
     "ops": [
         "op_id",
