@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from nvbridge.columns import merged_intervals, np_col
 
@@ -28,6 +29,12 @@ class GpuHeader:
     attributed_ns: int
     memcpy_bytes: Mapping[str, int]  # by copy direction (HtoD, DtoH, ...)
     report: str | None = None  # the report's source, where the header covers several reports
+
+
+def _is(kind: pa.ChunkedArray | pa.Array, value: str) -> np.ndarray:
+    """Rows whose ``kind`` is ``value`` (compared by Arrow, not one Python string a row)."""
+    equal = pc.fill_null(pc.equal(kind, value), False)
+    return np.asarray(equal.to_numpy(zero_copy_only=False), bool)
 
 
 def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
@@ -63,17 +70,20 @@ class GpuTally:
         """Count one part (columns COLUMNS); ``later_start``: no later part starts before it
         (None: unknown)."""
         dev = np_col(gpu_ops, "device_id", fill=-1)
-        kinds = np.asarray(gpu_ops.column("kind").to_numpy(zero_copy_only=False))
+        kernel, memcpy = (_is(gpu_ops.column("kind"), k) for k in ("kernel", "memcpy"))
         s, e = np_col(gpu_ops, "start_ns"), np_col(gpu_ops, "end_ns")
-        copy = np.asarray(gpu_ops.column("copy_kind").fill_null("").to_numpy(zero_copy_only=False))
-        nbytes = np_col(gpu_ops, "bytes", fill=0)
+        # Copy directions and sizes of the memcpy rows only (a few in a thousand GPU ops).
+        copy = np.asarray(
+            gpu_ops.column("copy_kind").filter(pa.array(memcpy)).fill_null("").to_numpy(zero_copy_only=False)
+        )
+        nbytes = np_col(gpu_ops, "bytes", fill=0)[memcpy]
         attributed = np_col(gpu_ops, "op_id", fill=-1) >= 0
         for d in np.unique(dev).tolist():
             m = dev == d
             dur = e[m] - s[m]
             c = self.counts.setdefault(d, [0, 0, 0, 0, int(s[m].min()), int(e[m].max())])
             c[0] += int(m.sum())
-            c[1] += int((m & (kinds == "kernel")).sum())
+            c[1] += int((m & kernel).sum())
             c[2] += int(dur.sum())
             c[3] += int(dur[attributed[m]].sum())
             c[4], c[5] = min(c[4], int(s[m].min())), max(c[5], int(e[m].max()))
@@ -81,11 +91,10 @@ class GpuTally:
             outside[0] += int((~attributed[m]).sum())
             outside[1] += int(dur[~attributed[m]].sum())
             self._add_busy(d, s[m], e[m])
-            is_copy = m & (kinds == "memcpy")
+            mine = m[memcpy]
             copies = self._copies.setdefault(d, {})
-            for k in set(copy[is_copy].tolist()):
-                copies[k] = copies.get(k, 0) + int(nbytes[is_copy & (copy == k)].sum())
-
+            for k in set(copy[mine].tolist()):
+                copies[k] = copies.get(k, 0) + int(nbytes[mine & (copy == k)].sum())
         if later_start is not None:
             for d, (bs, be) in self._busy.items():
                 done = be < later_start
