@@ -14,6 +14,7 @@ from nvbridge._version import __version__
 from nvbridge.dataset_check import check_dataset, check_rows, fix
 from nvbridge.dataset_check import is_partitioned as is_partitioned  # part of this module's API
 from nvbridge.dataset_check import read_meta as read_meta
+from nvbridge.dataset_files import Files, Window
 from nvbridge.engine import Model, correlate
 from nvbridge.errors import DamagedDataset, MissingDependency
 from nvbridge.events import EventIndex, FunctionEvent
@@ -37,20 +38,95 @@ class Report:
     Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads`` and
     ``devices`` are Arrow tables (columns in docs/dataset.md); ``meta`` is the key/value
     description of the source, ``rank`` its distributed rank where one was recorded.
-    ``df(name)`` gives a table as a pandas DataFrame.
+    ``df(name)`` gives a table as a pandas DataFrame. A report opened with
+    ``load(..., streamed=True)`` reads a table when it is first asked for, and ``chunks``
+    reads it a row group at a time instead.
     """
 
-    def __init__(self, meta: dict[str, str | None], tables: dict[str, pa.Table]) -> None:
+    def __init__(
+        self, meta: dict[str, str | None], tables: Mapping[str, pa.Table], files: Files | None = None
+    ) -> None:
         self.meta = meta
         self.rank = parse_rank(meta.get("rank"))
-        self._tables = tables
-        self.ops = tables["ops"]
-        self.gpu_ops = tables["gpu_ops"]
-        self.api_calls = tables["api_calls"]
-        self.marks = tables["marks"]
-        self.syncs = tables["syncs"]
-        self.threads = tables["threads"]
-        self.devices = tables["devices"]
+        self._tables = dict(tables)
+        self._files = files
+
+    def table(self, name: str) -> pa.Table:
+        """Table ``name`` whole (read now, if the report was opened streamed)."""
+        if name not in self._tables and self._files is not None:
+            self._tables[name] = self._files.read(name)
+        return self._tables[name]
+
+    @property
+    def ops(self) -> pa.Table:
+        return self.table("ops")
+
+    @property
+    def gpu_ops(self) -> pa.Table:
+        return self.table("gpu_ops")
+
+    @property
+    def api_calls(self) -> pa.Table:
+        return self.table("api_calls")
+
+    @property
+    def marks(self) -> pa.Table:
+        return self.table("marks")
+
+    @property
+    def syncs(self) -> pa.Table:
+        return self.table("syncs")
+
+    @property
+    def threads(self) -> pa.Table:
+        return self.table("threads")
+
+    @property
+    def devices(self) -> pa.Table:
+        return self.table("devices")
+
+    def rows(self, name: str) -> int:
+        """Rows of table ``name``, without reading it."""
+        if name in self._tables or self._files is None:
+            return int(self._tables[name].num_rows)
+        return self._files.rows(name)
+
+    def column_names(self, name: str) -> list[str]:
+        """Columns of table ``name``, without reading it."""
+        if name in self._tables or self._files is None:
+            return list(self._tables[name].column_names)
+        return self._files.column_names(name)
+
+    def all_null(self, name: str, column: str) -> bool:
+        """Whether ``column`` of table ``name`` holds only nulls (from statistics where it can)."""
+        if name in self._tables or self._files is None:
+            return bool(self._tables[name].column(column).null_count == self._tables[name].num_rows)
+        return self._files.nulls(name, column) == self._files.rows(name)
+
+    def later_starts(self, name: str) -> list[int | None]:
+        """For each part :meth:`chunks` yields (without a window), the least ``start_ns`` of
+        all parts after it, from the row groups' statistics (None: unknown, or none after)."""
+        if name in self._tables or self._files is None:
+            return [None]
+        firsts = self._files.first_starts(name)
+        out: list[int | None] = [None] * len(firsts)
+        low: int | None = None  # the least first start of the parts after i-1, while all are known
+        for i in range(len(firsts) - 1, 0, -1):
+            first = firsts[i]
+            if first is None:
+                break  # unknown from here back: nothing can be settled early
+            low = first if low is None else min(first, low)
+            out[i - 1] = low
+        return out
+
+    def chunks(self, name: str, columns: Sequence[str], window: Window = (None, None)) -> Iterator[pa.Table]:
+        """Table ``name`` with only ``columns``, in parts: a row group at a time (checked as it
+        is read) if the report was opened streamed and the table not read yet, else whole.
+        ``window`` (start_ns, end_ns) lets a streamed read skip row groups entirely outside it."""
+        if name in self._tables or self._files is None:
+            yield self._tables[name].select(list(columns))
+        else:
+            yield from self._files.chunks(name, columns, window)
 
     def key_averages(
         self,
@@ -102,19 +178,23 @@ class Report:
             import pandas  # noqa: F401  (to_pandas needs it)
         except ImportError as exc:
             raise MissingDependency("Report.df needs pandas; install it with: pip install pandas") from exc
-        table = self._tables[name]
+        table = self.table(name)
         schema = pa.schema(
             [pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema]
         )
         return table.cast(schema).to_pandas()
 
     def __repr__(self) -> str:
-        counts = ", ".join(f"{k}={v.num_rows}" for k, v in self._tables.items())
+        counts = ", ".join(f"{k}={self.rows(k)}" for k in parquet.TABLES if k in self._tables or self._files)
         return f"<nvbridge.Report {self.meta.get('source')}: {counts}>"
 
 
 def load(
-    path: str | os.PathLike[str], columns: Mapping[str, Sequence[str]] | None = None, in_order: bool = True
+    path: str | os.PathLike[str],
+    columns: Mapping[str, Sequence[str]] | None = None,
+    in_order: bool = True,
+    *,
+    streamed: bool = False,
 ) -> Report:
     """Open a dataset written by ``nvbridge convert``, or convert a report in memory.
 
@@ -124,6 +204,9 @@ def load(
             not named is read whole), e.g. :data:`nvbridge.analysis.SUMMARY_COLUMNS`.
         in_order: ops in op_id order (the default); False skips the sort, for the summary
             tables, which do not need it.
+        streamed: from a dataset directory, check its files now but read no table: each is
+            read when first asked for, or a row group at a time by ``Report.chunks`` (what
+            ``summary`` and ``plot`` do, so their memory does not grow with the report).
 
     Raises:
         InputError: a report that cannot be read.
@@ -132,6 +215,9 @@ def load(
             conversion never writes.
     """
     p = Path(os.fspath(path))
+    if p.is_dir() and streamed:
+        meta = check_dataset(p, parquet.TABLES, columns or {})
+        return Report(meta, {}, Files(p, columns or {}, in_order))
     if p.is_dir():
         return _read_dataset(p, columns or {}, in_order)
     from nvbridge.readers import read_profile

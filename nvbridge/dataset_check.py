@@ -89,16 +89,26 @@ def check_rows(directory: Path, tables: Mapping[str, pa.Table]) -> None:
 def check_intervals(directory: Path, name: str, table: pa.Table) -> None:
     """``table`` (all of table ``name`` or a part of it) has no row ending before it starts or
     lacking an end; a reader that streams a dataset checks each part it reads."""
-    if not table.num_rows:
-        return
-    start, end = table.column("start_ns"), table.column("end_ns")
-    bad = int(pc.sum(pc.less(end, start)).as_py() or 0) + start.null_count + end.null_count
+    bad = bad_intervals(table)
     if bad:
-        raise DamagedDataset(
-            f"{directory / (name + '.parquet')} has {bad:,} row{'s' if bad > 1 else ''} "
-            f"whose end_ns is before start_ns or missing, which a conversion never writes; "
-            f"{fix(directory)}."
-        )
+        raise bad_rows(directory, name, bad)
+
+
+def bad_rows(directory: Path, name: str, bad: int) -> DamagedDataset:
+    """The error for ``bad`` rows of table ``name`` ending before they start or lacking an end."""
+    return DamagedDataset(
+        f"{directory / (name + '.parquet')} has {bad:,} row{'s' if bad > 1 else ''} "
+        f"whose end_ns is before start_ns or missing, which a conversion never writes; "
+        f"{fix(directory)}."
+    )
+
+
+def bad_intervals(table: pa.Table) -> int:
+    """Rows of ``table`` ending before they start or lacking a start or end."""
+    if not table.num_rows:
+        return 0
+    start, end = table.column("start_ns"), table.column("end_ns")
+    return int(pc.sum(pc.less(end, start)).as_py() or 0) + int(start.null_count) + int(end.null_count)
 
 
 def check_dataset(

@@ -21,10 +21,11 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.analysis import plural
-from nvbridge.columns import earliest_start_ns, latest_end_ns, merged_intervals, np_col
+from nvbridge.columns import merged_intervals, np_col
 from nvbridge.dataset import Report
 from nvbridge.errors import ExportError, MissingDependency
-from nvbridge.export.chrome import step_window
+from nvbridge.plot_window import Extent, extent, rows_in
+from nvbridge.timeline import step_window_of
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -68,13 +69,19 @@ def window(report: Report, step: int | None = None, start_ns: int | None = None,
     Raises:
         ExportError: no such step, or nothing recorded in the window.
     """
-    tables = (report.ops, report.api_calls, report.gpu_ops)
-    first, last = earliest_start_ns(*tables), latest_end_ns(*tables)
+    return window_of(extent(report), step, start_ns, end_ns)
+
+
+def window_of(
+    found: Extent, step: int | None = None, start_ns: int | None = None, end_ns: int | None = None
+) -> Window:
+    """:func:`window`, from the report's extent (``plot_window.extent``)."""
+    first, last = found.first_ns, found.last_ns
     if first is None or last is None:
         raise ExportError("the report has no ranges, API calls or GPU ops to plot; profile with NVTX or CUDA tracing.")
     if step is not None:
         try:
-            lo, hi = step_window(report.ops, step, step)
+            lo, hi = step_window_of(found.steps, step, step)
         except ValueError as exc:
             raise ExportError(str(exc)) from exc
         return Window(lo, hi, f"ProfilerStep#{step}")
@@ -298,8 +305,10 @@ def render(
     start_ns: int | None = None,
     end_ns: int | None = None,
     width_px: int = 1800,
+    found: Extent | None = None,
 ) -> Path:
     """Draw the timeline of a step or window into ``dest`` (.png, .svg or .pdf), replacing it.
+    ``found``: the report's extent, if the caller has read it already.
 
     Raises:
         MissingDependency: matplotlib is not installed.
@@ -313,7 +322,10 @@ def render(
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise MissingDependency("plotting needs matplotlib; pip install 'nvbridge[plot]'.") from exc
-    win = window(report, step, start_ns, end_ns)
+    if found is None:
+        found = extent(report)
+    win = window_of(found, step, start_ns, end_ns)
+    report = rows_in(report, win.start_ns, win.end_ns)  # a streamed report: only the rows drawn
     lane_list = lanes(report, win)
     if not lane_list:
         raise ExportError(f"nothing was recorded in {win.label}; pick another --step or window.")

@@ -14,21 +14,35 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.analysis import throughput
+from nvbridge.analysis.streamed import PENDING_PARTS
+from nvbridge.analysis.summary import Grouping, add_up, finish
+from nvbridge.analysis.throughput import peaks_of
+from nvbridge.columns import np_col
+from nvbridge.dataset import Report
 from nvbridge.errors import ExportError
 from nvbridge.flops import precision
 from nvbridge.gpus import Peaks
 
+COSTS = ["flops", "bytes", "compute_dtype"]  # the ops' cost columns a point sums
 # Roofs drawn when the report's ops use these precisions (and the GPU has a peak for them).
 _ROOF_STYLE = {"fp32": "-", "tf32": "-.", "bf16": "--", "fp16": "--", "fp8": ":"}
 
 
 def points(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> pa.Table:
     """Rows of (name, input shapes) with a known cost and GPU time, with their rates."""
-    if "flops" not in ops.column_names:
+    _require_costs(ops.column_names)
+    return _kept(throughput.rates(ops_rows(ops, gpu_ops), peaks))
+
+
+def _require_costs(columns: list[str]) -> None:
+    if "flops" not in columns:
         raise ExportError(
             "this dataset has no flops column; convert the report again with this nvbridge to draw its roofline."
         )
-    rows = throughput.rates(ops_rows(ops, gpu_ops), peaks)
+
+
+def _kept(rows: pa.Table) -> pa.Table:
+    """Rows with an arithmetic intensity and achieved TFLOP/s above 0."""
     keep = np.asarray(rows.column("intensity").is_valid().to_numpy(zero_copy_only=False))
     keep &= (
         np.nan_to_num(np.asarray(rows.column("achieved_tflops").to_numpy(zero_copy_only=False), dtype=np.float64)) > 0
@@ -44,18 +58,57 @@ def ops_rows(ops: pa.Table, gpu_ops: pa.Table) -> pa.Table:
     return key_averages(known, gpu_ops, group_by_input_shape=True).rows
 
 
+def streamed_points(
+    report: Report, peak_tflops: float | None = None, peak_gbps: float | None = None
+) -> tuple[pa.Table, Peaks | None]:
+    """:func:`points` and the peaks (the GPU that ran the most GPU ops, with the user's
+    overrides) of a report read a part at a time (``Report.chunks``): memory holds a row group
+    and the groups, whatever the report's size.
+
+    Raises:
+        ExportError: the dataset has no cost columns.
+    """
+    _require_costs(report.column_names("ops"))
+    grouping = Grouping(input_shape=True)
+    columns = [*grouping.columns, *COSTS, "self_gpu_ns", "total_gpu_ns", "start_ns", "end_ns"]
+    parts = []
+    for chunk in report.chunks("ops", columns):
+        known = chunk.filter(chunk.column("flops").is_valid())
+        parts.append(grouping.aggregate(known, np_col(known, "self_gpu_ns"), np_col(known, "total_gpu_ns")))
+        if len(parts) > PENDING_PARTS:
+            parts = [add_up(parts, list(grouping.keys))]
+    by_device = np.zeros(0, np.int64)
+    for chunk in report.chunks("gpu_ops", ["device_id", "start_ns", "end_ns"]):
+        ids = np_col(chunk, "device_id", fill=-1)
+        counts = np.bincount(ids[ids >= 0])
+        by_device = np.pad(by_device, (0, max(0, len(counts) - len(by_device))))
+        by_device[: len(counts)] += counts
+    for _ in report.chunks("api_calls", ["start_ns", "end_ns"]):
+        pass  # read for the check only: no API call ends before it starts
+    peaks = peaks_of(report.devices, by_device.tolist(), None, peak_tflops, peak_gbps)
+    return _kept(throughput.rates(finish(parts, grouping, 0, 0).rows, peaks)), peaks
+
+
 def render(report: Any, output: Path, peaks: Peaks | None, label_top: int = 8) -> int:
     """Draw the roofline of ``report`` into ``output`` (.png, .svg, .pdf); returns the points drawn.
 
     Raises:
         ExportError: no op has both a known cost and GPU time, or the output cannot be written.
     """
+    return draw(points(report.ops, report.gpu_ops, peaks), output, peaks, label_top)
+
+
+def draw(rows: pa.Table, output: Path, peaks: Peaks | None, label_top: int = 8) -> int:
+    """Draw :func:`points` rows into ``output``; returns the points drawn.
+
+    Raises:
+        ExportError: no rows, or the output cannot be written.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = points(report.ops, report.gpu_ops, peaks)
     if not rows.num_rows:
         raise ExportError(
             "no op has both a known FLOP count and GPU time; record shapes "

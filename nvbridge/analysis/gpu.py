@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from nvbridge.columns import merged_intervals, np_col
 
@@ -30,6 +31,12 @@ class GpuHeader:
     report: str | None = None  # the report's source, where the header covers several reports
 
 
+def _is(kind: pa.ChunkedArray | pa.Array, value: str) -> np.ndarray:
+    """Rows whose ``kind`` is ``value`` (compared by Arrow, not one Python string a row)."""
+    equal = pc.fill_null(pc.equal(kind, value), False)
+    return np.asarray(equal.to_numpy(zero_copy_only=False), bool)
+
+
 def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
     """Length of the union of [start, end) intervals: time the GPU was doing anything."""
     s, e = merged_intervals(start, end)
@@ -38,33 +45,93 @@ def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
 
 def gpu_header(gpu_ops: pa.Table, devices: pa.Table, report: str | None = None) -> list[GpuHeader]:
     """Per device with GPU ops, in device order."""
-    out = []
-    dev = np_col(gpu_ops, "device_id", fill=-1)
-    kinds = np.asarray(gpu_ops.column("kind").to_numpy(zero_copy_only=False))
-    s, e = np_col(gpu_ops, "start_ns"), np_col(gpu_ops, "end_ns")
-    copy = np.asarray(gpu_ops.column("copy_kind").fill_null("").to_numpy(zero_copy_only=False))
-    nbytes = np_col(gpu_ops, "bytes", fill=0)
-    attributed = np_col(gpu_ops, "op_id", fill=-1) >= 0
-    names = dict(zip(np_col(devices, "device_id", fill=-1).tolist(), devices.column("name").to_pylist()))
-    for d in np.unique(dev):
-        m = dev == d
-        span = int(e[m].max() - s[m].min())
-        busy = busy_ns(s[m], e[m])
-        is_copy = m & (kinds == "memcpy")
-        copies = {k: int(nbytes[is_copy & (copy == k)].sum()) for k in sorted(set(copy[is_copy]))}
-        out.append(
-            GpuHeader(
-                device_id=int(d),
-                name=names.get(int(d)),
-                busy_ns=busy,
-                span_ns=span,
-                idle_share=1.0 - busy / span if span else 0.0,
-                kernels=int((m & (kinds == "kernel")).sum()),
-                gpu_ops=int(m.sum()),
-                summed_ns=int((e[m] - s[m]).sum()),
-                attributed_ns=int((e[m] - s[m])[attributed[m]].sum()),
-                memcpy_bytes=copies,
-                report=report,
-            )
+    tally = GpuTally()
+    tally.add(gpu_ops)
+    return tally.headers(devices, report)
+
+
+class GpuTally:
+    """The GPU header's sums over a report's GPU ops, added a part at a time (a dataset's row
+    groups), so the GPU ops are never held whole; also what ``[no op]``, the peaks' device and
+    MFU need of them."""
+
+    COLUMNS = ["op_id", "kind", "device_id", "start_ns", "end_ns", "bytes", "copy_kind"]
+
+    def __init__(self) -> None:
+        self.counts: dict[int, list[int]] = {}  # device -> [GPU ops, kernels, summed, attributed, first, last]
+        self.unattributed: dict[int, list[int]] = {}  # device -> [GPU ops no op launched, their ns]
+        self._copies: dict[int, dict[str, int]] = {}
+        # Busy time: the union of the intervals seen, kept as disjoint intervals; those ending
+        # before every later part starts can no longer grow and are only counted.
+        self._busy: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._busy_done: dict[int, int] = {}
+
+    def add(self, gpu_ops: pa.Table, later_start: int | None = None) -> None:
+        """Count one part (columns COLUMNS); ``later_start``: no later part starts before it
+        (None: unknown)."""
+        dev = np_col(gpu_ops, "device_id", fill=-1)
+        kernel, memcpy = (_is(gpu_ops.column("kind"), k) for k in ("kernel", "memcpy"))
+        s, e = np_col(gpu_ops, "start_ns"), np_col(gpu_ops, "end_ns")
+        # Copy directions and sizes of the memcpy rows only (a few in a thousand GPU ops).
+        copy = np.asarray(
+            gpu_ops.column("copy_kind").filter(pa.array(memcpy)).fill_null("").to_numpy(zero_copy_only=False)
         )
-    return out
+        nbytes = np_col(gpu_ops, "bytes", fill=0)[memcpy]
+        attributed = np_col(gpu_ops, "op_id", fill=-1) >= 0
+        for d in np.unique(dev).tolist():
+            m = dev == d
+            dur = e[m] - s[m]
+            c = self.counts.setdefault(d, [0, 0, 0, 0, int(s[m].min()), int(e[m].max())])
+            c[0] += int(m.sum())
+            c[1] += int((m & kernel).sum())
+            c[2] += int(dur.sum())
+            c[3] += int(dur[attributed[m]].sum())
+            c[4], c[5] = min(c[4], int(s[m].min())), max(c[5], int(e[m].max()))
+            outside = self.unattributed.setdefault(d, [0, 0])
+            outside[0] += int((~attributed[m]).sum())
+            outside[1] += int(dur[~attributed[m]].sum())
+            self._add_busy(d, s[m], e[m])
+            mine = m[memcpy]
+            copies = self._copies.setdefault(d, {})
+            for k in set(copy[mine].tolist()):
+                copies[k] = copies.get(k, 0) + int(nbytes[mine & (copy == k)].sum())
+        if later_start is not None:
+            for d, (bs, be) in self._busy.items():
+                done = be < later_start
+                self._busy_done[d] = self._busy_done.get(d, 0) + int((be[done] - bs[done]).sum())
+                self._busy[d] = bs[~done], be[~done]
+
+    def _add_busy(self, device: int, start: np.ndarray, end: np.ndarray) -> None:
+        if device in self._busy:
+            start, end = np.concatenate([self._busy[device][0], start]), np.concatenate([self._busy[device][1], end])
+        self._busy[device] = merged_intervals(start, end)
+
+    def headers(self, devices: pa.Table, report: str | None = None) -> list[GpuHeader]:
+        """Per device with GPU ops, in device order."""
+        names = dict(zip(np_col(devices, "device_id", fill=-1).tolist(), devices.column("name").to_pylist()))
+        out = []
+        for d in sorted(self.counts):
+            n, kernels, summed, attributed, first, last = self.counts[d]
+            busy = self._busy_done.get(d, 0) + busy_ns(*self._busy[d])
+            span = last - first
+            out.append(
+                GpuHeader(
+                    device_id=d,
+                    name=names.get(d),
+                    busy_ns=busy,
+                    span_ns=span,
+                    idle_share=1.0 - busy / span if span else 0.0,
+                    kernels=kernels,
+                    gpu_ops=n,
+                    summed_ns=summed,
+                    attributed_ns=attributed,
+                    memcpy_bytes=dict(sorted(self._copies[d].items())),
+                    report=report,
+                )
+            )
+        return out
+
+    def no_op(self, device: int | None = None) -> tuple[int, int]:
+        """(calls, ns) of the GPU ops (of ``device``) no op launched."""
+        parts = [v for d, v in self.unattributed.items() if device is None or d == device]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)

@@ -1,7 +1,8 @@
 """``summarize``: what ``nvbridge summary`` prints, as values (the CLI only formats them).
 
-A partitioned dataset is read one report at a time: memory holds the largest report and the
-per-report aggregates, however many ranks the run had.
+A partitioned dataset is read one report at a time, and each report a row group at a time
+(nvbridge.analysis.streamed): memory holds a row group and the per-report aggregates, however
+many rows and ranks the run had.
 """
 
 from __future__ import annotations
@@ -10,15 +11,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from nvbridge.analysis.gpu import GpuHeader, gpu_header
-from nvbridge.analysis.ranks import RankFacts, StepSpread, rank_facts, step_spreads
-from nvbridge.analysis.summary import NO_OP, SUMMARY_COLUMNS, KeyAverages, merge_averages
-from nvbridge.analysis.throughput import device_peaks, mfu
-from nvbridge.columns import np_col
+from nvbridge.analysis.gpu import GpuHeader
+from nvbridge.analysis.mfu import model_flops
+from nvbridge.analysis.ranks import RankFacts, StepSpread, step_spreads
+from nvbridge.analysis.streamed import report_figures
+from nvbridge.analysis.summary import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
 from nvbridge.dataset import is_partitioned, load, report_dirs
-from nvbridge.engine import OPEN_AT_END
 from nvbridge.errors import OptionError
 from nvbridge.gpus import Peaks
 
@@ -76,32 +74,34 @@ def summarize(
         OptionError: ``device`` names a GPU no report has.
     """
     sources = report_dirs(path) if is_partitioned(path) else [path]
+    grouping = Grouping(group_by_input_shape, group_by_stack_n, group_by_module, top_level_events_only)
     parts, facts, gpus, flops = [], [], [], []
     peaks: Peaks | None = None
     devices: set[int] = set()
     ops = open_at_end = 0
     for source in sources:
-        report = load(source, SUMMARY_COLUMNS, in_order=False)
-        parts.append(
-            report.key_averages(
-                group_by_input_shape=group_by_input_shape,
-                group_by_stack_n=group_by_stack_n,
-                group_by_module=group_by_module,
-                top_level_events_only=top_level_events_only,
-                device=device,
-                unattributed=True,
-            )
-        )
-        header = gpu_header(report.gpu_ops, report.devices, report.meta.get("source"))
+        report = load(source, SUMMARY_COLUMNS, in_order=False, streamed=True)
+        figures = report_figures(report, grouping, device)
+        parts.append(figures.averages)
+        header = figures.gpus
         if len(sources) > 1:
-            facts.append(rank_facts(report.rank, report.meta.get("source"), report.ops, header))
+            facts.append(
+                RankFacts(
+                    report.rank,
+                    report.meta.get("source"),
+                    figures.ops,
+                    sum(d.kernels for d in header),
+                    {d.device_id: d.busy_ns for d in header},
+                    figures.steps,
+                )
+            )
         gpus += header
         # FLOPs figures (nvbridge.analysis.throughput): the peaks, then MFU per step of this report.
-        peaks = peaks or device_peaks(report.devices, report.gpu_ops, device, peak_tflops, peak_gbps)
-        flops.append((facts[-1].label if len(sources) > 1 else "", mfu(report.ops, report.gpu_ops, peaks)))
+        peaks = peaks or figures.peaks(report.devices, device, peak_tflops, peak_gbps)
+        flops.append((facts[-1].label if len(sources) > 1 else "", model_flops(report, peaks, figures.gpus_used)))
         devices.update(d.device_id for d in header)
-        ops += report.ops.num_rows
-        open_at_end += int(np.count_nonzero(np_col(report.ops, "flags", fill=0) & OPEN_AT_END))
+        ops += figures.ops
+        open_at_end += figures.open_at_end
         del report
     if device is not None and device not in devices:
         have = f"GPUs {', '.join(map(str, sorted(devices)))}" if devices else "no GPU ops"

@@ -37,8 +37,9 @@ CPU_FALLBACK = {"self_gpu_ns": "self_cpu_ns", "gpu_total_ns": "cpu_total_ns", "g
 TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 NO_OP = "[no op]"  # the row of GPU ops launched outside every op
 
-# What the summary tables (key_averages, gpu_header, rank_facts) read of a dataset: a third of
-# the ops columns, without the range names (unique per row; op_name is what they group by).
+# What the summary tables (key_averages, gpu_header, rank_facts) may read of a dataset, checked
+# before anything is read: a third of the ops columns, without the range names (unique per row;
+# op_name is what they group by). Each mode reads only its part (nvbridge.analysis.streamed).
 SUMMARY_COLUMNS: dict[str, list[str]] = {
     "ops": [
         "op_id",
@@ -263,61 +264,111 @@ def key_averages(
         unattributed: add a ``[no op]`` row for GPU ops launched outside every op.
     """
     self_gpu, total_gpu = gpu_time_by_op(ops, gpu_ops, device)
-    name = ops.column("op_name") if "op_name" in ops.column_names else ops.column("name")
-    cols: dict[str, Any] = {
-        "name": name,
-        "self_cpu_ns": ops.column("self_cpu_ns"),
-        "cpu_total_ns": ops.column("total_cpu_ns"),
-        "self_gpu_ns": pa.array(self_gpu),
-        "gpu_total_ns": pa.array(total_gpu),
-        **cost_inputs(ops),
-    }
-    keys = ["name"]
-    if group_by_input_shape:
-        cols["input_shapes"] = ops.column("input_shapes").fill_null("")
-        keys.append("input_shapes")
-    if group_by_module:
-        cols["module_path"] = ops.column("module_path").fill_null("")
-        keys.append("module_path")
-    if group_by_stack_n > 0:
-        stack = ops.column("stack").combine_chunks()
-        firsts = pc.list_slice(stack, 0, group_by_stack_n)
-        cols["stack"] = pc.fill_null(pc.binary_join(firsts, " <- "), "")
-        keys.append("stack")
-    table = pa.table(cols)
-    if top_level_events_only:
-        table = table.filter(ops.column("parent_id").is_null())
-    agg = table.group_by(keys, use_threads=False).aggregate(
+    grouping = Grouping(group_by_input_shape, group_by_stack_n, group_by_module, top_level_events_only)
+    agg = grouping.aggregate(ops, self_gpu, total_gpu)
+    if unattributed:
+        outside = np_col(gpu_ops, "op_id", fill=-1) < 0
+        if device is not None:
+            outside &= np_col(gpu_ops, "device_id", fill=-1) == device
+        ns = int((np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns"))[outside].sum())
+        no_op: tuple[int, int] | None = (int(outside.sum()), ns)
+    else:
+        no_op = None
+    return finish([agg], grouping, int(np.sum(np_col(ops, "self_cpu_ns"))), int(self_gpu.sum()), no_op)
+
+
+@dataclass(frozen=True, slots=True)
+class Grouping:
+    """How ops are grouped into key_averages rows (torch's key_averages arguments)."""
+
+    input_shape: bool = False
+    stack_n: int = 0
+    module: bool = False
+    top_level: bool = False
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        extra = ("input_shapes",) * self.input_shape + ("module_path",) * self.module + ("stack",) * (self.stack_n > 0)
+        return ("name", *extra)
+
+    @property
+    def columns(self) -> list[str]:
+        """The ops columns :meth:`aggregate` reads (beside the GPU times it is given)."""
+        extra = [{"name": "op_name"}.get(k, k) for k in self.keys]
+        return [*extra, "self_cpu_ns", "total_cpu_ns", *(["parent_id"] if self.top_level else [])]
+
+    def aggregate(self, ops: pa.Table, self_gpu: np.ndarray, total_gpu: np.ndarray) -> pa.Table:
+        """Sums per group of ``ops`` (all of a report's ops or a part of them), before
+        averages: rows of several parts add up with :func:`finish`."""
+        name = ops.column("op_name") if "op_name" in ops.column_names else ops.column("name")
+        cols: dict[str, Any] = {
+            "name": name,
+            "self_cpu_ns": ops.column("self_cpu_ns"),
+            "cpu_total_ns": ops.column("total_cpu_ns"),
+            "self_gpu_ns": pa.array(self_gpu),
+            "gpu_total_ns": pa.array(total_gpu),
+            **cost_inputs(ops),
+        }
+        if self.input_shape:
+            cols["input_shapes"] = ops.column("input_shapes").fill_null("")
+        if self.module:
+            cols["module_path"] = ops.column("module_path").fill_null("")
+        if self.stack_n > 0:
+            stack = ops.column("stack").combine_chunks()
+            firsts = pc.list_slice(stack, 0, self.stack_n)
+            cols["stack"] = pc.fill_null(pc.binary_join(firsts, " <- "), "")
+        table = pa.table(cols)
+        if self.top_level:
+            table = table.filter(ops.column("parent_id").is_null())
+        agg = table.group_by(list(self.keys), use_threads=False).aggregate(
+            [
+                ("self_cpu_ns", "sum"),
+                ("cpu_total_ns", "sum"),
+                ("self_gpu_ns", "sum"),
+                ("gpu_total_ns", "sum"),
+                ("name", "count"),
+                *COST_AGGREGATES,
+            ]
+        )
+        return agg.rename_columns(
+            [c.replace("_sum", "").replace("_min", "").replace("name_count", "calls") for c in agg.column_names]
+        )
+
+
+def finish(
+    parts: list[pa.Table],
+    grouping: Grouping,
+    self_cpu_total_ns: int,
+    self_gpu_total_ns: int,
+    unattributed: tuple[int, int] | None = None,
+) -> KeyAverages:
+    """KeyAverages from the :meth:`Grouping.aggregate` rows of a report's parts (rows with the
+    same keys add up), the report's self CPU and GPU totals over all its ops, and with
+    ``unattributed`` (calls, GPU ns of the GPU ops no op launched) a ``[no op]`` row."""
+    agg = parts[0] if len(parts) == 1 else add_up(parts, list(grouping.keys))
+    gpu_total = self_gpu_total_ns
+    if unattributed is not None and unattributed[0]:
+        agg = pa.concat_tables([agg, _no_op_row(agg.schema, *unattributed)])
+        gpu_total += unattributed[1]
+    return KeyAverages(_with_averages(agg), self_cpu_total_ns, gpu_total, grouping.keys)
+
+
+def add_up(parts: list[pa.Table], keys: list[str]) -> pa.Table:
+    """Rows of several parts with the same keys added up (columns as :meth:`Grouping.aggregate`)."""
+    rows = pa.concat_tables([p.select(list(parts[0].column_names)) for p in parts])
+    agg = rows.group_by(keys, use_threads=False).aggregate(
         [
-            ("self_cpu_ns", "sum"),
-            ("cpu_total_ns", "sum"),
-            ("self_gpu_ns", "sum"),
-            ("gpu_total_ns", "sum"),
-            ("name", "count"),
+            *((c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")),
             *COST_AGGREGATES,
         ]
     )
-    agg = agg.rename_columns(
-        [c.replace("_sum", "").replace("_min", "").replace("name_count", "calls") for c in agg.column_names]
-    )
-    gpu_total = int(self_gpu.sum())
-    if unattributed:
-        no_op = _no_op_row(agg.schema, gpu_ops, device)
-        agg = pa.concat_tables([agg, no_op]) if no_op.num_rows else agg
-        gpu_total += int(pc.sum(no_op.column("self_gpu_ns")).as_py() or 0)
-    return KeyAverages(_with_averages(agg), int(np.sum(np_col(ops, "self_cpu_ns"))), gpu_total, tuple(keys))
+    return agg.rename_columns([c.removesuffix("_sum").removesuffix("_min") for c in agg.column_names])
 
 
-def _no_op_row(schema: pa.Schema, gpu_ops: pa.Table, device: int | None) -> pa.Table:
-    """The ``[no op]`` row: GPU ops (of ``device``) no op launched; no row if there are none."""
-    outside = np_col(gpu_ops, "op_id", fill=-1) < 0
-    if device is not None:
-        outside &= np_col(gpu_ops, "device_id", fill=-1) == device
-    if not outside.any():
-        return schema.empty_table()
-    ns = int((np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns"))[outside].sum())
+def _no_op_row(schema: pa.Schema, calls: int, ns: int) -> pa.Table:
+    """The ``[no op]`` row: ``calls`` GPU ops no op launched, ``ns`` of GPU time."""
     row: dict[str, object] = dict.fromkeys(schema.names, "")  # the other grouping keys
-    row.update(name=NO_OP, self_cpu_ns=0, cpu_total_ns=0, self_gpu_ns=ns, gpu_total_ns=ns, calls=int(outside.sum()))
+    row.update(name=NO_OP, self_cpu_ns=0, cpu_total_ns=0, self_gpu_ns=ns, gpu_total_ns=ns, calls=calls)
     # No op, no cost: every call unknown (nvbridge.analysis.throughput).
     row.update(flops=0, bytes=0, unknown_calls=row["calls"], compute_dtype=None)
     return pa.table({f.name: pa.array([row[f.name]], f.type) for f in schema})
@@ -331,15 +382,8 @@ def _with_averages(agg: pa.Table) -> pa.Table:
 
 def merge_averages(parts: list[KeyAverages]) -> KeyAverages:
     """One table over several reports: rows with the same keys add up."""
-    rows = pa.concat_tables([p.rows.select(list(parts[0].rows.column_names)) for p in parts])
-    keys = list(parts[0].group_by)
-    agg = rows.group_by(keys, use_threads=False).aggregate(
-        [
-            *((c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")),
-            *COST_AGGREGATES,
-        ]
-    )
-    agg = agg.rename_columns([c.removesuffix("_sum").removesuffix("_min") for c in agg.column_names])
+    columns = [c for c in parts[0].rows.column_names if c not in ("cpu_avg_ns", "gpu_avg_ns")]
+    agg = add_up([p.rows.select(columns) for p in parts], list(parts[0].group_by))
     return KeyAverages(
         _with_averages(agg),
         sum(p.self_cpu_total_ns for p in parts),

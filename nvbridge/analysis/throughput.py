@@ -19,12 +19,10 @@ Unknown costs stay unknown: a group's FLOPs sum the calls whose cost is known an
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from nvbridge import flops as costs
 from nvbridge.columns import np_col
@@ -66,10 +64,20 @@ def device_peaks(
 ) -> Peaks | None:
     """The peaks of ``device`` (default: the device that ran the most GPU ops), from its name
     and the user's overrides."""
-    if device is None:
-        ids = np_col(gpu_ops, "device_id", fill=-1)
-        ids = ids[ids >= 0]
-        device = int(np.bincount(ids).argmax()) if len(ids) else None
+    ids = np_col(gpu_ops, "device_id", fill=-1)
+    return peaks_of(devices, np.bincount(ids[ids >= 0]).tolist(), device, peak_tflops, peak_gbps)
+
+
+def peaks_of(
+    devices: pa.Table,
+    gpu_ops_by_device: list[int],
+    device: int | None = None,
+    peak_tflops: float | None = None,
+    peak_gbps: float | None = None,
+) -> Peaks | None:
+    """:func:`device_peaks` from the count of GPU ops on each device id (0, 1, ...)."""
+    if device is None and gpu_ops_by_device:
+        device = gpu_ops_by_device.index(max(gpu_ops_by_device))
     ids = np_col(devices, "device_id", fill=-1).tolist()
     names = dict(zip(ids, devices.column("name").to_pylist()))
     recorded = (
@@ -112,68 +120,13 @@ def rates(rows: pa.Table, peaks: Peaks | None) -> pa.Table:
     return rows.append_column("bound", pa.array(bound.tolist(), pa.string()))
 
 
-def counted_once(ops: pa.Table) -> np.ndarray:
-    """Rows whose FLOPs count toward model FLOPs: a model op (flops.is_model_op) with known
-    FLOPs and no such op among its ancestors."""
-    n = ops.num_rows
-    names = ops.column("op_name").cast(pa.string()).fill_null("").combine_chunks().dictionary_encode()
-    model = np.array([costs.is_model_op(name) for name in names.dictionary.to_pylist()], bool)
-    known = np.asarray(ops.column("flops").is_valid().to_numpy(zero_copy_only=False)) if n else np.zeros(0, bool)
-    known &= model[np.asarray(names.indices.to_numpy(zero_copy_only=False), np.int64)] if n else known
-    row = np.full(n + 1, -1, np.int64)
-    row[np_col(ops, "op_id")] = np.arange(n)
-    parent, depth = row[np_col(ops, "parent_id", fill=-1)], np_col(ops, "depth")
-    covered = np.zeros(n, bool)  # some ancestor has a known cost
-    order = np.argsort(depth, kind="stable")
-    for d in range(1, int(depth.max(initial=0)) + 1):
-        at = order[depth[order] == d]
-        p = parent[at]
-        ok = p >= 0
-        covered[at[ok]] = known[p[ok]] | covered[p[ok]]
-    return known & ~covered
-
-
 def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]:
     """Model FLOPs, their precision and MFU per ``ProfilerStep#N`` (docs/flops.md)."""
-    if "flops" not in ops.column_names:
-        return {"flops": None, "unknown": "the dataset has no cost columns; convert the report again", "steps": []}
-    once = counted_once(ops) if ops.num_rows else np.zeros(0, bool)
-    if not once.any():
-        return {"flops": None, "unknown": "no matmul, convolution or attention op records its shapes", "steps": []}
-    f = np_col(ops, "flops", fill=0)
-    names = ops.column("op_name").cast(pa.string()).fill_null("")
-    dtypes = ops.column("compute_dtype").cast(pa.string()).fill_null("")
-    kind = pc.binary_join_element_wise(names, dtypes, "\x1f").combine_chunks().dictionary_encode()
-    index = np.asarray(kind.indices.to_numpy(zero_copy_only=False))
-    per_kind = np.bincount(index[once], weights=f[once].astype(np.float64), minlength=len(kind.dictionary))
-    by_precision: Counter[str] = Counter()
-    for key, total in zip(kind.dictionary.to_pylist(), per_kind.tolist()):
-        name, dtype = key.split("\x1f")
-        by_precision[costs.precision(name, dtype)] += total
-    precision = by_precision.most_common(1)[0][0] if by_precision else None
+    from nvbridge.analysis.mfu import model_flops
+    from nvbridge.dataset import Report
+
     gpus = max(len(set(np_col(gpu_ops, "device_id", fill=-1).tolist()) - {-1}), 1)
-    peak = peaks.tflops(precision) if peaks is not None and precision else None
-    assumed = int(
-        (np.asarray(ops.column("dtype_assumed").fill_null(False).to_numpy(zero_copy_only=False)) & once).sum()
-    )
-    steps = []
-    step_rows = np.flatnonzero(np.asarray(pc.starts_with(names, "ProfilerStep#").to_numpy(zero_copy_only=False)))
-    step_of = np_col(ops, "step", fill=-1)
-    durations = np_col(ops, "end_ns") - np_col(ops, "start_ns")
-    for row in step_rows:
-        n = int(step_of[row])
-        wall = int(durations[row])
-        model = int(f[once & (step_of == n)].sum())
-        value = 100 * model / (wall * 1e-9 * peak * 1e12 * gpus) if peak and wall > 0 else None
-        steps.append({"step": n, "flops": model, "wall_ns": wall, "mfu_pct": value})
-    return {
-        "flops": int(f[once].sum()),
-        "precision": precision,
-        "peak_tflops": peak,
-        "gpus": gpus,
-        "assumed_dtype_ops": assumed,
-        "steps": sorted(steps, key=lambda s: s["step"]),
-    }
+    return model_flops(Report({}, {"ops": ops}), peaks, gpus)
 
 
 def _si(value: float | None, unit: str) -> str:

@@ -9,9 +9,7 @@ import click
 
 from nvbridge._version import __version__
 from nvbridge.analysis import parse_time
-from nvbridge.columns import earliest_start_ns
 from nvbridge.conversion import Progress
-from nvbridge.dataset import Report
 from nvbridge.errors import NvbridgeError
 
 
@@ -85,15 +83,14 @@ def _short(n: float) -> str:
     return f"{n:.0f}"
 
 
-def window(report: Report, start: str | None, end: str | None) -> tuple[int | None, int | None]:
-    """--start/--end (times from the report's first event; a bare number is microseconds) ->
-    absolute ns in the report's time base."""
+def window(start: str | None, end: str | None, origin: int) -> tuple[int | None, int | None]:
+    """--start/--end (times from the report's first event, ``origin``; a bare number is
+    microseconds) -> absolute ns in the report's time base."""
     try:
         start_us = parse_time(start) if start else None
         end_us = parse_time(end) if end else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
-    origin = earliest_start_ns(report.ops, report.api_calls, report.gpu_ops) or 0
     return (
         None if start_us is None else origin + int(start_us * 1e3),
         None if end_us is None else origin + int(end_us * 1e3),

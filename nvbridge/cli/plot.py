@@ -9,6 +9,7 @@ import click
 from nvbridge import output as outputs
 from nvbridge.cli._common import errors, window
 from nvbridge.dataset import load
+from nvbridge.plot_window import extent
 
 
 @click.command("plot")
@@ -54,15 +55,16 @@ def plot_cmd(
         from nvbridge import plot
 
         outputs.check_file_destination(plot.output_path(output), force, "the picture")
-        report = load(path)
+        report = load(path, streamed=True)  # a dataset is read a row group at a time
         if roofline:
             from nvbridge import roofline as roof
-            from nvbridge.analysis.throughput import device_peaks
 
-            peaks = device_peaks(report.devices, report.gpu_ops, None, peak_tflops, peak_gbps)
-            drawn = roof.render(report, output, peaks)
+            rows, peaks = roof.streamed_points(report, peak_tflops, peak_gbps)
+            drawn = roof.draw(rows, output, peaks)
             click.echo(f"Wrote {output} ({drawn} ops).")
             return
-        start_ns, end_ns = window(report, start, end)
-        written = plot.render(report, output, step=step, start_ns=start_ns, end_ns=end_ns)
+        found = extent(report)
+        start_ns, end_ns = window(start, end, found.first_ns or 0)
+        written = plot.render(report, output, step=step, start_ns=start_ns, end_ns=end_ns, found=found)
     click.echo(f"Wrote {written}.")
+

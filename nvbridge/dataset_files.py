@@ -1,0 +1,143 @@
+"""A dataset's table files, read a row group at a time with only the columns asked for.
+
+What lets ``summary`` and ``plot`` hold one row group of a table (131,072 rows) instead of the
+whole table, whatever the report's size. Each part read is checked as ``dataset.load`` checks a
+whole table (no row ending before it starts or lacking an end), and a damaged part is one line
+naming the file and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from nvbridge.columns import np_col
+from nvbridge.dataset_check import TIMED, bad_intervals, bad_rows, check_intervals, fix
+from nvbridge.errors import DamagedDataset
+
+Window = tuple[int | None, int | None]  # [start_ns, end_ns]; None: open on that side
+
+
+class Files:
+    """The tables of the one-report dataset ``directory`` (already checked by
+    ``dataset_check.check_dataset``), opened when first asked for."""
+
+    def __init__(self, directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool = True) -> None:
+        self.directory = directory
+        self.columns = columns  # what a whole read of each table holds (a table not named: all)
+        self.in_order = in_order  # a whole read of the ops puts them in op_id order
+        self._files: dict[str, pq.ParquetFile] = {}
+
+    def _file(self, name: str) -> pq.ParquetFile:
+        if name not in self._files:
+            with self._reading(name):
+                self._files[name] = pq.ParquetFile(self.directory / f"{name}.parquet")
+        return self._files[name]
+
+    def _reading(self, name: str) -> _Translate:
+        return _Translate(self.directory, name)
+
+    def rows(self, name: str) -> int:
+        return int(self._file(name).metadata.num_rows)
+
+    def column_names(self, name: str) -> list[str]:
+        return list(self._file(name).schema_arrow.names)
+
+    def first_starts(self, name: str) -> list[int | None]:
+        """Per row group, its least ``start_ns`` as its statistics record it (None: unknown)."""
+        pf = self._file(name)
+        if "start_ns" not in pf.schema_arrow.names:
+            return [None] * pf.metadata.num_row_groups
+        column = pf.schema_arrow.names.index("start_ns")
+        out: list[int | None] = []
+        for i in range(pf.metadata.num_row_groups):
+            stats = pf.metadata.row_group(i).column(column).statistics
+            out.append(int(stats.min) if stats is not None and stats.has_min_max else None)
+        return out
+
+    def nulls(self, name: str, column: str) -> int | None:
+        """Nulls in ``column`` of table ``name``, from the row groups' statistics (None: unknown)."""
+        pf = self._file(name)
+        index = pf.schema_arrow.names.index(column)
+        total = 0
+        for i in range(pf.metadata.num_row_groups):
+            stats = pf.metadata.row_group(i).column(index).statistics
+            if stats is None or not stats.has_null_count:
+                return None
+            total += int(stats.null_count)
+        return total
+
+    def read(self, name: str) -> pa.Table:
+        """Table ``name`` whole, with the columns ``load`` was asked for (checked as
+        ``dataset.load`` checks it)."""
+        wanted = list(self.columns[name]) if name in self.columns else None
+        if name == "ops" and wanted is not None and "op_id" not in wanted:
+            wanted = ["op_id", *wanted]
+        with self._reading(name):
+            table = pq.read_table(self.directory / f"{name}.parquet", columns=wanted)
+        if name in TIMED and {"start_ns", "end_ns"} <= set(table.column_names):
+            check_intervals(self.directory, name, table)
+        if name == "ops" and self.in_order and table.num_rows > 1:
+            op_id = np_col(table, "op_id")
+            if (op_id[1:] < op_id[:-1]).any():
+                table = table.take(pa.array(op_id.argsort(kind="stable")))
+        return table
+
+    def chunks(self, name: str, columns: Sequence[str], window: Window = (None, None)) -> Iterator[pa.Table]:
+        """Table ``name`` a row group at a time, in file order, with only ``columns``. Row
+        groups whose statistics show no row overlapping ``window`` are skipped unread (and so
+        unchecked: pass a window only for a table already read whole once)."""
+        pf = self._file(name)
+        checked = name in TIMED and {"start_ns", "end_ns"} <= set(columns)
+        if not pf.metadata.num_row_groups:  # an empty table: one empty part, so readers see its columns
+            yield pf.schema_arrow.empty_table().select(list(columns))
+        for i in range(pf.metadata.num_row_groups):
+            if _outside(pf.metadata.row_group(i), window):
+                continue
+            with self._reading(name):
+                chunk = pf.read_row_group(i, columns=list(columns))
+            if checked and bad_intervals(chunk):
+                self._refuse(name, pf, i)
+            yield chunk
+
+    def _refuse(self, name: str, pf: pq.ParquetFile, first: int) -> None:
+        """Row group ``first`` of ``name`` has bad rows: count them over the rest of the table,
+        so the message gives the same count as a check of the whole table."""
+        bad = 0
+        for i in range(first, pf.metadata.num_row_groups):
+            with self._reading(name):
+                bad += bad_intervals(pf.read_row_group(i, columns=["start_ns", "end_ns"]))
+        raise bad_rows(self.directory, name, bad)
+
+
+def _outside(row_group: pq.RowGroupMetaData, window: Window) -> bool:
+    """The row group's statistics show no row overlapping the window."""
+    start_ns, end_ns = window
+    if start_ns is None and end_ns is None:
+        return False
+    stats = {row_group.column(i).path_in_schema: row_group.column(i).statistics for i in range(row_group.num_columns)}
+    first, last = stats.get("start_ns"), stats.get("end_ns")
+    if first is None or last is None or not first.has_min_max or not last.has_min_max:
+        return False
+    return bool((end_ns is not None and first.min > end_ns) or (start_ns is not None and last.max < start_ns))
+
+
+class _Translate:
+    """Arrow's and the file system's errors on a dataset file as one line naming the file and
+    the fix."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory, self.path = directory, directory / f"{name}.parquet"
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, FileNotFoundError):
+            raise DamagedDataset(f"{self.path} is missing; {fix(self.directory)}.") from exc
+        if isinstance(exc, (pa.ArrowException, OSError)):
+            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise DamagedDataset(f"{self.path} cannot be read ({detail}); {fix(self.directory)}.") from exc
