@@ -43,9 +43,7 @@ class Report:
     reads it a row group at a time instead.
     """
 
-    def __init__(
-        self, meta: dict[str, str | None], tables: Mapping[str, pa.Table], files: Files | None = None
-    ) -> None:
+    def __init__(self, meta: dict[str, str | None], tables: Mapping[str, pa.Table], files: Files | None = None) -> None:
         self.meta = meta
         self.rank = parse_rank(meta.get("rank"))
         self._tables = dict(tables)

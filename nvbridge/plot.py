@@ -72,9 +72,7 @@ def window(report: Report, step: int | None = None, start_ns: int | None = None,
     return window_of(extent(report), step, start_ns, end_ns)
 
 
-def window_of(
-    found: Extent, step: int | None = None, start_ns: int | None = None, end_ns: int | None = None
-) -> Window:
+def window_of(found: Extent, step: int | None = None, start_ns: int | None = None, end_ns: int | None = None) -> Window:
     """:func:`window`, from the report's extent (``plot_window.extent``)."""
     first, last = found.first_ns, found.last_ns
     if first is None or last is None:

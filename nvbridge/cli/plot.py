@@ -67,4 +67,3 @@ def plot_cmd(
         start_ns, end_ns = window(start, end, found.first_ns or 0)
         written = plot.render(report, output, step=step, start_ns=start_ns, end_ns=end_ns, found=found)
     click.echo(f"Wrote {written}.")
-
