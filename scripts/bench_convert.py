@@ -20,6 +20,8 @@ the process and the children it reaped):
   baseline ``nvbridge convert`` as of ``--baseline REV`` (git archive of that revision), so a
            change is compared with what it replaced in the same rounds
   convert  ``python -m nvbridge convert DB -o TMP`` (Parquet written to a temporary directory)
+  two-runs with ``--disorder``: convert of a copy of DB whose NVTX rows are stored as two runs out
+           of start order (built once beside DB), which streams in slabs of starts
   summary  ``python -m nvbridge summary TMP`` on the dataset convert just wrote
   trace    ``python -m nvbridge trace DB -o TMP/trace.json.gz`` (Chrome trace of the whole report)
   nsys     ``nsys stats -q -r nvtxkernsum -f csv`` on a copy of DB (nsys may add tables to
@@ -63,6 +65,7 @@ DEFAULT_NVPROF = ROOT.parent / "shared" / "real_db" / "nvprof-2020-pytorch14-pyp
 DEFAULT_CACHE = ROOT / "bench_out"
 FLOOR = "floor (sqlite3 loop)"
 RAW = "raw read (ConnectorX)"
+DISORDERED = "convert, NVTX out of order"
 BASELINE = "convert at baseline"
 TWO_GB = 2048.0
 
@@ -281,8 +284,33 @@ def baseline_checkout(rev: str, into: Path) -> Path:
     return into
 
 
+def disordered_db(db: Path) -> Path:
+    """A copy of ``db`` whose NVTX rows are stored out of start order, as two start-ordered runs
+    one after the other (odd rowids, then even): rowid windows cannot stream it, so convert reads
+    it in slabs of starts (issue 19). Built once beside ``db`` and reused."""
+    import sqlite3
+
+    out = db.with_name(db.stem + ".two-runs.sqlite")
+    if out.exists():
+        return out
+    tmp = out.with_suffix(".partial")
+    shutil.copyfile(db, tmp)
+    con = sqlite3.connect(tmp)
+    con.executescript("""
+        CREATE TABLE n2 AS SELECT * FROM NVTX_EVENTS ORDER BY rowid % 2, rowid;
+        DELETE FROM NVTX_EVENTS; INSERT INTO NVTX_EVENTS SELECT * FROM n2; DROP TABLE n2; VACUUM;""")
+    con.close()
+    tmp.rename(out)
+    return out
+
+
 def bench(
-    db: Path, repeat: int, skip_nsys: bool, convert_only: bool = False, baseline: Path | None = None
+    db: Path,
+    repeat: int,
+    skip_nsys: bool,
+    convert_only: bool = False,
+    baseline: Path | None = None,
+    disordered: Path | None = None,
 ) -> list[Run]:
     nsys = None if skip_nsys or convert_only else shutil.which("nsys")
     runs: list[Run] = []
@@ -335,6 +363,18 @@ def bench(
             mb = sum(f.stat().st_size for f in out.iterdir()) / 1e6
             r.note = (f"{m.group(1)} rows, {m.group(2)} s in-process, " if m else "") + f"{mb:.0f} MB Parquet"
             keep(r)
+            if disordered is not None:
+                two = tmp / "two-runs"
+                r, rc, err = run(
+                    DISORDERED,
+                    [sys.executable, "-m", "nvbridge", "convert", str(disordered), "-o", str(two), "--force"],
+                    tmp / "two-runs.txt",
+                )
+                if rc:
+                    raise SystemExit(f"nvbridge convert of the out-of-order copy failed ({rc}): {err}")
+                r.note = "the same rows, NVTX stored as two runs (read in slabs of starts)"
+                shutil.rmtree(two)
+                keep(r)
             if convert_only:
                 shutil.rmtree(out)
                 continue
@@ -425,6 +465,14 @@ def table(runs: list[Run]) -> str:
             f"ratio nvbridge/baseline: {nvb.wall / base.wall:.2f}x wall, {nvb.cpu / base.cpu:.2f}x CPU, "
             f"{nvb.rss_mb / base.rss_mb:.2f}x peak RSS"
         )
+    two = by.get(DISORDERED)
+    if two and raw:
+        lines.append(
+            f"ratio out-of-order convert/raw read: {two.wall / raw.wall:.2f}x wall; "
+            f"peak RSS {two.rss_mb:.0f} MB (issue 19: < 600 MB)"
+        )
+    if nvb:
+        lines.append(f"issue 19 memory: convert peak RSS {nvb.rss_mb:.0f} MB (< 600 MB: {nvb.rss_mb < 600})")
     if nvb and flo:
         lines.append(f"ratio nvbridge/floor: {nvb.wall / flo.wall:.2f}x wall, {nvb.rss_mb / flo.rss_mb:.2f}x peak RSS")
     if nvb and nsy:
@@ -574,6 +622,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="also time 'nvbridge convert' as of this git revision, in the same rounds (ratio printed)",
     )
+    ap.add_argument(
+        "--disorder",
+        action="store_true",
+        help="also convert a copy whose NVTX rows are stored as two runs, out of start order (built once, cached)",
+    )
     ap.add_argument("--clean", action="store_true", help="delete the tiled databases afterwards (cached ones too)")
     ap.add_argument(
         "--real-summary",
@@ -622,7 +675,10 @@ def main(argv: list[str] | None = None) -> int:
             db, tiles = cached_db(args.source, n, args.cache_dir)
             made.append(db)
             print(f"\n== {n:,} NVTX rows requested: {db.name}, {tiles} tiles, {db.stat().st_size / 1e6:.0f} MB")
-            runs = bench(db, args.repeat, args.skip_nsys, args.convert_only, base)
+            two_runs = disordered_db(db) if args.disorder else None
+            if two_runs is not None:
+                made.append(two_runs)
+            runs = bench(db, args.repeat, args.skip_nsys, args.convert_only, base, two_runs)
             print(table(runs), flush=True)
             results.append((n, runs))
         if len(results) >= 2:

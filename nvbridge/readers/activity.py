@@ -104,9 +104,10 @@ class SlabTable:
         self._pending.append((hi, futures))
         self._next += 1
 
-    def before(self, t: int | None) -> pa.Table | None:
+    def before(self, t: int | None, exact: bool = True) -> pa.Table | None:
         """The rows starting before ``t`` (None: all) not handed on before; None when there
-        are none."""
+        are none. Not ``exact``: every row read so far, which includes those (the engine's GPU
+        op buffer takes any start, and a filter is a copy of every column)."""
         if not self._parts:
             return None
         self._plan()
@@ -120,7 +121,7 @@ class SlabTable:
                     table = table.append_column("table_index", pa.array(np.full(table.num_rows, index, np.int64)))
                     self._held.append(table.append_column("rowid", pa.array(rowids)))
             self._covered = hi if hi is not None else _END
-        return self._take(t)
+        return self._take(t if exact else None)
 
     def _take(self, t: int | None) -> pa.Table | None:
         if not self._held:

@@ -315,14 +315,14 @@ class Stream:
 
     def activity(self, cut: int | None) -> tuple[pa.Table, pa.Table]:
         """The API calls starting before ``cut`` (None: all) not handed on before, each with its
-        api_call_id, and the GPU ops read since, through the window's horizon: LATE_NS past the
-        cut and past the end of its last API call (:mod:`nvbridge.engine.activity`)."""
+        api_call_id, and the GPU ops read since, at least through the window's horizon: LATE_NS
+        past the cut and past the end of its last API call (:mod:`nvbridge.engine.activity`)."""
         api = self.api.before(cut)
         if api is None:
             api = self._no_api.append_column("table_index", pa.array([], pa.int64()))
             api = api.append_column("rowid", pa.array([], pa.int64()))
         horizon = None if cut is None else max(cut, int(np_col(api, "end_ns").max(initial=cut))) + self._late
-        gpu = self.gpu.before(horizon)
+        gpu = self.gpu.before(horizon, exact=False)
         return _with_ids(self.api, api), gpu if gpu is not None else NO_GPU_OPS
 
 
