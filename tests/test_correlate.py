@@ -399,3 +399,31 @@ def test_key_lookup_by_table_matches_a_plain_search(keys: list[int], queries: li
     with patch("nvbridge.engine.keys.DENSE_KEYS", 10**6):  # always the table of 41 slots
         assert lookup_keys(k, q, 41).tolist() == expected
     assert lookup_keys(k, q).tolist() == expected  # sorted search
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 300), st.randoms(use_true_random=False), st.booleans())
+def test_emitted_ids_hold_runs_and_catch_twice_and_gaps(n: int, rnd: Any, repeat: bool) -> None:
+    """Ids emitted in any batching and order: complete when all of 0..n-1 came once; an id
+    emitted twice raises at once; a missing one fails the final check."""
+    import pytest
+
+    from nvbridge.engine.invariants import EmittedIds
+    from nvbridge.errors import CorrelationError
+
+    ids = list(range(n))
+    rnd.shuffle(ids)
+    cuts = sorted(rnd.sample(range(n + 1), min(n + 1, rnd.randint(0, 6))))
+    batches = [ids[a:b] for a, b in zip([0, *cuts], [*cuts, n])]
+    seen = EmittedIds()
+    for batch in batches:
+        seen.add(np.array(batch, np.int64))
+    seen.check_complete(n)
+    if n and repeat:
+        with pytest.raises(CorrelationError):
+            seen.add(np.array([rnd.randrange(n)], np.int64))
+    elif n:
+        gap = EmittedIds()
+        gap.add(np.array([i for i in ids if i != ids[0]], np.int64))
+        with pytest.raises(CorrelationError):
+            gap.check_complete(n)

@@ -13,30 +13,35 @@ from nvbridge.errors import CorrelationError
 class EmittedIds:
     """Which op ids have been emitted so far: each exactly once, and all of 0..n-1 at the end.
 
-    Ids come nearly in order (a range still open at a cut comes later), so they are kept as
-    "every id below ``low``" plus the few above it: memory follows the ranges held open, not
-    the report.
+    Kept as the runs of consecutive ids emitted (``[start, end)``): ids come nearly in order,
+    and a range open at a cut leaves a gap until it closes, so the runs follow the ranges held
+    open (one that never closes leaves one gap), not the report's size.
     """
 
     def __init__(self) -> None:
-        self._low = 0
-        self._above = np.zeros(0, np.int64)
+        self._starts = np.zeros(0, np.int64)
+        self._ends = np.zeros(0, np.int64)
 
     def add(self, ids: np.ndarray) -> None:
         """Record ``ids``; raises if one was emitted before."""
         if not len(ids):
             return
-        merged = np.sort(np.concatenate([self._above, ids]))
-        if int(merged[0]) < self._low or (np.diff(merged) == 0).any():
+        ids = np.sort(ids)
+        gaps = np.flatnonzero(np.diff(ids) != 1)
+        starts = np.concatenate([self._starts, ids[:1], ids[gaps + 1]])
+        ends = np.concatenate([self._ends, ids[gaps] + 1, ids[-1:] + 1])
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        if (ends <= starts).any() or (starts[1:] < ends[:-1]).any():
             raise CorrelationError("an op was emitted twice")
-        # The ids that continue low..: merged - (low, low + 1, ...) is 0 along that run.
-        run = int(np.searchsorted(merged - np.arange(self._low, self._low + len(merged)), 0, "right"))
-        self._low += run
-        self._above = merged[run:]
+        first = np.concatenate([[True], starts[1:] != ends[:-1]])  # a run not touching the last
+        last = np.concatenate([np.flatnonzero(first)[1:] - 1, [len(starts) - 1]])
+        self._starts, self._ends = starts[first], ends[last]
 
     def check_complete(self, n: int) -> None:
         """Every id below ``n`` was emitted, and none above."""
-        if self._low != n or len(self._above):
+        whole = len(self._starts) == 1 and self._starts[0] == 0 and self._ends[0] == n
+        if not (whole or (n == 0 and not len(self._starts))):
             raise CorrelationError("op ids are not 0..n-1")
 
 
