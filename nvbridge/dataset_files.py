@@ -37,8 +37,8 @@ class Files:
                 self._files[name] = pq.ParquetFile(self.directory / f"{name}.parquet")
         return self._files[name]
 
-    def _reading(self, name: str) -> _Translate:
-        return _Translate(self.directory, name)
+    def _reading(self, name: str) -> ReadErrors:
+        return ReadErrors(self.directory, name)
 
     def rows(self, name: str) -> int:
         return int(self._file(name).metadata.num_rows)
@@ -95,7 +95,7 @@ class Files:
         if not pf.metadata.num_row_groups:  # an empty table: one empty part, so readers see its columns
             yield pf.schema_arrow.empty_table().select(list(columns))
         for i in range(pf.metadata.num_row_groups):
-            if _outside(pf.metadata.row_group(i), window):
+            if outside_window(pf.metadata.row_group(i), window):
                 continue
             with self._reading(name):
                 chunk = pf.read_row_group(i, columns=list(columns))
@@ -113,7 +113,7 @@ class Files:
         raise bad_rows(self.directory, name, bad)
 
 
-def _outside(row_group: pq.RowGroupMetaData, window: Window) -> bool:
+def outside_window(row_group: pq.RowGroupMetaData, window: Window) -> bool:
     """The row group's statistics show no row overlapping the window."""
     start_ns, end_ns = window
     if start_ns is None and end_ns is None:
@@ -125,7 +125,7 @@ def _outside(row_group: pq.RowGroupMetaData, window: Window) -> bool:
     return bool((end_ns is not None and first.min > end_ns) or (start_ns is not None and last.max < start_ns))
 
 
-class _Translate:
+class ReadErrors:
     """Arrow's and the file system's errors on a dataset file as one line naming the file and
     the fix."""
 

@@ -21,8 +21,9 @@ import pyarrow.parquet as pq
 
 from nvbridge import output as outputs
 from nvbridge.columns import np_col
-from nvbridge.dataset_check import check_dataset, check_intervals, fix
-from nvbridge.errors import DamagedDataset, ExportError
+from nvbridge.dataset_check import check_dataset, check_intervals
+from nvbridge.dataset_files import ReadErrors, outside_window
+from nvbridge.errors import ExportError
 from nvbridge.export.chrome import BATCH_ROWS, SUFFIXES, Tables, TraceStats, TraceWriter
 from nvbridge.export.chrome_text import API_COLUMNS, GPU_COLUMNS, OP_COLUMNS
 from nvbridge.timeline import in_window, step_spans, step_window_of
@@ -83,8 +84,8 @@ class _Dataset:
             with self._reading(name):
                 self.files[name] = pq.ParquetFile(directory / f"{name}.parquet")
 
-    def _reading(self, name: str) -> _Translate:
-        return _Translate(self.directory, name)
+    def _reading(self, name: str) -> ReadErrors:
+        return ReadErrors(self.directory, name)
 
     def rows(self, name: str) -> int:
         return int(self.files[name].metadata.num_rows)
@@ -92,43 +93,13 @@ class _Dataset:
     def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]:
         pf = self.files[name]
         for i in range(pf.metadata.num_row_groups):
-            if _outside(pf.metadata.row_group(i), pf.schema_arrow, window):
+            if outside_window(pf.metadata.row_group(i), window):
                 continue
             with self._reading(name):
                 chunk = pf.read_row_group(i, columns=columns)
             if "end_ns" in columns:
                 check_intervals(self.directory, name, chunk)
             yield chunk
-
-
-class _Translate:
-    """Arrow's and the file system's errors on a dataset file as one line naming the file and
-    the fix (as dataset.load words them)."""
-
-    def __init__(self, directory: Path, name: str) -> None:
-        self.directory, self.path = directory, directory / f"{name}.parquet"
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, FileNotFoundError):
-            raise DamagedDataset(f"{self.path} is missing; {fix(self.directory)}.") from exc
-        if isinstance(exc, (pa.ArrowException, OSError)):
-            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-            raise DamagedDataset(f"{self.path} cannot be read ({detail}); {fix(self.directory)}.") from exc
-
-
-def _outside(row_group: pq.RowGroupMetaData, schema: pa.Schema, window: tuple[int | None, int | None]) -> bool:
-    """The row group's statistics show no row overlapping the window (skip it unread)."""
-    start_ns, end_ns = window
-    if start_ns is None and end_ns is None:
-        return False
-    stats = {row_group.column(i).path_in_schema: row_group.column(i).statistics for i in range(row_group.num_columns)}
-    first, last = stats.get("start_ns"), stats.get("end_ns")
-    if first is None or last is None or not first.has_min_max or not last.has_min_max:
-        return False
-    return bool((end_ns is not None and first.min > end_ns) or (start_ns is not None and last.max < start_ns))
 
 
 @dataclass(frozen=True)
