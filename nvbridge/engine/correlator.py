@@ -127,13 +127,20 @@ class Correlator:
         )
         rows = self._rows(new)
         self._api_columns = api.slice(0, 0)
-        api = _in_start_order(api)
-        a_start = np_col(api, "start_ns")
-        a_end = np.maximum(np_col(api, "end_ns"), a_start)
-        tree = window.build_tree(rows, a_start, a_end, np_col(api, "thread_key"), self.capture_end)
+        # The calls in start order (ties in table order), as index arrays: the table itself
+        # stays as it came, its rows put back in id order on the way out.
+        order = _start_order(np_col(api, "start_ns"), np_col(api, "api_call_id"))
+
+        def by_start(name: str, fill: int | None = None) -> np.ndarray:
+            values = np_col(api, name, fill)
+            return values if order is None else values[order]
+
+        a_start = by_start("start_ns")
+        a_end = np.maximum(by_start("end_ns"), a_start)
+        tree = window.build_tree(rows, a_start, a_end, by_start("thread_key"), self.capture_end)
         a_op = through(rows.op_id, tree.api_local)
-        a_key = self._keys.of(np_col(api, "process_key", fill=0), np_col(api, "correlation_id", fill=-1))
-        a_id = np_col(api, "api_call_id")
+        a_key = self._keys.of(by_start("process_key", 0), by_start("correlation_id", -1))
+        a_id = by_start("api_call_id")
         if self._gpu.orphans.has(a_key).any():
             raise NotStreamable("an API call starts after the GPU op it launched")
         # GPU ops -> the range of their API call: this window's calls claim theirs from the buffer.
@@ -145,12 +152,15 @@ class Correlator:
             g_rows,
             through(rows.op_id, g_local),
             a_id[g_call],
-            np_col(api, "process_id", fill=0)[g_call],
-            np_col(api, "thread_id", fill=0)[g_call],
+            by_start("process_id", 0)[g_call],
+            by_start("thread_id", 0)[g_call],
         )
         self._correlated.add(a_key)
         self._match_syncs(a_key, a_id)
-        self._api_out.put(api_rows(api, a_op, np.bincount(g_call, minlength=len(a_id))))
+        count = np.bincount(g_call, minlength=len(a_id))
+        if order is not None:  # back to the table's row order
+            a_op[order], count[order] = a_op.copy(), count.copy()
+        self._api_out.put(api_rows(api, a_op, count))
         self.tally.api(api, a_op)
         sums = window.roll_up(rows, tree, g_local, g_start, g_end)
         parsed = parsing.result() if isinstance(parsing, Future) else parsing
@@ -333,12 +343,12 @@ class Correlator:
         return self._gpu.devices
 
 
-def _in_start_order(api: pa.Table) -> pa.Table:
-    """API calls by start, ties in table order (exports list them so, mostly: then no copy)."""
-    start, ids = np_col(api, "start_ns"), np_col(api, "api_call_id")
+def _start_order(start: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+    """The order of API calls by start, ties by id; None when they are in it already (exports
+    list them so, mostly)."""
     if len(start) < 2 or ((np.diff(start) > 0) | ((np.diff(start) == 0) & (np.diff(ids) > 0))).all():
-        return api
-    return api.take(pa.array(np.lexsort((ids, start))))
+        return None
+    return np.lexsort((ids, start))
 
 
 class ActivityTally:
