@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Any
-from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +22,6 @@ from nvbridge.engine import (
     whole_activity,
     with_parsed_names,
 )
-from nvbridge.engine.keys import lookup_keys
 from nvbridge.profile import GPU_OPS_SCHEMA, RawProfile, SourceInfo
 
 
@@ -388,17 +386,6 @@ def test_windows_give_the_one_pass_result(
     gpu_ops = pa.concat_tables(gpu_out) if gpu_out else engine.no_gpu_ops()
     assert api_calls.to_pylist() == one.api_calls.to_pylist()
     assert gpu_ops.to_pylist() == one.gpu_ops.to_pylist()
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(-1, 40), max_size=60), st.lists(st.integers(0, 40), max_size=60))
-def test_key_lookup_by_table_matches_a_plain_search(keys: list[int], queries: list[int]) -> None:
-    """The direct table (dense keys) and the sorted search give the first matching key's row."""
-    k, q = np.array(keys, np.int64), np.array(queries, np.int64)
-    expected = [keys.index(x) if x in keys else -1 for x in queries]
-    with patch("nvbridge.engine.keys.DENSE_KEYS", 10**6):  # always the table of 41 slots
-        assert lookup_keys(k, q, 41).tolist() == expected
-    assert lookup_keys(k, q).tolist() == expected  # sorted search
 
 
 @settings(max_examples=200, deadline=None)

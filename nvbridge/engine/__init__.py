@@ -4,8 +4,8 @@ No I/O, no SQLAlchemy, no torch. Modules, in the order a window goes through the
 
 - ``keys``: GPU ops and syncs find their API call by (process, correlation id);
 - ``window``: one window's steps as pure functions (order, nest, attribute, roll up, rows);
-- ``correlator``: :class:`Correlator` keeps what carries between windows; :func:`stream`
-  feeds it windows, :func:`correlate` gives it the whole report as one;
+- ``correlator``: :class:`Correlator` keeps what carries between windows;
+- ``passes``: :func:`stream` feeds it windows, :func:`correlate` gives it the whole report as one;
 - ``activity``: API calls and GPU ops as they stream (GPU ops waiting for their launch's
   window, rows put back in table order);
 - ``invariants``: what must hold before anything is written;
@@ -14,9 +14,10 @@ No I/O, no SQLAlchemy, no torch. Modules, in the order a window goes through the
 
 from __future__ import annotations
 
-from nvbridge.engine.correlator import Correlator, capture_end, correlate, stream, whole_activity, with_parsed_names
+from nvbridge.engine.correlator import Correlator, capture_end, with_parsed_names
 from nvbridge.engine.invariants import check
 from nvbridge.engine.model import CROSS_THREAD, CROSSING, NO_API_CALL, OPEN_AT_END, Model
+from nvbridge.engine.passes import correlate, stream, whole_activity
 from nvbridge.engine.tables import devices_table, other_tables
 
 __all__ = [

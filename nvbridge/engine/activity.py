@@ -298,3 +298,46 @@ def api_rows(api: pa.Table, op: np.ndarray, gpu_count: np.ndarray) -> pa.Table:
             "return_value": api.column("return_value"),
         }
     )
+
+
+class ActivityTally:
+    """What the conversion's summary needs of the API calls and GPU ops, counted as they go."""
+
+    def __init__(self) -> None:
+        self.api_calls = 0
+        self.api_outside = 0
+        self.kinds: dict[str, int] = {}
+        self.gpu_without_api = 0
+        self.gpu_unattributed = 0
+        self.gpu_ns = 0
+        self.gpu_unattributed_ns = 0
+        self.gpu_attributed_ns = 0
+        self.thread_keys: list[np.ndarray] = []
+
+    def api(self, api: pa.Table, op: np.ndarray) -> None:
+        self.api_calls += api.num_rows
+        self.api_outside += int((op < 0).sum())
+        self.thread_keys.append(np.unique(np_col(api, "thread_key")))
+
+    def gpu(self, gpu: pa.Table) -> None:
+        for v in gpu.column("kind").value_counts().to_pylist():
+            self.kinds[str(v["values"])] = self.kinds.get(str(v["values"]), 0) + int(v["counts"])
+        dur = np_col(gpu, "end_ns") - np_col(gpu, "start_ns")
+        lost = np_col(gpu, "op_id", fill=-1) < 0
+        self.gpu_without_api += int(np_col(gpu, "api_call_id", fill=-1).__lt__(0).sum())
+        self.gpu_unattributed += int(lost.sum())
+        self.gpu_ns += int(dur.sum())
+        self.gpu_unattributed_ns += int(dur[lost].sum())
+        self.gpu_attributed_ns += int(dur[~lost].sum())
+
+    def figures(self) -> dict[str, int]:
+        """The summary's GPU counts and times."""
+        return {
+            "kernels": self.kinds.get("kernel", 0),
+            "memcpys": self.kinds.get("memcpy", 0),
+            "memsets": self.kinds.get("memset", 0),
+            "gpu_ops_without_api_call": self.gpu_without_api,
+            "gpu_ops_unattributed": self.gpu_unattributed,
+            "gpu_ns_total": self.gpu_ns,
+            "gpu_ns_unattributed": self.gpu_unattributed_ns,
+        }

@@ -14,7 +14,6 @@ Rules (docs/architecture.md, "Where each rule lives"):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,12 +23,11 @@ import pyarrow as pa
 from nvbridge import names, semantics
 from nvbridge.columns import np_col, take_sorted
 from nvbridge.engine import invariants, window
-from nvbridge.engine.activity import Correlated, GpuBuffer, ProcessKeys, Reorder, api_rows
+from nvbridge.engine.activity import ActivityTally, Correlated, GpuBuffer, ProcessKeys, Reorder, api_rows
 from nvbridge.engine.keys import through
-from nvbridge.engine.model import CROSS_THREAD, OPEN_AT_END, Model
-from nvbridge.engine.tables import other_tables
+from nvbridge.engine.model import CROSS_THREAD, OPEN_AT_END
 from nvbridge.errors import CorrelationError, NotStreamable
-from nvbridge.profile import RANGES_SCHEMA, RawProfile, SourceInfo
+from nvbridge.profile import RANGES_SCHEMA, SourceInfo
 
 PARSED_NAMES = names.PARSED_SCHEMA.names
 
@@ -349,122 +347,3 @@ def _start_order(start: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
     if len(start) < 2 or ((np.diff(start) > 0) | ((np.diff(start) == 0) & (np.diff(ids) > 0))).all():
         return None
     return np.lexsort((ids, start))
-
-
-class ActivityTally:
-    """What the conversion's summary needs of the API calls and GPU ops, counted as they go."""
-
-    def __init__(self) -> None:
-        self.api_calls = 0
-        self.api_outside = 0
-        self.kinds: dict[str, int] = {}
-        self.gpu_without_api = 0
-        self.gpu_unattributed = 0
-        self.gpu_ns = 0
-        self.gpu_unattributed_ns = 0
-        self.gpu_attributed_ns = 0
-        self.thread_keys: list[np.ndarray] = []
-
-    def api(self, api: pa.Table, op: np.ndarray) -> None:
-        self.api_calls += api.num_rows
-        self.api_outside += int((op < 0).sum())
-        self.thread_keys.append(np.unique(np_col(api, "thread_key")))
-
-    def gpu(self, gpu: pa.Table) -> None:
-        for v in gpu.column("kind").value_counts().to_pylist():
-            self.kinds[str(v["values"])] = self.kinds.get(str(v["values"]), 0) + int(v["counts"])
-        dur = np_col(gpu, "end_ns") - np_col(gpu, "start_ns")
-        lost = np_col(gpu, "op_id", fill=-1) < 0
-        self.gpu_without_api += int(np_col(gpu, "api_call_id", fill=-1).__lt__(0).sum())
-        self.gpu_unattributed += int(lost.sum())
-        self.gpu_ns += int(dur.sum())
-        self.gpu_unattributed_ns += int(dur[lost].sum())
-        self.gpu_attributed_ns += int(dur[~lost].sum())
-
-    def figures(self) -> dict[str, int]:
-        """The summary's GPU counts and times."""
-        return {
-            "kernels": self.kinds.get("kernel", 0),
-            "memcpys": self.kinds.get("memcpy", 0),
-            "memsets": self.kinds.get("memset", 0),
-            "gpu_ops_without_api_call": self.gpu_without_api,
-            "gpu_ops_unattributed": self.gpu_unattributed,
-            "gpu_ns_total": self.gpu_ns,
-            "gpu_ns_unattributed": self.gpu_unattributed_ns,
-        }
-
-
-# fetch(cut): the API calls starting before ``cut`` (None: all) not fetched before, and the GPU
-# ops read since (through the window's horizon, :mod:`nvbridge.engine.activity`).
-Fetch = Callable[[int | None], tuple[pa.Table, pa.Table]]
-
-
-def stream(engine: Correlator, windows: Iterable[pa.Table], fetch: Fetch) -> Iterator[pa.Table]:
-    """Feed windows of ranges read in export order to ``engine``, with the API calls and GPU
-    ops ``fetch`` gives for each cut; yields finished ops rows.
-
-    Each window is cut at its latest start: the ranges starting there wait for the next
-    window, so equal starts are never split (ties order by thread, which the engine sorts).
-    The engine's worker stops however the stream ends.
-
-    Raises:
-        NotStreamable: a window holds a range that starts before an earlier window's cut.
-    """
-    try:
-        held: pa.Table | None = None
-        for part in windows:
-            if held is not None and held.num_rows:
-                part = pa.concat_tables([held.cast(part.schema), part])
-            if part.num_rows == 0:
-                continue
-            start = np_col(part, "start_ns")
-            cut = int(start.max())
-            later = start == cut
-            tail = int(later.sum())
-            if tail == len(start):
-                held = part
-                continue
-            if later[-tail:].all():  # the usual case, sorted rows: slices, no copies
-                now, held = part.slice(0, len(start) - tail), part.slice(len(start) - tail)
-            else:
-                now, held = part.filter(pa.array(~later)), part.filter(pa.array(later))
-            yield engine.add(now, cut, *fetch(cut))
-        yield engine.add(held if held is not None else RANGES_SCHEMA.empty_table(), None, *fetch(None))
-        engine.finish()
-    finally:
-        engine.close()
-
-
-def whole_activity(api: pa.Table, gpu: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """A reader's whole API call and GPU op tables as one window takes them: ids in table order."""
-    api = api.append_column("api_call_id", pa.array(np.arange(api.num_rows, dtype=np.int64)))
-    gpu = gpu.append_column("table_index", pa.array(np.zeros(gpu.num_rows, np.int64)))
-    return api, gpu.append_column("rowid", pa.array(np.arange(gpu.num_rows, dtype=np.int64)))
-
-
-def correlate(profile: RawProfile) -> Model:
-    """Build the op tree and attribute API calls and GPU ops to it, in one window.
-
-    Args:
-        profile: the normalized tables a reader produced.
-
-    Returns:
-        The model whose tables become the Parquet dataset.
-    """
-    r, api = profile.ranges, profile.api_calls
-    times = [np_col(r, "start_ns"), np_col(api, "start_ns"), np_col(api, "end_ns")]
-    hi = int(max((int(t.max()) for t in times if len(t)), default=0))
-    engine = Correlator(profile.info, capture_end(profile.info, hi), profile.syncs)
-    try:
-        ops = engine.add(r, None, *whole_activity(api, profile.gpu_ops))
-        engine.finish()
-        api_calls, gpu_ops = engine.finished()
-    finally:
-        engine.close()
-    return Model(
-        profile.info,
-        ops,
-        gpu_ops=pa.concat_tables(gpu_ops) if gpu_ops else engine.no_gpu_ops(),
-        api_calls=api_calls if api_calls is not None else engine.no_api_calls(),
-        **other_tables(engine, profile.marks, profile.threads, profile.devices),
-    )
