@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import one_chunk
+from nvbridge.compiled import native
 
 # The reference grammar (_decorations_regex; _decorations gives the same columns faster for
 # the simple names). Each field is found by its own small regular expression: RE2 runs these
@@ -93,17 +94,15 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     names = one_chunk(names)
     names = names.cast(pa.string()).fill_null("")
     n = len(names)
-    cols = _decorations(names)
+    cols, node, evaluate = _decorations(names)
     op = cols.pop("op")
     stashed = cols.pop("stashed")
     seq = cols["seq"]
-    evaluate = pc.starts_with(op, EVALUATE)
-    # Autograd node class names (AddmmBackward0, NllLossBackward, torch::autograd::CopyBackwards),
-    # without a regular expression: trailing digits off, then "Backward(s)".
-    trimmed = pc.utf8_rtrim(op, "0123456789")
-    node = pc.or_(pc.ends_with(trimmed, "Backward"), pc.ends_with(trimmed, "Backwards"))
+    if node is None or evaluate is None:
+        evaluate, node = _backward_marks(op)
+    # A node needs a seq; fwd_tid marks a backward node of nvbridge's observer whatever its
+    # class name (CopySlices).
     node = pc.and_(node, pc.is_valid(seq))
-    # fwd_tid marks a backward node of nvbridge's observer whatever its class name (CopySlices).
     is_backward = pc.or_(pc.or_(pc.or_(stashed, node), evaluate), pc.is_valid(cols["fwd_tid"]))
 
     first_bytes = _first_bytes(names)
@@ -137,6 +136,15 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     if len(pyprof):
         _pyprof(names, pyprof, out)
     return pa.table(out, schema=PARSED_SCHEMA)
+
+
+def _backward_marks(op: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(evaluate_function wrapper, backward node class name) of each op name."""
+    evaluate = pc.starts_with(op, EVALUATE)
+    # Autograd node class names (AddmmBackward0, NllLossBackward, torch::autograd::CopyBackwards),
+    # without a regular expression: trailing digits off, then "Backward(s)".
+    trimmed = pc.utf8_rtrim(op, "0123456789")
+    return evaluate, pc.or_(pc.ends_with(trimmed, "Backward"), pc.ends_with(trimmed, "Backwards"))
 
 
 def _match_prefixed(
@@ -197,14 +205,52 @@ def _decorations_regex(names: pa.Array) -> dict[str, pa.Array]:
     return cols
 
 
-def _decorations(names: pa.Array) -> dict[str, pa.Array]:
-    """_decorations_regex's columns, without regular expressions for the simple names.
+def _decorations(names: pa.Array) -> tuple[dict[str, pa.Array], pa.Array | None, pa.Array | None]:
+    """_decorations_regex's columns, without regular expressions for the simple names; and
+    (where the compiled splitter ran) each name's backward-node and evaluate-function marks.
 
     A name is simple when, split on ", ", every part after the first is one of _SIMPLE's
     prefixes then 1-18 ASCII digits: its op is the first part (DECORATION matches at the
     first ", "), and each field is the first part of its kind (the leftmost match). Every
     other name is parsed by _decorations_regex.
     """
+    if native is not None:
+        return _decorations_native(names)
+    return _decorations_arrow(names), None, None
+
+
+def _decorations_native(names: pa.Array) -> tuple[dict[str, pa.Array], pa.Array, pa.Array]:
+    """_decorations by nvbridge._native.split_names: one pass over the names' bytes."""
+    assert native is not None
+    n = len(names)
+    _, offsets, data = names.buffers()
+    data = data if data is not None else b""
+    op_offsets, op_data, raw_values, raw_flags = native.split_names(offsets, data, names.offset, n)
+    values = np.frombuffer(raw_values, np.int64).reshape(len(_INT_FIELDS), n)
+    flags = np.frombuffer(raw_flags, np.bool_).reshape(len(_INT_FIELDS) + 4, n)
+    found, stashed, complex_rows, node, evaluate = flags[:3], flags[3], flags[4], flags[5], flags[6]
+    cols: dict[str, pa.Array] = {
+        "op": pa.StringArray.from_buffers(n, pa.py_buffer(op_offsets), pa.py_buffer(op_data)),
+    }
+    for f, field in enumerate(_INT_FIELDS):
+        cols[field] = pa.array(values[f], mask=~found[f]) if found[f].any() else pa.nulls(n, pa.int64())
+    cols["stashed"] = pa.array(stashed)
+    cols["input_shapes"] = pa.nulls(n, pa.string())
+    cols["input_dtypes"] = pa.nulls(n, pa.string())
+    cols["input_op_ids"] = pa.nulls(n, pa.string())
+    node_marks, eval_marks = pa.array(node), pa.array(evaluate)
+    if complex_rows.any():
+        _parse_complex(names, complex_rows, cols)
+        # The regular expressions' op names, marked again.
+        rows = pa.array(complex_rows)
+        eval_complex, node_complex = _backward_marks(cols["op"].filter(rows))
+        node_marks = pc.replace_with_mask(node_marks, rows, node_complex)
+        eval_marks = pc.replace_with_mask(eval_marks, rows, eval_complex)
+    return cols, node_marks, eval_marks
+
+
+def _decorations_arrow(names: pa.Array) -> dict[str, pa.Array]:
+    """_decorations with Arrow kernels and NumPy (where nvbridge._native was not built)."""
     n = len(names)
     parts = pc.split_pattern(names, ", ")
     offsets = parts.offsets.to_numpy()

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from nvbridge.names import _decorations, _decorations_regex, parse
+from nvbridge.compiled import native
+from nvbridge.names import _backward_marks, _decorations_arrow, _decorations_native, _decorations_regex, parse
 from tests.conftest import raw, real_db
+
+native_only = pytest.mark.skipif(native is None, reason="nvbridge._native is not built (no C compiler at install)")
 
 
 def one(name: str) -> dict[str, object]:
@@ -159,6 +164,77 @@ SIMPLE_AND_NOT = [
 def test_fast_path_matches_the_regular_expressions() -> None:
     """The split-based parse of simple names gives the regular expressions' columns, row for row."""
     names = pa.array(SIMPLE_AND_NOT)
-    fast, slow = _decorations(names), _decorations_regex(names)
+    slow = _decorations_regex(names)
+    fast = _decorations_arrow(names)
     for key in slow:
         assert fast[key].to_pylist() == slow[key].cast(fast[key].type).to_pylist(), key
+
+
+@native_only
+def test_compiled_splitter_matches_the_regular_expressions() -> None:
+    """nvbridge._native.split_names gives the regular expressions' columns and the Arrow path's
+    backward marks, row for row, on the grammar's edge cases."""
+    _same_as_references(pa.array(SIMPLE_AND_NOT))
+
+
+# Pieces names are made of: separators, every prefix and its near misses, digits, non-ASCII.
+_PIECES = [
+    ", ",
+    ",",
+    " ",
+    "seq",
+    "seq = ",
+    "seq=",
+    "seq =",
+    "seq= ",
+    "stashed seq = ",
+    "stashed ",
+    "op_id = ",
+    "fwd_tid = ",
+    "sizes = [",
+    "]",
+    "dtypes = [",
+    "input_op_ids = [",
+    "(1,0)",
+    "0",
+    "7",
+    "123456789",
+    "999999999999999999",
+    "Backward",
+    "Backwards",
+    "Backward0",
+    "aten::",
+    "addmm",
+    "autograd::engine::",
+    "evaluate_function: ",
+    "AddmmBackward0",
+    "nn.Module: ",
+    "ProfilerStep#",
+    "\u65e5",
+    "\n",
+    "-",
+    "x",
+]
+
+
+@native_only
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PIECES), max_size=12).map("".join), min_size=1, max_size=40))
+def test_compiled_splitter_matches_on_random_names(texts: list[str]) -> None:
+    _same_as_references(pa.array(texts))
+
+
+def _same_as_references(names: pa.Array) -> None:
+    native, node, evaluate = _decorations_native(names)
+    arrow = _decorations_arrow(names)
+    slow = _decorations_regex(names)
+    for key in slow:
+        assert native[key].to_pylist() == arrow[key].to_pylist(), key
+        assert native[key].to_pylist() == slow[key].cast(native[key].type).to_pylist(), key
+    ref_eval, ref_node = _backward_marks(arrow["op"])
+    assert node.to_pylist() == ref_node.to_pylist()
+    assert evaluate.to_pylist() == ref_eval.to_pylist()
+    # And on a slice (an offset into the offsets buffer) of a longer array.
+    if len(names) > 2:
+        part = names.slice(1)
+        assert _decorations_native(part)[0]["op"].to_pylist() == _decorations_arrow(part)["op"].to_pylist()

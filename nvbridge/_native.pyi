@@ -1,0 +1,16 @@
+"""Types of nvbridge._native (nvbridge/_native/*.c), the optional compiled loops."""
+
+from typing import Any
+
+Buffer = Any
+
+class Unreadable(Exception): ...
+
+class Reader:
+    """A read-only SQLite connection for one thread."""
+
+    def __init__(self, uri: str, mmap_bytes: int = 0) -> None: ...
+    def read(self, sql: str, kinds: str, capacity: int = 65536) -> list[tuple[object, ...]]: ...
+    def close(self) -> None: ...
+
+def split_names(offsets: Buffer, data: Buffer, first: int, n: int) -> tuple[Buffer, Buffer, Buffer, Buffer]: ...
