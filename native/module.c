@@ -1,6 +1,7 @@
 /* The nvbridge._native module: owned buffers, and the functions each source file adds. */
 #include "native.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 typedef struct {
@@ -10,10 +11,14 @@ typedef struct {
 } Buffer;
 
 static int Buffer_getbuffer(Buffer *self, Py_buffer *view, int flags) {
-    return PyBuffer_FillInfo(view, (PyObject *)self, self->data ? self->data : (void *)"", self->size, 1, flags);
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data ? self->data : (void *)"", self->size, 0, flags);
 }
 
+/* tracemalloc domain of these buffers: memory diagnostics see them beside NumPy's (389047). */
+#define NATIVE_DOMAIN 0x6e76
+
 static void Buffer_dealloc(Buffer *self) {
+    if (self->data) PyTraceMalloc_Untrack(NATIVE_DOMAIN, (uintptr_t)self->data);
     free(self->data);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -38,6 +43,7 @@ PyObject *native_buffer(void *data, Py_ssize_t size) {
     }
     buf->data = data;
     buf->size = size;
+    if (data) PyTraceMalloc_Track(NATIVE_DOMAIN, (uintptr_t)data, (size_t)size);
     return (PyObject *)buf;
 }
 
@@ -52,7 +58,11 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&BufferType) < 0) return NULL;
     PyObject *module = PyModule_Create(&native_module);
     if (!module) return NULL;
-    if (native_add_reader(module) < 0 || native_add_names(module) < 0) {
+    if (PyModule_AddIntConstant(module, "TRACEMALLOC_DOMAIN", NATIVE_DOMAIN) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    if (native_add_reader(module) < 0 || native_add_names(module) < 0 || native_add_tree(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

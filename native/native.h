@@ -12,5 +12,6 @@ PyObject *native_buffer(void *data, Py_ssize_t size);
 
 int native_add_reader(PyObject *module);
 int native_add_names(PyObject *module);
+int native_add_tree(PyObject *module);
 
 #endif

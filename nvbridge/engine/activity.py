@@ -96,32 +96,44 @@ class KeySet:
 
 class GpuBuffer:
     """GPU ops read but not yet written: matched to their API call's window, then released in
-    start order once the stream has passed their start, each given its gpu_op_id."""
+    start order once the stream has passed their start, each given its gpu_op_id.
+
+    Rows are kept in release order, (start, table, rowid): each read comes sorted so, and
+    starts after every row read before it (slabs of starts), so a release is a prefix of the
+    buffer, sliced rather than copied.
+    """
 
     def __init__(self, nsys: bool) -> None:
         self._nsys = nsys
         self._parts: list[pa.Table] = []
-        self._table: pa.Table | None = None
-        self._n = 0
-        self._cols: dict[str, np.ndarray] = {name: np.zeros(0, np.int64) for name in _STATE}
+        self._cols: dict[str, np.ndarray] = {name: np.zeros(0, bool if name == "late" else np.int64) for name in _STATE}
         self._next_id = 0
         self.devices: set[int] = set()
         # Keys of the ops released without a call: a call with one of them, coming later,
         # started after its GPU op (clock skew), which the stream cannot place.
         self.orphans = KeySet()
 
+    @property
+    def _n(self) -> int:
+        return len(self._cols["start"])
+
     def add(self, gpu: pa.Table, keys: ProcessKeys, correlated: Correlated) -> None:
         """Buffer newly read GPU ops (GPU_OPS_SCHEMA plus ``table_index`` and ``rowid``)."""
         if not gpu.num_rows:
             return
+        start, table_index, rowid = np_col(gpu, "start_ns"), np_col(gpu, "table_index"), np_col(gpu, "rowid")
+        order = np.lexsort((rowid, table_index, start))
+        if (order != np.arange(len(order))).any():
+            gpu = take_batches(gpu, order)
+            start, table_index, rowid = start[order], table_index[order], rowid[order]
         key = keys.of(np_col(gpu, "process_key", fill=0), np_col(gpu, "correlation_id", fill=-1))
         n = gpu.num_rows
         new = {
-            "start": np_col(gpu, "start_ns"),
+            "start": start,
             "end": np_col(gpu, "end_ns"),
             "key": key,
-            "order_a": np_col(gpu, "table_index"),
-            "order_b": np_col(gpu, "rowid"),
+            "order_a": table_index,
+            "order_b": rowid,
             "op": np.full(n, -1, np.int64),
             "api": np.full(n, -1, np.int64),
             "pid": np.zeros(n, np.int64),
@@ -130,9 +142,15 @@ class GpuBuffer:
             # counted nowhere (its launch's window is gone).
             "late": correlated.within(key),
         }
-        self._cols = {name: np.concatenate([self._cols[name], new[name]]) for name in _STATE}
+        c = self._cols
+        after = not self._n or (start[0], table_index[0], rowid[0]) > (c["start"][-1], c["order_a"][-1], c["order_b"][-1])
+        self._cols = {name: np.concatenate([c[name], new[name]]) for name in _STATE}
         self._parts.append(gpu.drop_columns(["table_index", "rowid"]))
-        self._n += n
+        if not after:  # rows before ones already held (not slabs of starts): sort them all again
+            c = self._cols
+            order = np.lexsort((c["order_b"], c["order_a"], c["start"]))
+            self._parts = [take_batches(pa.concat_tables(self._parts).unify_dictionaries(), order)]
+            self._cols = {name: c[name][order] for name in _STATE}
 
     def match(self, api_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Buffered, unmatched ops whose key is one of ``api_keys`` (a window's calls): their
@@ -167,31 +185,33 @@ class GpuBuffer:
                 correlated in an earlier window (it started more than LATE_NS after its launch).
         """
         c = self._cols
-        done = np.flatnonzero(c["start"] < cut) if cut is not None else np.arange(self._n)
-        if not len(done):
+        done = self._n if cut is None else int(np.searchsorted(c["start"], cut))
+        if not done:
             return None
-        if (c["late"][done] & (c["api"][done] < 0)).any():
+        if (c["late"][:done] & (c["api"][:done] < 0)).any():
             raise LateGpuOp("a GPU op started long after its API call's window")
-        done = done[np.lexsort((c["order_b"][done], c["order_a"][done], c["start"][done]))]
-        if self._table is None or len(self._parts) > 1 or self._table.num_rows != self._n:
-            self._table = pa.concat_tables(self._parts).unify_dictionaries() if self._parts else None
-            self._parts = [self._table] if self._table is not None else []
-        assert self._table is not None
+        taken, rest, left = [], [], done
+        for part in self._parts:
+            if left >= part.num_rows:
+                taken.append(part)
+            elif left > 0:
+                taken.append(part.slice(0, left))
+                rest.append(part.slice(left))
+            else:
+                rest.append(part)
+            left -= part.num_rows
+        table = pa.concat_tables(taken)
         out = _gpu_rows(
-            take_batches(self._table, done),
-            np.arange(self._next_id, self._next_id + len(done), dtype=np.int64),
-            {name: c[name][done] for name in _STATE},
+            table.unify_dictionaries() if len(taken) > 1 else table,
+            np.arange(self._next_id, self._next_id + done, dtype=np.int64),
+            {name: c[name][:done] for name in _STATE},
             self._nsys,
         )
-        self._next_id += len(done)
-        self.orphans.add(c["key"][done][c["api"][done] < 0])
+        self._next_id += done
+        self.orphans.add(c["key"][:done][c["api"][:done] < 0])
         self.devices.update(np.unique(np_col(out, "device_id", fill=-1)).tolist())
-        keep = np.ones(self._n, bool)
-        keep[done] = False
-        self._cols = {name: c[name][keep] for name in _STATE}
-        self._table = self._table.filter(pa.array(keep)) if not keep.all() else self._table
-        self._parts = [self._table]
-        self._n = int(keep.sum())
+        self._cols = {name: c[name][done:] for name in _STATE}
+        self._parts = rest
         return out
 
 

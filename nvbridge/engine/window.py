@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from nvbridge import flops
 from nvbridge.columns import levels_deepest_first, one_chunk, sum_by
+from nvbridge.compiled import native
 from nvbridge.engine.keys import BIG, through
 from nvbridge.engine.model import CROSSING
 from nvbridge.errors import CorrelationError
@@ -90,6 +91,8 @@ def build_tree(rows: Rows, a_start: np.ndarray, a_end: np.ndarray, a_key: np.nda
     Raises:
         CorrelationError: a range carried from an earlier window no longer nests.
     """
+    if native is not None:
+        return _build_tree_native(rows, a_start, a_end, a_key)
     n, k = rows.n, rows.carried
     # Dense thread indices by hashing (no sort): any order serves the per-thread keys.
     keys = np.concatenate([rows.thread_key, a_key])
@@ -120,6 +123,30 @@ def build_tree(rows: Rows, a_start: np.ndarray, a_end: np.ndarray, a_key: np.nda
         depth[outside] = np.where(host >= 0, through(forest.depth, host) + 1, 0)
     api_local = through(tree_idx, forest.innermost(api_thread, a_start, a_end))
     return Tree(parent, depth, in_tree, api_local)
+
+
+def _build_tree_native(rows: Rows, a_start: np.ndarray, a_end: np.ndarray, a_key: np.ndarray) -> Tree:
+    """build_tree by nvbridge._native.build_tree: a stack walk per thread, no sort."""
+    assert native is not None
+    n = rows.n
+    c = np.ascontiguousarray
+    parent, depth, flags, api_local = native.build_tree(
+        c(rows.thread_key, np.int64),
+        c(rows.start, np.int64),
+        c(rows.end, np.int64),
+        c(rows.cross, np.bool_),
+        c(a_key, np.int64),
+        c(a_start, np.int64),
+        c(a_end, np.int64),
+    )
+    marks = np.frombuffer(flags, np.bool_)
+    in_tree, crossing = marks[:n], marks[n:]
+    rows.flags[crossing] |= CROSSING
+    if rows.carried and not in_tree[: rows.carried].all():
+        raise CorrelationError("a range carried between windows left the tree")
+    return Tree(
+        np.frombuffer(parent, np.int64), np.frombuffer(depth, np.int64), in_tree, np.frombuffer(api_local, np.int64)
+    )
 
 
 @dataclass(slots=True)

@@ -1,0 +1,58 @@
+"""nvbridge._native's engine loops give exactly the NumPy path's columns (the reference, kept for
+installs without a compiler), on random windows with every case the rules name: nesting,
+crossing, zero-length and identical ranges, ranges ended on another thread, carried rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nvbridge.compiled import native
+from nvbridge.engine import window
+
+pytestmark = pytest.mark.skipif(native is None, reason="nvbridge._native is not built (no C compiler at install)")
+
+
+@st.composite
+def windows(draw: st.DrawFn) -> tuple[window.Rows, np.ndarray, np.ndarray, np.ndarray]:
+    """A window's rows in output order (start, thread, longer first) with API calls."""
+    n = draw(st.integers(0, 60))
+    threads = draw(st.sampled_from([[7], [7, 3], [7, 3, 1 << 40]]))
+    span = draw(st.sampled_from([5, 50, 1000]))
+    raw = []
+    for i in range(n):
+        s = draw(st.integers(0, span))
+        e = s + draw(st.sampled_from([0, 0, 1, 2, 5, 20, span]))
+        raw.append((s, draw(st.sampled_from(threads)), -e, i))
+    raw.sort()
+    start = np.array([r[0] for r in raw], np.int64)
+    end = np.array([-r[2] for r in raw], np.int64)
+    key = np.array([r[1] for r in raw], np.int64)
+    cross = np.array([draw(st.integers(0, 9)) == 0 for _ in raw], bool)
+    rows = window.Rows(None, np.arange(n, dtype=np.int64), start, end, np.zeros(n, np.int64), cross, key, 0)  # type: ignore[arg-type]
+    m = draw(st.integers(0, 20))
+    a_start = np.sort(np.array([draw(st.integers(0, span)) for _ in range(m)], np.int64))
+    a_end = a_start + np.array([draw(st.sampled_from([0, 1, 3, span])) for _ in range(m)], np.int64)
+    a_key = np.array([draw(st.sampled_from([*threads, 99])) for _ in range(m)], np.int64)
+    return rows, a_start, a_end, a_key
+
+
+@settings(max_examples=600, deadline=None)
+@given(windows())
+def test_compiled_tree_matches_the_numpy_forest(case: tuple[window.Rows, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    rows, a_start, a_end, a_key = case
+    twin = window.Rows(rows.raw, rows.op_id, rows.start, rows.end, rows.flags.copy(), rows.cross, rows.thread_key, 0)
+    got = window._build_tree_native(rows, a_start, a_end, a_key)
+    saved = window.native
+    window.native = None
+    try:
+        want = window.build_tree(twin, a_start, a_end, a_key, int(rows.end.max(initial=0)))
+    finally:
+        window.native = saved
+    np.testing.assert_array_equal(got.parent, want.parent)
+    np.testing.assert_array_equal(got.depth, want.depth)
+    np.testing.assert_array_equal(got.in_tree, want.in_tree)
+    np.testing.assert_array_equal(got.api_local, want.api_local)
+    np.testing.assert_array_equal(rows.flags, twin.flags)  # CROSSING flags
