@@ -4,6 +4,8 @@ crossing, zero-length and identical ranges, ranges ended on another thread, carr
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -31,7 +33,7 @@ def windows(draw: st.DrawFn) -> tuple[window.Rows, np.ndarray, np.ndarray, np.nd
     end = np.array([-r[2] for r in raw], np.int64)
     key = np.array([r[1] for r in raw], np.int64)
     cross = np.array([draw(st.integers(0, 9)) == 0 for _ in raw], bool)
-    rows = window.Rows(None, np.arange(n, dtype=np.int64), start, end, np.zeros(n, np.int64), cross, key, 0)  # type: ignore[arg-type]
+    rows = window.Rows(None, np.arange(n, dtype=np.int64), start, end, np.zeros(n, np.int64), cross, key, 0)
     m = draw(st.integers(0, 20))
     a_start = np.sort(np.array([draw(st.integers(0, span)) for _ in range(m)], np.int64))
     a_end = a_start + np.array([draw(st.sampled_from([0, 1, 3, span])) for _ in range(m)], np.int64)
@@ -45,12 +47,8 @@ def test_compiled_tree_matches_the_numpy_forest(case: tuple[window.Rows, np.ndar
     rows, a_start, a_end, a_key = case
     twin = window.Rows(rows.raw, rows.op_id, rows.start, rows.end, rows.flags.copy(), rows.cross, rows.thread_key, 0)
     got = window._build_tree_native(rows, a_start, a_end, a_key)
-    saved = window.native
-    window.native = None
-    try:
+    with mock.patch.object(window, "native", None):
         want = window.build_tree(twin, a_start, a_end, a_key, int(rows.end.max(initial=0)))
-    finally:
-        window.native = saved
     np.testing.assert_array_equal(got.parent, want.parent)
     np.testing.assert_array_equal(got.depth, want.depth)
     np.testing.assert_array_equal(got.in_tree, want.in_tree)

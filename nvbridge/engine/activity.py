@@ -143,7 +143,8 @@ class GpuBuffer:
             "late": correlated.within(key),
         }
         c = self._cols
-        after = not self._n or (start[0], table_index[0], rowid[0]) > (c["start"][-1], c["order_a"][-1], c["order_b"][-1])
+        first, last = (start[0], table_index[0], rowid[0]), (c["start"][-1:], c["order_a"][-1:], c["order_b"][-1:])
+        after = not self._n or first > tuple(int(v[0]) for v in last)
         self._cols = {name: np.concatenate([c[name], new[name]]) for name in _STATE}
         self._parts.append(gpu.drop_columns(["table_index", "rowid"]))
         if not after:  # rows before ones already held (not slabs of starts): sort them all again
