@@ -40,6 +40,8 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "float": pa.float64(),
     "bytes": pa.binary(),
 }
+# A read's row filter: an SQLAlchemy condition, or SQL text (built once, formatted per read).
+Where = sa.ColumnElement[bool] | sa.TextClause | None
 # Every SQLite table's row id, selectable as a column (a slab's rows carry it for their order).
 ROWID = "rowid"
 
@@ -107,6 +109,7 @@ class Database:
             self.name = self.path.name
         self._tmp: Path | None = None
         self._fast: FastReads | None = None
+        self._heads: dict[tuple[str, tuple[Column, ...]], str] = {}
         if self.path is not None:
             check_file(self.path)
             self.name = self.path.name
@@ -199,7 +202,7 @@ class Database:
         self,
         table: str,
         columns: Sequence[Column],
-        where: sa.ColumnElement[bool] | None = None,
+        where: Where = None,
         *,
         plain: bool = False,
     ) -> sa.Select[Any]:
@@ -234,27 +237,28 @@ class Database:
         return query.where(where) if where is not None else query
 
     def read_table(
-        self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None = None
+        self, table: str, columns: Sequence[Column], where: Where = None
     ) -> pa.Table:
         """Read ``columns`` of ``table`` into an Arrow table; an absent table reads as zero rows."""
         return self._prepare(table, columns, where)()
 
     def _prepare(
-        self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None
+        self, table: str, columns: Sequence[Column], where: Where
     ) -> Callable[[], pa.Table]:
         """Do the SQLAlchemy work of a read (reflection, building and compiling the query) now,
         in the calling thread; the returned call only fetches rows and may run on a worker."""
         if table not in self.table_names:
             empty = pa.table({c.field: pa.array([], _ARROW_TYPES[c.type]) for c in columns})
             return lambda: empty
-        generic = self.select(table, columns, where)
         present = self.columns(table) | {ROWID}
         absent = [c.field for c in columns if c.raw not in present]
         if self.path is None:
+            generic = self.select(table, columns, where)
             return lambda: mark_absent(self._read_generic(generic, columns), absent)
-        sql = str(
-            self.select(table, columns, where, plain=True).compile(self.engine, compile_kwargs={"literal_binds": True})
-        )
+        sql = self._head(table, columns)
+        if where is not None:
+            text = where.text if isinstance(where, sa.TextClause) else self._compiled(where)
+            sql = f"{sql} WHERE {text}"
         read = [c for c in columns if c.raw in present]
         fast = self._fast
         assert fast is not None
@@ -265,7 +269,7 @@ class Database:
                     raw = fast.read(sql, [c.field for c in read], [c.type for c in read])
                 except FastPathFailed:  # rare: the slower cursor path reads it or names the damage
                     self._check_integers(table, columns, where)
-                    return mark_absent(self._read_generic(generic, columns), absent)
+                    return mark_absent(self._read_generic(self.select(table, columns, where), columns), absent)
             arrays: list[pa.Array | pa.ChunkedArray] = []
             for col in columns:
                 typ = _ARROW_TYPES[col.type]
@@ -283,6 +287,18 @@ class Database:
 
         return fetch
 
+    def _head(self, table: str, columns: Sequence[Column]) -> str:
+        """``SELECT <columns> FROM <table>`` for the fast reader, compiled once per table and
+        column list (a streamed conversion makes thousands of reads of a few shapes)."""
+        key = (table, tuple(columns))
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = self._compiled(self.select(table, columns, plain=True))
+        return head
+
+    def _compiled(self, clause: sa.ClauseElement) -> str:
+        return str(clause.compile(self.engine, compile_kwargs={"literal_binds": True}))
+
     def run(self, call: Callable[[], Any]) -> Future[Any]:
         """Run ``call`` on the reader threads (after the reads queued before it)."""
         if self._pool is None:
@@ -293,7 +309,7 @@ class Database:
         self,
         table: str,
         columns: Sequence[Column],
-        where: sa.ColumnElement[bool] | None = None,
+        where: Where = None,
         then: Callable[[pa.Table], Any] | None = None,
     ) -> Future[Any]:
         """Start one :meth:`read_table` on the database's two reader threads and return at once.
@@ -313,7 +329,7 @@ class Database:
     @contextlib.contextmanager
     def reading(
         self,
-        requests: dict[str, tuple[str, Sequence[Column], sa.ColumnElement[bool] | None]],
+        requests: dict[str, tuple[str, Sequence[Column], Where]],
     ) -> Iterator[Mapping[str, pa.Table]]:
         """Start every :meth:`read_table` at once, two at a time, and hand back a mapping whose
         items wait for their own query only.
@@ -342,11 +358,12 @@ class Database:
             wait(futures)
 
     def scalar_rows(self, sql: str) -> list[tuple[Any, ...]]:
-        """A small query (metadata, enums) through SQLAlchemy."""
+        """A small query (metadata, enums, chunk spans) through SQLAlchemy's connection, as
+        the driver's own SQL (a text clause would scan it for bind parameters)."""
         with self.translate_errors(), self.engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(sa.text(sql))]
+            return [tuple(r) for r in conn.exec_driver_sql(sql)]
 
-    def _check_integers(self, table: str, columns: Sequence[Column], where: sa.ColumnElement[bool] | None) -> None:
+    def _check_integers(self, table: str, columns: Sequence[Column], where: Where) -> None:
         """Refuse text, reals and BLOBs in integer columns (the cursor path's CAST would make them
         0). Runs only when the fast reader, which refuses mixed types, could not read the table."""
         present = self.columns(table)

@@ -8,6 +8,7 @@ absent optional column its default. Names are resolved through ``StringIds`` in 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -104,6 +105,7 @@ class _Window:
     others: pa.Table | None  # marks, thread names, domain creations
     ranges: pa.Table
     thread_keys: np.ndarray
+    stop: int | None = None  # rowid windows: the first rowid after the window
 
 
 class Stream:
@@ -135,7 +137,10 @@ class Stream:
         self.db = db
         self.window_rows = window_rows
         self._prepare = prepare
-        self._next, self._last = 0, -1  # rowids still to read (none without NVTX_EVENTS)
+        # Rowids still to read (none without NVTX_EVENTS); None while a window's read is finding
+        # where the next one starts.
+        self._next: int | None = 0
+        self._last = -1
         self._pending: list[Future[_Window]] = []
         self._slabs: list[Slab] | None = None  # by_start: the slabs still to read
         self._latest_range: int | None = None
@@ -159,16 +164,18 @@ class Stream:
         if db.has("NVTX_EVENTS"):
             db.select("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
             t = db.table("NVTX_EVENTS")
-            self._types = sa.or_(
+            types = sa.or_(
                 t.c.eventType.in_(RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)),
                 t.c.eventType.is_(None),
             )
+            self._types_sql = "(" + str(types.compile(db.engine, compile_kwargs={"literal_binds": True})) + ")"
             # Two subqueries: SQLite answers a lone min() or max() of rowid from the b-tree's ends,
             # but scans every row for both in one SELECT (0.16 s at 2M rows).
             ((first, last),) = db.scalar_rows(
                 "SELECT (SELECT min(rowid) FROM NVTX_EVENTS), (SELECT max(rowid) FROM NVTX_EVENTS)"
             )
-            self._next, self._last = int(first or 0), int(last or -1)
+            self._next = self._first = int(first or 0)
+            self._last = int(last or -1)
             if by_start:
                 self._plan_slabs(t)
             for _ in range(self.AHEAD):
@@ -200,15 +207,11 @@ class Stream:
         self._thread_names: list[pa.Table] = []
         self._thread_keys: list[np.ndarray] = []
 
-    def _more(self) -> bool:
-        return bool(self._slabs) if self._slabs is not None else self._next <= self._last
-
     def _plan_slabs(self, t: sa.TableClause) -> None:
         """Slabs in start order from one grouped scan; domain names first, as a slab may hold
         ranges of a domain whose creation row comes in a later slab."""
-        types = str(self._types.compile(self.db.engine, compile_kwargs={"literal_binds": True}))
         latest = f"CASE WHEN eventType IN {RANGE_TYPES} THEN start END"
-        queries = chunk_queries("NVTX_EVENTS", types, latest, self._next, self._last)
+        queries = chunk_queries("NVTX_EVENTS", self._types_sql, latest, self._first, self._last)
         stats = chunks([row for q in queries for row in self.db.scalar_rows(q)])
         bounds = plan([stats], self.window_rows)
         if stats is None:  # a start that is not an integer: the one slab's read names it
@@ -222,24 +225,29 @@ class Stream:
     def _submit_window(self) -> None:
         if self._slabs is not None:
             if self._slabs:
-                where = sa.and_(self._types, sa.text(self._slabs.pop(0).where()))
+                where = sa.text(f"{self._types_sql} AND {self._slabs.pop(0).where()}")
                 self._pending.append(self.db.submit("NVTX_EVENTS", NVTX, where, then=self._split))
             return
-        if self._next > self._last:
+        if self._next is None or self._next > self._last:
             return
-        # A window is the next window_rows rows, not a span of rowids: a row moved to rowid 2^62
-        # would otherwise cost 2^45 empty windows, and windows (hence the dataset) would depend on
-        # rowid gaps. Dense rowids give the same windows as arithmetic would; the OFFSET walk costs
-        # about 3 ms per 131,072 rows.
+        first, self._next = self._next, None  # the window's read finds where the next starts
+        self._pending.append(self.db.run(functools.partial(self._read_window, first)))
+
+    def _read_window(self, first: int) -> _Window:
+        """On a reader thread: the window of the next window_rows rows from rowid ``first``.
+
+        A window is the next window_rows rows, not a span of rowids: a row moved to rowid 2^62
+        would otherwise cost 2^45 empty windows, and windows (hence the dataset) would depend on
+        rowid gaps. Dense rowids give the same windows as arithmetic would; the OFFSET walk costs
+        about 3 ms per 131,072 rows.
+        """
         end = self.db.scalar_rows(
-            f"SELECT rowid FROM NVTX_EVENTS WHERE rowid >= {self._next} ORDER BY rowid "
-            f"LIMIT 1 OFFSET {self.window_rows}"
+            f"SELECT rowid FROM NVTX_EVENTS WHERE rowid >= {first} ORDER BY rowid LIMIT 1 OFFSET {self.window_rows}"
         )
         stop = int(end[0][0]) if end else self._last + 1
-        rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
-        where = sa.and_(self._types, rowid >= self._next, rowid < stop)
-        self._pending.append(self.db.submit("NVTX_EVENTS", NVTX, where, then=self._split))
-        self._next = stop
+        where = sa.text(f"{self._types_sql} AND rowid >= {first} AND rowid < {stop}")
+        window = self._split(self.db.read_table("NVTX_EVENTS", NVTX, where))
+        return dataclasses.replace(window, stop=stop)
 
     def _split(self, ev: pa.Table) -> _Window:
         """On a reader thread: a window's ranges, normalized and ``prepare``d, with domain names
@@ -257,6 +265,8 @@ class Stream:
         """The ranges, one window of rowids at a time, in export order."""
         while self._pending:
             window = self._pending.pop(0).result()
+            if window.stop is not None:
+                self._next = window.stop
             if len(self._pending) < self.AHEAD:
                 self._submit_window()
             self._rows_read += window.rows
