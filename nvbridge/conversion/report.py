@@ -178,7 +178,10 @@ class _Outputs:
         self.tmp = tmp
         self.engine = engine
         self.ops = OpsTally()
-        self.writer = parquet.TableWriter(tmp / "ops.parquet")
+        # Windows' ops regrouped into row groups of ROW_GROUP_ROWS: a row group per window cost
+        # 2-7 ms of encoder set-up each (a compressor and a dictionary per column chunk).
+        self.ops_out = _Grouped(tmp / "ops.parquet", lambda: self._no_ops)
+        self._no_ops = pa.table({})
         self.trace = trace
         self.feed: TraceFeed | None = None
         self._info, self._stream = info, stream_in
@@ -194,7 +197,9 @@ class _Outputs:
         return self.feed
 
     def window(self, chunk: pa.Table, first: list[int]) -> None:
-        self.writer.write(chunk)
+        if not self._no_ops.num_columns:
+            self._no_ops = chunk.slice(0, 0)
+        self.ops_out.write([chunk])
         self.ops.add(chunk)
         feed = self._trace(first)
         if feed is not None:
@@ -213,6 +218,7 @@ class _Outputs:
 
     def finish(self, first: list[int], tables: dict[str, pa.Table]) -> None:
         feed = self._trace(first)
+        self.ops_out.write([], last=True)
         self._final(feed, last=True)
         for name, table in tables.items():
             parquet.write_table(table, self.tmp / f"{name}.parquet")
@@ -232,17 +238,18 @@ class _Outputs:
             self.feed.abort()
 
     def close(self) -> None:
-        for out in (self.writer, self.api.writer, self.gpu.writer):
+        for out in (self.ops_out.writer, self.api.writer, self.gpu.writer):
             out.close()
 
 
 class _Grouped:
-    """api_calls or gpu_ops, written in row groups of ROW_GROUP_ROWS rows as they become final
-    (``empty``: the table without rows, written when none came, for its columns)."""
+    """ops, api_calls or gpu_ops, written in row groups of ROW_GROUP_ROWS rows as they become
+    final (``empty``: the table without rows, written when none came, for its columns)."""
 
     def __init__(self, path: Path, empty: Callable[[], pa.Table]) -> None:
         self.writer = parquet.TableWriter(path)
         self._empty = empty
+        self._schema: pa.Schema | None = None
         self._held: list[pa.Table] = []
         self._rows = 0
         self._written = False
@@ -250,7 +257,11 @@ class _Grouped:
     def write(self, tables: list[pa.Table], last: bool = False) -> list[pa.Table]:
         """Hold ``tables``; write the full row groups among the rows held (``last``: all of
         them). Returns the row groups written."""
-        self._held += [t for t in tables if t.num_rows]
+        if self._schema is None and tables:
+            self._schema = tables[0].schema
+        # A column may change type between windows (a domain named only in later ones): the
+        # first table's types hold for the file, as TableWriter casts.
+        self._held += [t if t.schema == self._schema else t.cast(self._schema) for t in tables if t.num_rows]
         self._rows += sum(t.num_rows for t in tables)
         size = parquet.ROW_GROUP_ROWS
         if self._rows < size and not (last and self._rows):

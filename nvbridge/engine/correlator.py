@@ -220,7 +220,7 @@ class Correlator:
         # Carried ranges are tree ranges: only OPEN_AT_END can be set on them.
         p_end, p_open = window.ends(prev.raw, p_start, self.capture_end, self._open_marker)
         return window.Rows(
-            pa.concat_tables([prev.raw, new]),
+            pa.concat_tables([prev.raw, new]).combine_chunks(),  # one copy, not one per column read
             np.concatenate([prev.op_id, op_id]),
             np.concatenate([p_start, start]),
             np.concatenate([p_end, end]),
@@ -242,7 +242,7 @@ class Correlator:
                 s[name][:k] += prev.sums[name]
             sums.gpu_first[:k] = np.minimum(sums.gpu_first[:k], prev.gpu_first)
             sums.gpu_last[:k] = np.maximum(sums.gpu_last[:k], prev.gpu_last)
-            parsed = pa.concat_tables([prev.parsed, parsed])
+            parsed = pa.concat_tables([prev.parsed, parsed]).combine_chunks()
         pid = np_col(rows.raw, "process_id", fill=0)
         tid = np_col(rows.raw, "thread_id", fill=-1)
         torch_cols, state, links = semantics.annotate(

@@ -34,7 +34,8 @@ def stream(engine: Correlator, windows: Iterable[pa.Table], fetch: Fetch) -> Ite
         held: pa.Table | None = None
         for part in windows:
             if held is not None and held.num_rows:
-                part = pa.concat_tables([held.cast(part.schema), part])
+                # One chunk per column: every later NumPy view of it is then zero-copy.
+                part = pa.concat_tables([held.cast(part.schema), part]).combine_chunks()
             if part.num_rows == 0:
                 continue
             start = np_col(part, "start_ns")

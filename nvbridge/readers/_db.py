@@ -236,15 +236,11 @@ class Database:
         query = sa.select(*exprs).select_from(t)
         return query.where(where) if where is not None else query
 
-    def read_table(
-        self, table: str, columns: Sequence[Column], where: Where = None
-    ) -> pa.Table:
+    def read_table(self, table: str, columns: Sequence[Column], where: Where = None) -> pa.Table:
         """Read ``columns`` of ``table`` into an Arrow table; an absent table reads as zero rows."""
         return self._prepare(table, columns, where)()
 
-    def _prepare(
-        self, table: str, columns: Sequence[Column], where: Where
-    ) -> Callable[[], pa.Table]:
+    def _prepare(self, table: str, columns: Sequence[Column], where: Where) -> Callable[[], pa.Table]:
         """Do the SQLAlchemy work of a read (reflection, building and compiling the query) now,
         in the calling thread; the returned call only fetches rows and may run on a worker."""
         if table not in self.table_names:

@@ -126,7 +126,10 @@ class SlabTable:
     def _take(self, t: int | None) -> pa.Table | None:
         if not self._held:
             return None
-        held = pa.concat_tables(self._held).unify_dictionaries() if len(self._held) > 1 else self._held[0]
+        # One chunk per column, so the engine's NumPy views of it are zero-copy.
+        held = (
+            pa.concat_tables(self._held).unify_dictionaries().combine_chunks() if len(self._held) > 1 else self._held[0]
+        )
         self._held = []
         if t is None:
             return held
