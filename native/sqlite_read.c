@@ -303,6 +303,74 @@ static PyObject *Reader_read(Reader *self, PyObject *args) {
     return out;
 }
 
+/* Per rowid chunk: rows with a start, min and max start, rows without one, max ``latest``. */
+typedef struct {
+    int64_t *count, *lo, *hi, *nulls, *latest;
+} Spans;
+
+static PyObject *Reader_chunk_spans(Reader *self, PyObject *args) {
+    const char *sql;
+    long long first, size;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "sLLn", &sql, &first, &size, &n)) return NULL;
+    if (!self->db) {
+        PyErr_SetString(Unreadable, "the reader is closed");
+        return NULL;
+    }
+    if (size <= 0 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "chunk size and count must be positive");
+        return NULL;
+    }
+    int64_t *buf = malloc((size_t)(5 * n + 1) * sizeof(int64_t));
+    if (!buf) return PyErr_NoMemory();
+    Spans s = {buf, buf + n, buf + 2 * n, buf + 3 * n, buf + 4 * n};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        s.count[i] = s.nulls[i] = 0;
+        s.lo[i] = INT64_MAX;
+        s.hi[i] = s.latest[i] = INT64_MIN;
+    }
+    sqlite3_stmt *stmt = NULL;
+    int rc, typed = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sqlite3_prepare_v2(self->db, sql, -1, &stmt, NULL);
+    if (rc == SQLITE_OK && sqlite3_column_count(stmt) != 3) rc = SQLITE_MISUSE;
+    while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        int64_t chunk = (sqlite3_column_int64(stmt, 0) - first) / size;
+        if (chunk < 0 || chunk >= n) continue;
+        int st = sqlite3_column_type(stmt, 1), lt = sqlite3_column_type(stmt, 2);
+        if ((st != SQLITE_INTEGER && st != SQLITE_NULL) || (lt != SQLITE_INTEGER && lt != SQLITE_NULL)) {
+            typed = 0;
+            break;
+        }
+        if (st == SQLITE_NULL) {
+            s.nulls[chunk]++;
+        } else {
+            int64_t v = sqlite3_column_int64(stmt, 1);
+            s.count[chunk]++;
+            if (v < s.lo[chunk]) s.lo[chunk] = v;
+            if (v > s.hi[chunk]) s.hi[chunk] = v;
+        }
+        if (lt != SQLITE_NULL) {
+            int64_t v = sqlite3_column_int64(stmt, 2);
+            if (v > s.latest[chunk]) s.latest[chunk] = v;
+        }
+        rc = SQLITE_OK;
+    }
+    Py_END_ALLOW_THREADS
+    if (rc != SQLITE_DONE && rc != SQLITE_OK && typed) {
+        PyErr_Format(Unreadable, "%s", sqlite3_errmsg(self->db));
+        sqlite3_finalize(stmt);
+        free(buf);
+        return NULL;
+    }
+    sqlite3_finalize(stmt);
+    if (!typed) {
+        free(buf);
+        Py_RETURN_NONE;
+    }
+    return native_buffer(buf, (Py_ssize_t)(5 * n * sizeof(int64_t)));
+}
+
 static PyObject *Reader_close(Reader *self, PyObject *Py_UNUSED(ignored)) {
     if (self->db) {
         sqlite3_close_v2(self->db);
@@ -349,6 +417,11 @@ static PyMethodDef Reader_methods[] = {
      "read(sql, kinds, capacity=65536) -> [(rows, nulls, validity, values[, data]), ...]\n\n"
      "Every row of ``sql``; ``kinds`` names each result column's type: i int64, f float64, "
      "s UTF-8 text, b blob. Raises Unreadable on an SQLite error or a value of another type."},
+    {"chunk_spans", (PyCFunction)Reader_chunk_spans, METH_VARARGS,
+     "chunk_spans(sql, first, size, n) -> int64 buffer [5][n] or None\n\n"
+     "``sql`` selects (rowid, start, latest) rows; per chunk of ``size`` rowids from ``first``: "
+     "rows with a start, the least and greatest start (INT64_MAX/MIN if none), rows without one, "
+     "the greatest latest (INT64_MIN if none). None where a start or latest is not an integer."},
     {"close", (PyCFunction)Reader_close, METH_NOARGS, "Close the connection."},
     {NULL}};
 

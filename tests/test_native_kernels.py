@@ -54,3 +54,39 @@ def test_compiled_tree_matches_the_numpy_forest(case: tuple[window.Rows, np.ndar
     np.testing.assert_array_equal(got.in_tree, want.in_tree)
     np.testing.assert_array_equal(got.api_local, want.api_local)
     np.testing.assert_array_equal(rows.flags, twin.flags)  # CROSSING flags
+
+
+def test_compiled_chunk_spans_match_the_sql_aggregates() -> None:
+    """Slab planning's chunk spans from one compiled pass equal the per-chunk SQL aggregates, on
+    every real export and sample, for API calls, kernels and NVTX ranges (with their filter)."""
+    from nvbridge.readers._db import Database
+    from nvbridge.readers.nsys_tables import RANGE_TYPES
+    from nvbridge.readers.slabs import chunk_queries, chunks
+    from tests.conftest import REAL_DB, SAMPLE_DB
+
+    reads = [
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "1", "end"),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "1", "end"),
+        (
+            "NVTX_EVENTS",
+            "eventType IN (59, 60, 70, 71, 34, 39, 75) OR eventType IS NULL",
+            f"CASE WHEN eventType IN {RANGE_TYPES} THEN start END",
+        ),
+    ]
+    compared = 0
+    for path in [*sorted(REAL_DB.glob("nsys-*.sqlite")), *sorted(SAMPLE_DB.glob("*.sqlite"))]:
+        with Database(path) as db:
+            for table, where, latest in reads:
+                if not db.has(table):
+                    continue
+                ((first, last),) = db.scalar_rows(f"SELECT min(rowid), max(rowid) FROM {table}")
+                if first is None:
+                    continue
+                got = db.chunk_spans(table, where, latest, first, last)
+                want = chunks([r for q in chunk_queries(table, where, latest, first, last) for r in db.scalar_rows(q)])
+                assert got is not None and want is not None
+                for field in ("first", "last", "with_start", "lo", "hi"):
+                    np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+                assert (got.without_start, got.latest) == (want.without_start, want.latest)
+                compared += 1
+    assert compared >= 30

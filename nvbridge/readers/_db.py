@@ -25,6 +25,7 @@ from nvbridge.columns import one_chunk
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
 from nvbridge.readers._sqlite import FastPathFailed, FastReads
+from nvbridge.readers.slabs import Chunks, chunk_queries, chunk_size, chunks, from_spans
 from nvbridge.readers.validate import BadRows, mark_absent, non_integers
 
 ColumnType = Literal["int", "str", "float", "bytes"]
@@ -358,6 +359,20 @@ class Database:
         the driver's own SQL (a text clause would scan it for bind parameters)."""
         with self.translate_errors(), self.engine.connect() as conn:
             return [tuple(r) for r in conn.exec_driver_sql(sql)]
+
+    def chunk_spans(self, table: str, where: str, latest: str, first: int, last: int) -> Chunks | None:
+        """:class:`~nvbridge.readers.slabs.Chunks` of ``table``'s rows matching ``where`` (SQL)
+        with rowids ``first..last``: one pass of the compiled reader, or else one aggregate per
+        chunk. None when a start is not an integer (the read that follows names the damage)."""
+        size = chunk_size(first, last)
+        if self._fast is not None:
+            sql = f"SELECT rowid, start, {latest} FROM {table} WHERE rowid BETWEEN {first} AND {last} AND ({where})"
+            try:
+                spans = self._fast.chunk_spans(sql, first, size, -(-(last - first + 1) // size))
+                return None if spans is None else from_spans(first, size, spans)
+            except FastPathFailed:
+                pass  # the aggregates below read it, or name what is wrong
+        return chunks([row for q in chunk_queries(table, where, latest, first, last) for row in self.scalar_rows(q)])
 
     def _check_integers(self, table: str, columns: Sequence[Column], where: Where) -> None:
         """Refuse text, reals and BLOBs in integer columns (the cursor path's CAST would make them

@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from nvbridge.compiled import native
@@ -54,6 +55,21 @@ class FastReads:
         except native.Unreadable as exc:
             raise FastPathFailed(str(exc)) from exc
         return pa.table([_array(kind, col) for kind, col in zip(kinds, columns)], names=list(names))
+
+    def chunk_spans(self, sql: str, first: int, size: int, n: int) -> np.ndarray | None:
+        """nvbridge._native's per-chunk spans of ``sql``'s (rowid, start, latest) rows: an int64
+        array [5][n]; None where a start or latest is not an integer.
+
+        Raises:
+            FastPathFailed: the reader is not built, or SQLite failed.
+        """
+        if native is None:
+            raise FastPathFailed("nvbridge._native is not built")
+        try:
+            spans = self._reader().chunk_spans(sql, first, size, n)
+        except native.Unreadable as exc:
+            raise FastPathFailed(str(exc)) from exc
+        return None if spans is None else np.frombuffer(spans, np.int64)
 
     def _reader(self) -> Reader:
         reader: Reader | None = getattr(self._local, "reader", None)

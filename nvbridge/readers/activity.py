@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from nvbridge.columns import np_col
 from nvbridge.readers._db import ROWID, Column, Database
-from nvbridge.readers.slabs import Chunks, chunk_queries, chunks, plan
+from nvbridge.readers.slabs import Chunks, chunks, plan
 
 # How long after its API call ends a GPU op may start and still be read in that call's window:
 # the real exports' longest is 16 ms. A later one is noticed, and the conversion tries again
@@ -152,8 +152,7 @@ def _scan(db: Database, table: str) -> tuple[tuple[int, int, int], Chunks | None
         f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table}), (SELECT count(*) FROM {table})"
     )
     first, last = int(first or 0), int(last if last is not None else -1)
-    stats = chunks([row for q in chunk_queries(table, "1", "end", first, last) for row in db.scalar_rows(q)])
-    return (first, last, int(rows or 0)), stats
+    return (first, last, int(rows or 0)), db.chunk_spans(table, "1", "end", first, last)
 
 
 def _normalized(normalize: Normalize, raw: pa.Table) -> tuple[pa.Table | None, np.ndarray]:

@@ -48,7 +48,7 @@ from nvbridge.readers.nsys_tables import (
     nvtx_others,
     thread_table,
 )
-from nvbridge.readers.slabs import Slab, chunk_queries, chunks, plan
+from nvbridge.readers.slabs import Slab, plan
 
 # bench_convert reads the raw tables as these declarations say.
 __all__ = [
@@ -211,8 +211,7 @@ class Stream:
         """Slabs in start order from one grouped scan; domain names first, as a slab may hold
         ranges of a domain whose creation row comes in a later slab."""
         latest = f"CASE WHEN eventType IN {RANGE_TYPES} THEN start END"
-        queries = chunk_queries("NVTX_EVENTS", self._types_sql, latest, self._first, self._last)
-        stats = chunks([row for q in queries for row in self.db.scalar_rows(q)])
+        stats = self.db.chunk_spans("NVTX_EVENTS", self._types_sql, latest, self._first, self._last)
         bounds = plan([stats], self.window_rows)
         if stats is None:  # a start that is not an integer: the one slab's read names it
             self._slabs = [Slab(None, None, None, False)]

@@ -72,11 +72,16 @@ class Slab:
         return f"(({cond}) OR start IS NULL)" if self.nulls else f"({cond})"
 
 
+def chunk_size(first: int, last: int) -> int:
+    """Rowids per chunk for rowids ``first..last``: about CHUNKS chunks, a power of two."""
+    return 1 << max(10, ((last - first + 1) // CHUNKS).bit_length())
+
+
 def chunk_queries(table: str, where: str, latest: str, first: int, last: int) -> list[str]:
     """The scans behind :class:`Chunks`: rowids ``first..last`` in about CHUNKS chunks, each an
     aggregate over one rowid range (a b-tree seek and a run, no sort), a few hundred per
     statement. ``latest``: the SQL expression whose maximum :attr:`Chunks.latest` holds."""
-    size = 1 << max(10, ((last - first + 1) // CHUNKS).bit_length())
+    size = chunk_size(first, last)
     selects = [
         f"SELECT {a}, {a + size - 1}, count(start), min(start), max(start), count(*) - count(start), "
         f"max({latest}) FROM {table} WHERE rowid BETWEEN {a} AND {a + size - 1} AND ({where})"
@@ -102,6 +107,18 @@ def chunks(rows: Sequence[Sequence[Any]]) -> Chunks | None:
         col[4][has],
         sum(int(r[5] or 0) for r in rows),
         max(latest, default=None),
+    )
+
+
+def from_spans(first: int, size: int, spans: np.ndarray) -> Chunks:
+    """:class:`Chunks` from nvbridge._native's chunk_spans: per chunk of ``size`` rowids from
+    ``first``, rows with a start, least and greatest start, rows without one, greatest latest."""
+    count, lo, hi, nulls, latest = spans.reshape(5, -1)
+    has = np.flatnonzero(count > 0)
+    a = first + has * size
+    known = latest[latest != np.iinfo(np.int64).min]
+    return Chunks(
+        a, a + size - 1, count[has], lo[has], hi[has], int(nulls.sum()), int(known.max()) if len(known) else None
     )
 
 
