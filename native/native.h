@@ -13,5 +13,6 @@ PyObject *native_buffer(void *data, Py_ssize_t size);
 int native_add_reader(PyObject *module);
 int native_add_names(PyObject *module);
 int native_add_tree(PyObject *module);
+int native_add_rows(PyObject *module);
 
 #endif

@@ -34,30 +34,23 @@ def take_or_null(values: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Ar
 
 @dataclass(frozen=True, slots=True)
 class Links:
-    """Per row: the linked forward op (-1 none), its module path, input shapes and dtypes, and
-    the link the row's own seq gave (evaluate-function wrappers take their node's instead)."""
+    """Per row: the linked forward op (-1 none), the pool ids (:meth:`ForwardIndex.strings`; -1
+    none) of its module path, input shapes and dtypes, and the link the row's own seq gave
+    (evaluate-function wrappers take their node's instead). NumPy only: rows carried between
+    windows and re-taken cost no string copies."""
 
     op_id: np.ndarray
-    module: pa.Array
-    shapes: pa.Array
+    module: np.ndarray
+    shapes: np.ndarray
     own: np.ndarray
-    dtypes: pa.Array
+    dtypes: np.ndarray
 
     def take(self, rows: np.ndarray) -> Links:
-        idx = pa.array(rows)
-        return Links(
-            self.op_id[rows], self.module.take(idx), self.shapes.take(idx), self.own[rows], self.dtypes.take(idx)
-        )
+        return Links(self.op_id[rows], self.module[rows], self.shapes[rows], self.own[rows], self.dtypes[rows])
 
     @staticmethod
     def concat(parts: list[Links]) -> Links:
-        return Links(
-            np.concatenate([p.op_id for p in parts]),
-            pa.concat_arrays([p.module for p in parts]),
-            pa.concat_arrays([p.shapes for p in parts]),
-            np.concatenate([p.own for p in parts]),
-            pa.concat_arrays([p.dtypes for p in parts]),
-        )
+        return Links(*(np.concatenate([getattr(p, f) for p in parts]) for f in Links.__slots__))
 
 
 class ForwardIndex:
@@ -99,7 +92,8 @@ class ForwardIndex:
         idx = np.asarray(enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False), np.int64)
         return pool[idx]
 
-    def _pooled(self, ids: np.ndarray) -> pa.Array:
+    def strings(self, ids: np.ndarray) -> pa.Array:
+        """The pooled strings of ``ids`` (null for -1)."""
         if len(self._pool) != len(self._values):
             self._pool = pa.array(self._values, pa.string())
         return take_or_null(self._pool, ids)
@@ -153,7 +147,7 @@ class ForwardIndex:
             self._remember(
                 True, c_keys[is_top], seq[cand][is_top], start[cand][is_top], tuple(v[is_top] for v in c_vals)
             )
-        return Links(found[0], self._pooled(found[1]), self._pooled(found[2]), found[0], self._pooled(found[4]))
+        return Links(found[0], found[1], found[2], found[0], found[4])
 
     def _decide(
         self,

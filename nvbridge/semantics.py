@@ -85,7 +85,7 @@ def annotate(
     if carried is not None and k:
         links = Links.concat([carried, links.take(np.arange(k, n))])
     links = _wrapper_links(parent, is_eval, links)
-    return _columns(parent, depth, parsed, module, links)
+    return _columns(parent, depth, parsed, module, links, index)
 
 
 def _module_paths(parent: np.ndarray, depth: np.ndarray, parsed: pa.Table) -> pa.Array:
@@ -125,28 +125,26 @@ def _wrapper_links(parent: np.ndarray, is_eval: np.ndarray, links: Links) -> Lin
         take = is_eval & (links.own < 0) & (child >= 0)
         if take.any():
             src = np.where(take, child, np.arange(n))
-            links = Links(
-                links.op_id[src],
-                links.module.take(pa.array(src)),
-                links.shapes.take(pa.array(src)),
-                links.own,
-                links.dtypes.take(pa.array(src)),
-            )
+            links = Links(links.op_id[src], links.module[src], links.shapes[src], links.own, links.dtypes[src])
     return links
 
 
 def _columns(
-    parent: np.ndarray, depth: np.ndarray, parsed: pa.Table, module: pa.Array, links: Links
+    parent: np.ndarray, depth: np.ndarray, parsed: pa.Table, module: pa.Array, links: Links, index: ForwardIndex
 ) -> tuple[dict[str, pa.Array | pa.ChunkedArray], pa.Table, Links]:
     """The window's PyTorch columns, with backward rows filled from their forward op, and the
     state to carry; see annotate."""
     n = len(parent)
     link = links.op_id
     fwd = pa.array(link >= 0)
-    module_path = pc.if_else(pc.and_(fwd, pc.is_null(module)), links.module, module)
+    # A backward row takes its forward op's value where it has none of its own.
+    inherit = link >= 0
+    module_path = module
+    if (inherit & (links.module >= 0)).any():
+        module_path = pc.if_else(pc.and_(fwd, pc.is_null(module)), index.strings(links.module), module)
     shapes = one_chunk(parsed.column("input_shapes"))
-    if shapes.null_count < n or links.shapes.null_count < n:
-        shapes = pc.if_else(pc.and_(fwd, pc.is_null(shapes)), links.shapes, shapes)
+    if (inherit & (links.shapes >= 0)).any():
+        shapes = pc.if_else(pc.and_(fwd, pc.is_null(shapes)), index.strings(links.shapes), shapes)
 
     stack = one_chunk(parsed.column("stack"))
     if stack.null_count < n:
@@ -162,8 +160,8 @@ def _columns(
     }
     cols["input_shapes"] = shapes
     dtypes = one_chunk(parsed.column("input_dtypes"))
-    if dtypes.null_count < n or links.dtypes.null_count < n:
-        dtypes = pc.if_else(pc.and_(fwd, pc.is_null(dtypes)), links.dtypes, dtypes)
+    if (inherit & (links.dtypes >= 0)).any():
+        dtypes = pc.if_else(pc.and_(fwd, pc.is_null(dtypes)), index.strings(links.dtypes), dtypes)
     cols["input_dtypes"] = dtypes
     cols["input_values"] = parsed.column("input_values")
     cols.update(

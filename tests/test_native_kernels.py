@@ -90,3 +90,17 @@ def test_compiled_chunk_spans_match_the_sql_aggregates() -> None:
                 assert (got.without_start, got.latest) == (want.without_start, want.latest)
                 compared += 1
     assert compared >= 30
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda k: st.lists(st.tuples(*[st.integers(-2, 3)] * k), max_size=80)))
+def test_compiled_duplicate_count_matches_numpy(rows: list[tuple[int, ...]]) -> None:
+    """validate.unique's count of duplicated rows: one hash-set pass equals the sort-based one."""
+    from nvbridge.readers.validate import _duplicates
+
+    if not rows:
+        return
+    cols = [np.array(c, np.int64) for c in zip(*rows)]
+    assert native is not None
+    assert native.duplicates(*cols) == _duplicates([c.astype(np.uint64) for c in cols])
+    assert native.duplicates(*cols) == len(rows) - len(set(rows))

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
+from nvbridge.compiled import native
 
 if TYPE_CHECKING:
     from nvbridge.readers._db import Column
@@ -95,9 +96,19 @@ def unique(table: str, t: pa.Table, key: Sequence[str], what: str) -> None:
     """Refuse rows equal on every column of ``key`` (``what`` says what that key means)."""
     if t.num_rows < 2:
         return
-    cols = [np_col(t, k, fill=-1).astype(np.uint64) for k in key]
+    if native is not None:  # one pass with a hash set
+        n = native.duplicates(*(np.ascontiguousarray(np_col(t, k, fill=-1), np.int64) for k in key))
+    else:
+        n = _duplicates([np_col(t, k, fill=-1).astype(np.uint64) for k in key])
+    if n:
+        raise BadRows(f"{table} holds {_rows(n)} duplicated ({what}); {_FIX}.")
+
+
+def _duplicates(cols: list[np.ndarray]) -> int:
+    """Rows equal to another on every column (NumPy: hashes sorted, equal ones compared)."""
+    n_rows = len(cols[0])
     # A 64-bit hash per row, sorted; only equal hashes are compared column by column.
-    h = np.zeros(t.num_rows, np.uint64)
+    h = np.zeros(n_rows, np.uint64)
     for c in cols:
         h = (h ^ c) * np.uint64(0x100000001B3)
         h ^= h >> np.uint64(29)
@@ -105,13 +116,12 @@ def unique(table: str, t: pa.Table, key: Sequence[str], what: str) -> None:
     hs = h[order]
     same = np.flatnonzero(hs[1:] == hs[:-1])
     if not len(same):
-        return
+        return 0
     a, b = order[same], order[same + 1]
     equal = np.ones(len(same), bool)
     for c in cols:
         equal &= c[a] == c[b]
-    if n := int(np.count_nonzero(equal)):
-        raise BadRows(f"{table} holds {_rows(n)} duplicated ({what}); {_FIX}.")
+    return int(np.count_nonzero(equal))
 
 
 def names_found(table: str, column: str, ids: np.ndarray, resolved: pa.Array, strings_table: str) -> None:
