@@ -150,7 +150,9 @@ static int read_rows(sqlite3_stmt *stmt, Column *cols, int ncols, int64_t *rows_
         }
         for (int c = 0; c < ncols; c++) {
             Column *col = &cols[c];
-            int type = sqlite3_column_type(stmt, c);
+            /* One value handle per field: sqlite3_column_* would look the column up per call. */
+            sqlite3_value *value = sqlite3_column_value(stmt, c);
+            int type = sqlite3_value_type(value);
             if (type == SQLITE_NULL) {
                 if (set_null(col, n, cap)) return READ_MEMORY;
                 if (col->kind == 's' || col->kind == 'b')
@@ -162,16 +164,16 @@ static int read_rows(sqlite3_stmt *stmt, Column *cols, int ncols, int64_t *rows_
             switch (col->kind) {
             case 'i':
                 if (type != SQLITE_INTEGER) goto bad_type;
-                ((int64_t *)col->vals)[n] = sqlite3_column_int64(stmt, c);
+                ((int64_t *)col->vals)[n] = sqlite3_value_int64(value);
                 break;
             case 'f':
                 if (type != SQLITE_FLOAT && type != SQLITE_INTEGER) goto bad_type;
-                ((double *)col->vals)[n] = sqlite3_column_double(stmt, c);
+                ((double *)col->vals)[n] = sqlite3_value_double(value);
                 break;
             case 's': {
                 if (type != SQLITE_TEXT) goto bad_type;
-                const unsigned char *text = sqlite3_column_text(stmt, c);
-                size_t len = (size_t)sqlite3_column_bytes(stmt, c);
+                const unsigned char *text = sqlite3_value_text(value);
+                size_t len = (size_t)sqlite3_value_bytes(value);
                 if (!text && len) return READ_MEMORY;
                 if (!utf8_valid(text, len)) goto bad_type;
                 int err = append_bytes(col, text, len);
@@ -181,8 +183,8 @@ static int read_rows(sqlite3_stmt *stmt, Column *cols, int ncols, int64_t *rows_
             }
             case 'b': {
                 if (type != SQLITE_BLOB) goto bad_type;
-                const void *blob = sqlite3_column_blob(stmt, c);
-                size_t len = (size_t)sqlite3_column_bytes(stmt, c);
+                const void *blob = sqlite3_value_blob(value);
+                size_t len = (size_t)sqlite3_value_bytes(value);
                 int err = append_bytes(col, blob, len);
                 if (err) return err == -2 ? READ_TOO_BIG : READ_MEMORY;
                 ((int32_t *)col->vals)[n + 1] = (int32_t)col->data_len;
