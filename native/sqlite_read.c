@@ -339,7 +339,8 @@ static PyObject *Reader_chunk_spans(Reader *self, PyObject *args) {
     while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
         int64_t chunk = (sqlite3_column_int64(stmt, 0) - first) / size;
         if (chunk < 0 || chunk >= n) continue;
-        int st = sqlite3_column_type(stmt, 1), lt = sqlite3_column_type(stmt, 2);
+        sqlite3_value *start = sqlite3_column_value(stmt, 1), *latest = sqlite3_column_value(stmt, 2);
+        int st = sqlite3_value_type(start), lt = sqlite3_value_type(latest);
         if ((st != SQLITE_INTEGER && st != SQLITE_NULL) || (lt != SQLITE_INTEGER && lt != SQLITE_NULL)) {
             typed = 0;
             break;
@@ -347,13 +348,13 @@ static PyObject *Reader_chunk_spans(Reader *self, PyObject *args) {
         if (st == SQLITE_NULL) {
             s.nulls[chunk]++;
         } else {
-            int64_t v = sqlite3_column_int64(stmt, 1);
+            int64_t v = sqlite3_value_int64(start);
             s.count[chunk]++;
             if (v < s.lo[chunk]) s.lo[chunk] = v;
             if (v > s.hi[chunk]) s.hi[chunk] = v;
         }
         if (lt != SQLITE_NULL) {
-            int64_t v = sqlite3_column_int64(stmt, 2);
+            int64_t v = sqlite3_value_int64(latest);
             if (v > s.latest[chunk]) s.latest[chunk] = v;
         }
         rc = SQLITE_OK;

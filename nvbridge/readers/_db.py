@@ -1,9 +1,10 @@
 """Read-only access to a profiler database, and the one place database errors are translated.
 
-SQLAlchemy reflects the tables and builds every query, so any SQLAlchemy URL works as input.
-Bulk rows of a local SQLite file travel straight into Arrow with the GIL released
-(:mod:`nvbridge.readers._sqlite`: nvbridge's compiled reader, or ConnectorX), 3.5x faster than
-a Python ``sqlite3`` loop; other URLs fall back to SQLAlchemy's cursor.
+A local SQLite file is read through SQLite itself: its tables and columns from the schema,
+bulk rows straight into Arrow with the GIL released (:mod:`nvbridge.readers._sqlite`:
+nvbridge's compiled reader, or ConnectorX), 3.5x faster than a Python ``sqlite3`` loop. Any
+other SQLAlchemy URL, and a local query the fast reader refused, go through SQLAlchemy
+(:mod:`nvbridge.readers._generic`, imported only then).
 """
 
 from __future__ import annotations
@@ -12,37 +13,35 @@ import contextlib
 import os
 import shutil
 import sqlite3
+import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-import sqlalchemy as sa
 
 from nvbridge.columns import one_chunk
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
 from nvbridge.readers._sqlite import FastPathFailed, FastReads
 from nvbridge.readers.slabs import Chunks, chunk_queries, chunk_size, chunks, from_spans
-from nvbridge.readers.validate import BadRows, mark_absent, non_integers
+from nvbridge.readers.validate import BadRows, mark_absent
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 ColumnType = Literal["int", "str", "float", "bytes"]
-_SA_TYPES: dict[str, Any] = {
-    "int": sa.Integer,
-    "str": sa.Text,
-    "float": sa.Float,
-    "bytes": sa.LargeBinary,
-}
-_ARROW_TYPES: dict[str, pa.DataType] = {
+ARROW_TYPES: dict[str, pa.DataType] = {
     "int": pa.int64(),
     "str": pa.string(),
     "float": pa.float64(),
     "bytes": pa.binary(),
 }
-# A read's row filter: an SQLAlchemy condition, or SQL text (built once, formatted per read).
-Where = sa.ColumnElement[bool] | sa.TextClause | None
+# A read's row filter: SQL text (for a URL, SQLAlchemy wraps it in text()).
+Where = str | None
 # Every SQLite table's row id, selectable as a column (a slab's rows carry it for their order).
 ROWID = "rowid"
 
@@ -62,8 +61,20 @@ class Column:
     default: int | str | None = None
 
 
-def _lenient_text(dbapi_connection: Any, _record: Any) -> None:
-    dbapi_connection.text_factory = lambda raw: raw.decode("utf-8", "replace")
+def lenient_text(raw: bytes) -> str:
+    """Text that is not UTF-8 (a corrupted NVTX message) reads with U+FFFD, not an error."""
+    return raw.decode("utf-8", "replace")
+
+
+def quote(name: str) -> str:
+    """An SQL identifier, quoted."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _database_errors() -> tuple[type[Exception], ...]:
+    """The driver errors to translate: SQLite's, and SQLAlchemy's wrappers once it is loaded."""
+    generic = sys.modules.get("nvbridge.readers._generic")
+    return (sqlite3.DatabaseError,) if generic is None else (sqlite3.DatabaseError, generic.DatabaseError)
 
 
 class _Results(Mapping[str, pa.Table]):
@@ -100,39 +111,69 @@ class Database:
     def __init__(self, source: str | os.PathLike[str]) -> None:
         text = os.fspath(source)
         self.path: Path | None = None
+        self._url: str | None = None
         if "://" in text:
-            url = sa.make_url(text)
-            self.name = url.database or url.render_as_string(hide_password=True)
-            if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-                self.path = Path(str(url.database))
+            from nvbridge.readers import _generic
+
+            self.name, local = _generic.url_parts(text)
+            if local is not None:
+                self.path = Path(local)
+            else:
+                self._url = text
         else:
             self.path = Path(text)
             self.name = self.path.name
         self._tmp: Path | None = None
         self._fast: FastReads | None = None
+        self._engine: sa.Engine | None = None
+        self._uri: str | None = None
         self._heads: dict[tuple[str, tuple[Column, ...]], str] = {}
+        self._local = threading.local()  # each thread's own sqlite3 connection
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
         if self.path is not None:
             check_file(self.path)
             self.name = self.path.name
             opened, immutable, self._tmp = readable_copy(self.path)
-            self._uri = uri = sqlite_uri(opened, immutable)
-            self._fast = FastReads(uri)
-            # The connection comes from a creator, not a URL string: SQLAlchemy would decode the
-            # percent-escapes, and a '#' or '?' in the path would then end it early.
-            self.engine = sa.create_engine(
-                "sqlite+pysqlite://",
-                creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False),
-            )
-            # Text that is not UTF-8 (a corrupted NVTX message) reads with U+FFFD, not an error.
-            sa.event.listen(self.engine, "connect", _lenient_text)
-        else:
-            self.engine = sa.create_engine(url)
+            self._uri = sqlite_uri(opened, immutable)
+            self._fast = FastReads(self._uri)
         self._pool: ThreadPoolExecutor | None = None
+        self._columns: dict[str, frozenset[str]] = {}
         with self.translate_errors():
-            self._tables: dict[str, sa.TableClause] = {}
-            self._inspector = sa.inspect(self.engine)
-            self.table_names: frozenset[str] = frozenset(self._inspector.get_table_names())
-            self._columns: dict[str, frozenset[str]] = {}
+            if self._url is not None:
+                from nvbridge.readers import _generic
+
+                names = _generic.table_names(self.engine)
+            else:
+                # As SQLAlchemy's inspector lists them: the tables, without SQLite's own.
+                names = [
+                    str(name)
+                    for (name,) in self.scalar_rows(
+                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite~_%' ESCAPE '~'"
+                    )
+                ]
+            self.table_names: frozenset[str] = frozenset(names)
+
+    @property
+    def engine(self) -> sa.Engine:
+        """SQLAlchemy's engine, made on first use (a URL's reads; a local file's slow path)."""
+        if self._engine is None:
+            from nvbridge.readers import _generic
+
+            self._engine = _generic.engine_for(self._url, self._uri)
+        return self._engine
+
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's read-only connection to the local file."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            assert self._uri is not None
+            conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+            conn.text_factory = lenient_text
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
 
     def close(self) -> None:
         """Stop reads still queued and close every connection (the fast reader's, one per
@@ -141,7 +182,12 @@ class Database:
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._fast is not None:
             self._fast.close()
-        self.engine.dispose()
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        if self._engine is not None:
+            self._engine.dispose()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -158,7 +204,7 @@ class Database:
             yield
         except BadRows as exc:
             raise DamagedDatabase(f"{self.name}: {exc}") from exc
-        except (sa.exc.DatabaseError, sqlite3.DatabaseError) as exc:
+        except _database_errors() as exc:
             detail = str(getattr(exc, "orig", exc)).splitlines()[0]
             if "locked" in detail or "busy" in detail or "readonly" in detail or "read-only" in detail:
                 raise DamagedDatabase(
@@ -188,89 +234,65 @@ class Database:
             return frozenset()
         if table not in self._columns:
             with self.translate_errors():
-                cols = self._inspector.get_columns(table)
-            self._columns[table] = frozenset(c["name"] for c in cols)
+                if self._url is not None:
+                    from nvbridge.readers import _generic
+
+                    names = _generic.column_names(self.engine, table)
+                else:
+                    names = [str(row[1]) for row in self.scalar_rows(f"PRAGMA table_info({quote(table)})")]
+            self._columns[table] = frozenset(names)
         return self._columns[table]
 
-    def table(self, name: str) -> sa.TableClause:
-        """A lightweight table of the columns the database has: the queries need names, not
-        full reflection (which cost 0.3 s per conversion)."""
-        if name not in self._tables:
-            self._tables[name] = sa.table(name, *(sa.column(c) for c in sorted(self.columns(name))))
-        return self._tables[name]
-
-    def select(
-        self,
-        table: str,
-        columns: Sequence[Column],
-        where: Where = None,
-        *,
-        plain: bool = False,
-    ) -> sa.Select[Any]:
-        """Build a SELECT of ``columns`` from ``table``.
-
-        By default every column is cast to its type and an absent optional column is selected as
-        its default. ``plain`` selects the present columns as they are, for the fast reader, which
-        checks each value's type itself.
+    def require(self, table: str, columns: Sequence[Column]) -> None:
+        """Refuse a table without one of its required columns (an absent table has none).
 
         Raises:
             MissingTable: a required column is absent.
         """
-        t = self.table(table)
+        if table not in self.table_names:
+            return
         present = self.columns(table)
-        exprs: list[Any] = []
         for col in columns:
-            if col.raw == ROWID:
-                raw: Any = sa.literal_column(ROWID)
-            elif col.raw in present:
-                raw = t.c[col.raw]
-            elif col.required:
+            if col.required and col.raw != ROWID and col.raw not in present:
                 raise MissingTable(
                     f"{self.name}: table {table} has no column {col.raw}; this export is "
                     "incomplete, export it again without --tables filters."
                 )
-            elif plain:
-                continue
-            else:
-                raw = sa.literal(col.default) if col.default is not None else sa.null()
-            exprs.append((raw if plain or col.type == "bytes" else sa.cast(raw, _SA_TYPES[col.type])).label(col.field))
-        query = sa.select(*exprs).select_from(t)
-        return query.where(where) if where is not None else query
 
     def read_table(self, table: str, columns: Sequence[Column], where: Where = None) -> pa.Table:
         """Read ``columns`` of ``table`` into an Arrow table; an absent table reads as zero rows."""
         return self._prepare(table, columns, where)()
 
     def _prepare(self, table: str, columns: Sequence[Column], where: Where) -> Callable[[], pa.Table]:
-        """Do the SQLAlchemy work of a read (reflection, building and compiling the query) now,
-        in the calling thread; the returned call only fetches rows and may run on a worker."""
+        """Build the query now, in the calling thread; the returned call only fetches rows and
+        may run on a worker."""
         if table not in self.table_names:
-            empty = pa.table({c.field: pa.array([], _ARROW_TYPES[c.type]) for c in columns})
+            empty = pa.table({c.field: pa.array([], ARROW_TYPES[c.type]) for c in columns})
             return lambda: empty
-        present = self.columns(table) | {ROWID}
-        absent = [c.field for c in columns if c.raw not in present]
-        if self.path is None:
-            generic = self.select(table, columns, where)
-            return lambda: mark_absent(self._read_generic(generic, columns), absent)
+        self.require(table, columns)
+        present = self.columns(table)
+        absent = [c.field for c in columns if c.raw not in present and c.raw != ROWID]
+        if self._fast is None:
+            return lambda: mark_absent(self._read_generic(table, columns, where), absent)
         sql = self._head(table, columns)
         if where is not None:
-            text = where.text if isinstance(where, sa.TextClause) else self._compiled(where)
-            sql = f"{sql} WHERE {text}"
-        read = [c for c in columns if c.raw in present]
+            sql = f"{sql} WHERE {where}"
+        read = [c for c in columns if c.raw in present or c.raw == ROWID]
         fast = self._fast
-        assert fast is not None
 
         def fetch() -> pa.Table:
             with self.translate_errors():
                 try:
                     raw = fast.read(sql, [c.field for c in read], [c.type for c in read])
                 except FastPathFailed:  # rare: the slower cursor path reads it or names the damage
-                    self._check_integers(table, columns, where)
-                    return mark_absent(self._read_generic(self.select(table, columns, where), columns), absent)
+                    from nvbridge.readers import _generic
+
+                    _generic.check_integers(self.engine, table, present, columns, where)
+                    return mark_absent(self._read_generic(table, columns, where), absent)
             arrays: list[pa.Array | pa.ChunkedArray] = []
             for col in columns:
-                typ = _ARROW_TYPES[col.type]
-                if col.raw not in present:
+                typ = ARROW_TYPES[col.type]
+                if col.raw not in present and col.raw != ROWID:
                     arrays.append(pa.repeat(pa.scalar(col.default, typ), raw.num_rows))
                 elif raw.num_rows == 0:  # nothing to type the column by
                     arrays.append(pa.array([], typ))
@@ -284,17 +306,26 @@ class Database:
 
         return fetch
 
+    def _read_generic(self, table: str, columns: Sequence[Column], where: Where) -> pa.Table:
+        from nvbridge.readers import _generic
+
+        with self.translate_errors():
+            return _generic.read(self.engine, _generic.select(table, self.columns(table), columns, where), columns)
+
     def _head(self, table: str, columns: Sequence[Column]) -> str:
-        """``SELECT <columns> FROM <table>`` for the fast reader, compiled once per table and
-        column list (a streamed conversion makes thousands of reads of a few shapes)."""
+        """``SELECT <columns> FROM <table>`` for the fast reader (the columns the table has, as
+        they are: the reader checks each value's type), built once per table and columns."""
         key = (table, tuple(columns))
         head = self._heads.get(key)
         if head is None:
-            head = self._heads[key] = self._compiled(self.select(table, columns, plain=True))
+            present = self.columns(table)
+            picked = [
+                f"{ROWID} AS {quote(c.field)}" if c.raw == ROWID else f"{quote(c.raw)} AS {quote(c.field)}"
+                for c in columns
+                if c.raw in present or c.raw == ROWID
+            ]
+            head = self._heads[key] = f"SELECT {', '.join(picked)} FROM {quote(table)}"
         return head
-
-    def _compiled(self, clause: sa.ClauseElement) -> str:
-        return str(clause.compile(self.engine, compile_kwargs={"literal_binds": True}))
 
     def run(self, call: Callable[[], Any]) -> Future[Any]:
         """Run ``call`` on the reader threads (after the reads queued before it)."""
@@ -355,10 +386,13 @@ class Database:
             wait(futures)
 
     def scalar_rows(self, sql: str) -> list[tuple[Any, ...]]:
-        """A small query (metadata, enums, chunk spans) through SQLAlchemy's connection, as
-        the driver's own SQL (a text clause would scan it for bind parameters)."""
-        with self.translate_errors(), self.engine.connect() as conn:
-            return [tuple(r) for r in conn.exec_driver_sql(sql)]
+        """A small query (metadata, enums, chunk spans), as SQL text."""
+        with self.translate_errors():
+            if self._url is not None:
+                from nvbridge.readers import _generic
+
+                return _generic.scalar_rows(self.engine, sql)
+            return [tuple(r) for r in self._connection().execute(sql)]
 
     def chunk_spans(self, table: str, where: str, latest: str, first: int, last: int) -> Chunks | None:
         """:class:`~nvbridge.readers.slabs.Chunks` of ``table``'s rows matching ``where`` (SQL)
@@ -373,30 +407,3 @@ class Database:
             except FastPathFailed:
                 pass  # the aggregates below read it, or name what is wrong
         return chunks([row for q in chunk_queries(table, where, latest, first, last) for row in self.scalar_rows(q)])
-
-    def _check_integers(self, table: str, columns: Sequence[Column], where: Where) -> None:
-        """Refuse text, reals and BLOBs in integer columns (the cursor path's CAST would make them
-        0). Runs only when the fast reader, which refuses mixed types, could not read the table."""
-        present = self.columns(table)
-        ints = [c.raw for c in columns if c.type == "int" and c.raw in present]
-        if not ints:
-            return
-        t = self.table(table)
-        counts = sa.select(
-            *(sa.func.sum(sa.case((sa.func.typeof(t.c[c]).in_(("integer", "null")), 0), else_=1)) for c in ints)
-        ).select_from(t)
-        counts = counts.where(where) if where is not None else counts
-        with self.translate_errors(), self.engine.connect() as conn:
-            row = conn.execute(counts).one()
-        non_integers({c: int(n or 0) for c, n in zip(ints, row)}, table)
-
-    def _read_generic(self, query: sa.Select[Any], columns: Sequence[Column]) -> pa.Table:
-        """Any SQLAlchemy database: rows through its cursor."""
-        with self.translate_errors(), self.engine.connect() as conn:
-            result = conn.execute(query)
-            names = list(result.keys())
-            rows = result.fetchall()
-        raw = {name: [row[i] for row in rows] for i, name in enumerate(names)}
-        return pa.table(
-            [pa.array(raw[c.field], _ARROW_TYPES[c.type]) for c in columns], names=[c.field for c in columns]
-        )

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import sqlalchemy as sa
 
 from nvbridge.columns import np_col
 from nvbridge.readers._db import ROWID, Column, Database
@@ -96,7 +95,7 @@ class SlabTable:
             self.db.submit(
                 part.table,
                 [*part.columns, _ROWID],
-                sa.and_(sa.text(stats.slab(lo, hi, self._next == 0).where() if stats is not None else "1")),
+                stats.slab(lo, hi, self._next == 0).where() if stats is not None else "1 = 1",
                 then=functools.partial(_normalized, part.normalize),
             )
             for part, stats in zip(self._parts, self.stats)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import sqlalchemy as sa
 
 from nvbridge.columns import np_col, set_column
 from nvbridge.errors import NotStreamable
@@ -68,17 +67,25 @@ __all__ = [
 ]
 
 
+# A condition no row meets: a read of it gives the table's columns, typed, without rows.
+NO_ROWS = "1 = 0"
+
+
+def _in(values: tuple[int, ...]) -> str:
+    """An SQL list of integers."""
+    return "(" + ", ".join(str(int(v)) for v in values) + ")"
+
+
 def read(db: Database) -> RawProfile:
     """Read an Nsight Systems export into normalized Arrow tables."""
     ranges_only = others = None
     if db.has("NVTX_EVENTS"):
-        db.select("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
+        db.require("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
         # Two scans, filtered in SQL: the ranges need no row selection in Arrow (a copy of
         # every column), and the few marks, thread names and domains come on the other worker.
-        event_type = db.table("NVTX_EVENTS").c.eventType
-        ranges_only = event_type.in_(RANGE_TYPES)
+        ranges_only = f'"eventType" IN {_in(RANGE_TYPES)}'
         # NULL event types come with the others, to be refused there rather than dropped unseen.
-        others = sa.or_(event_type.in_((NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)), event_type.is_(None))
+        others = f'"eventType" IN {_in((NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE))} OR "eventType" IS NULL'
     with db.reading(
         {
             "nvtx": ("NVTX_EVENTS", NVTX, ranges_only),  # the largest: first, on its own worker
@@ -162,13 +169,9 @@ class Stream:
         )
         syncs = db.submit(*WHOLE_TABLES["sync"], then=normalize_syncs)
         if db.has("NVTX_EVENTS"):
-            db.select("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
-            t = db.table("NVTX_EVENTS")
-            types = sa.or_(
-                t.c.eventType.in_(RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)),
-                t.c.eventType.is_(None),
-            )
-            self._types_sql = "(" + str(types.compile(db.engine, compile_kwargs={"literal_binds": True})) + ")"
+            db.require("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
+            wanted = RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)
+            self._types_sql = f'("eventType" IN {_in(wanted)} OR "eventType" IS NULL)'
             # Two subqueries: SQLite answers a lone min() or max() of rowid from the b-tree's ends,
             # but scans every row for both in one SELECT (0.16 s at 2M rows).
             ((first, last),) = db.scalar_rows(
@@ -177,7 +180,7 @@ class Stream:
             self._next = self._first = int(first or 0)
             self._last = int(last or -1)
             if by_start:
-                self._plan_slabs(t)
+                self._plan_slabs()
             for _ in range(self.AHEAD):
                 self._submit_window()
         self.info = source_info(db)
@@ -185,7 +188,7 @@ class Stream:
         self.syncs = syncs.result()
         self.devices = device_table(db)
         # An API call table without rows, as the reader makes it (its columns' types).
-        self._no_api = normalize_api_calls(db.read_table(*WHOLE_TABLES["runtime"], sa.false()), self.strings)
+        self._no_api = normalize_api_calls(db.read_table(*WHOLE_TABLES["runtime"], NO_ROWS), self.strings)
         # Never-closed ranges are clamped at the latest time of the capture; in a stream the
         # latest range start is the last range row's (the engine checks that it is).
         if self._slabs is not None:
@@ -207,7 +210,7 @@ class Stream:
         self._thread_names: list[pa.Table] = []
         self._thread_keys: list[np.ndarray] = []
 
-    def _plan_slabs(self, t: sa.TableClause) -> None:
+    def _plan_slabs(self) -> None:
         """Slabs in start order from one grouped scan; domain names first, as a slab may hold
         ranges of a domain whose creation row comes in a later slab."""
         latest = f"CASE WHEN eventType IN {RANGE_TYPES} THEN start END"
@@ -218,13 +221,13 @@ class Stream:
             return
         self._slabs = [stats.slab(lo, hi, k == 0) for k, (lo, hi) in enumerate(bounds)]
         self._latest_range = stats.latest
-        named = self.db.read_table("NVTX_EVENTS", NVTX, t.c.eventType == NVTX_DOMAIN_CREATE)
+        named = self.db.read_table("NVTX_EVENTS", NVTX, f'"eventType" = {NVTX_DOMAIN_CREATE}')
         self._domains.update(nvtx_others(named, self._strings.result())[2])
 
     def _submit_window(self) -> None:
         if self._slabs is not None:
             if self._slabs:
-                where = sa.text(f"{self._types_sql} AND {self._slabs.pop(0).where()}")
+                where = f"{self._types_sql} AND {self._slabs.pop(0).where()}"
                 self._pending.append(self.db.submit("NVTX_EVENTS", NVTX, where, then=self._split))
             return
         if self._next is None or self._next > self._last:
@@ -244,7 +247,7 @@ class Stream:
             f"SELECT rowid FROM NVTX_EVENTS WHERE rowid >= {first} ORDER BY rowid LIMIT 1 OFFSET {self.window_rows}"
         )
         stop = int(end[0][0]) if end else self._last + 1
-        where = sa.text(f"{self._types_sql} AND rowid >= {first} AND rowid < {stop}")
+        where = f"{self._types_sql} AND rowid >= {first} AND rowid < {stop}"
         window = self._split(self.db.read_table("NVTX_EVENTS", NVTX, where))
         return dataclasses.replace(window, stop=stop)
 
@@ -296,7 +299,7 @@ class Stream:
     def marks(self) -> pa.Table:
         """The marks (once :meth:`windows` is exhausted)."""
         if not self._marks:
-            self._others(self.db.read_table("NVTX_EVENTS", NVTX, sa.false()))  # no rows: the empty table
+            self._others(self.db.read_table("NVTX_EVENTS", NVTX, NO_ROWS))  # no rows: the empty table
         return pa.concat_tables(self._marks)
 
     def threads(self, api_thread_keys: np.ndarray) -> pa.Table:
