@@ -73,6 +73,10 @@ class SlabTable:
                 self._submit()
         return self._slabs
 
+    def start(self) -> None:
+        """Plan the slabs and start reading the first ones."""
+        self._plan()
+
     @property
     def stats(self) -> list[Chunks | None]:
         return [s.result()[1] for s in self._scans]

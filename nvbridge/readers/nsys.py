@@ -204,6 +204,9 @@ class Stream:
             times += [int(stats.hi.max())] if stats is not None and len(stats.hi) else []
             times += [stats.latest] if stats is not None and stats.latest is not None else []
         self.latest_ns = max(times, default=0)
+        # The first slabs of API calls and GPU ops read now, beside the first NVTX window.
+        self.api.start()
+        self.gpu.start()
         self._rows_read: int = self.syncs.num_rows
         self._unnamed: set[tuple[int, int]] = set()
         self._marks: list[pa.Table] = []

@@ -19,6 +19,8 @@ import numpy as np
 
 # Chunks per table the scan aims at: enough to size slabs, few enough to plan in NumPy.
 CHUNKS = 1024
+# The first slab holds 1/FIRST_SLAB_SHARE of a slab's rows (see plan).
+FIRST_SLAB_SHARE = 8
 # SQLite's limit on the SELECTs of one compound statement is 500.
 _PER_STATEMENT = 400
 
@@ -146,7 +148,9 @@ def plan(tables: Sequence[Chunks | None], slab_rows: int) -> list[tuple[int | No
         s = slice(i, i + 256)
         below += np.clip((candidates[:, None] - lo[s]) / span[s], 0.0, 1.0) @ rows[s]
     # The estimate is linear between candidates: a cut lands where it reaches each target.
-    targets = np.arange(1, -(-total // slab_rows)) * slab_rows
+    # The first slab is small: the first window waits for it, with every reader thread busy.
+    first = max(1, slab_rows // FIRST_SLAB_SHARE)
+    targets = np.arange(first, total, slab_rows)
     cuts = [int(x) for x in np.unique(np.interp(targets, below, candidates).astype(np.int64))]
     bounds: list[int | None] = [None, *cuts, None]
     return list(zip(bounds[:-1], bounds[1:]))
