@@ -252,6 +252,10 @@ _SEP, _NULL = "\x1f", "\x00"
 def with_rates(ops: pa.Table) -> pa.Table:
     """``ops`` plus achieved_tflops, achieved_gbps (over total_gpu_ns) and intensity (FLOP per
     byte); null where the cost or the GPU time is unknown or zero."""
+    if ops.column("flops").null_count == ops.num_rows and ops.column("bytes").null_count == ops.num_rows:
+        for name in ("achieved_tflops", "achieved_gbps", "intensity"):  # nothing costed: all null
+            ops = ops.append_column(name, pa.nulls(ops.num_rows, pa.float64()))
+        return ops
     t = np.asarray(ops.column("total_gpu_ns").to_numpy(zero_copy_only=False), np.float64)
     f = np.asarray(ops.column("flops").to_numpy(zero_copy_only=False), np.float64)  # NaN: unknown
     b = np.asarray(ops.column("bytes").to_numpy(zero_copy_only=False), np.float64)
