@@ -8,12 +8,17 @@ nvbridge.semantics for the rule and where the link is exact or decided from evid
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from nvbridge import names
 from nvbridge.columns import dense_ids, np_col, one_chunk
+from nvbridge.compiled import native
+
+if TYPE_CHECKING:
+    from nvbridge._native import Store
 
 __all__ = ["SEQ_BITS", "ForwardIndex", "Links", "take_or_null"]
 
@@ -25,6 +30,7 @@ _SEQ_MASK = (1 << SEQ_BITS) - 1
 # A forward candidate's looked-up values: op_id, then pool ids of module path, input shapes and
 # op name; more columns to carry to backward rows go after these (input dtypes).
 _NAME_ROW = 3
+_VALUES = 5  # the values a store keeps per forward op: op_id and the four pool ids
 
 
 def take_or_null(values: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array:
@@ -65,7 +71,8 @@ class ForwardIndex:
         self._strings: dict[str, int] = {}
         self._values: list[str] = []
         self._pool = pa.array([], pa.string())  # _values as Arrow, rebuilt only when it grows
-        self._store: dict[bool, tuple[np.ndarray, ...]] = {True: (), False: ()}  # top-most ops only?
+        # Earlier windows' forward ops, all of them and the top-most ones of each seq.
+        self._store = {top: native.Store() if native is not None else SortedStore() for top in (True, False)}
 
     def _keys(self, pid: np.ndarray, thread: np.ndarray, seq: np.ndarray) -> np.ndarray:
         ids, count = dense_ids(pid, thread)
@@ -143,10 +150,10 @@ class ForwardIndex:
         if len(guess):
             found[:, guess] = self._decide(guess, pid, tid, start, seq, op_names, (window, top_window))
         if len(cand):
-            self._remember(False, c_keys, seq[cand], start[cand], c_vals)
-            self._remember(
-                True, c_keys[is_top], seq[cand][is_top], start[cand][is_top], tuple(v[is_top] for v in c_vals)
-            )
+            # Rows come in start order: a key's last row in this window is its latest op.
+            values = np.stack(c_vals)
+            self._store[False].put(c_keys, seq[cand], values)
+            self._store[True].put(c_keys[is_top], seq[cand][is_top], np.ascontiguousarray(values[:, is_top]))
         return Links(found[0], found[1], found[2], found[0], found[4])
 
     def _decide(
@@ -198,23 +205,40 @@ class ForwardIndex:
         result: np.ndarray = ok[inverse.ravel()].reshape(fwd_ids.shape)
         return result
 
-    def _remember(
-        self, top: bool, keys: np.ndarray, seq: np.ndarray, start: np.ndarray, vals: tuple[np.ndarray, ...]
-    ) -> None:
-        """Merge this window's candidates into a store, keeping the latest per key."""
-        order = np.lexsort((start, keys))
-        last = np.ones(len(order), bool)
-        last[:-1] = keys[order][1:] != keys[order][:-1]
-        new = [a[order][last] for a in (keys, seq, *vals)]
-        if self._store[top]:
-            # Older entries first: a stable sort keeps a key's newest entry last.
-            merged = [np.concatenate([old, add]) for old, add in zip(self._store[top], new)]
-            order = np.argsort(merged[0], kind="stable")
-            k = merged[0][order]
-            last = np.ones(len(k), bool)
-            last[:-1] = k[1:] != k[:-1]
-            new = [a[order][last] for a in merged]
-        self._store[top] = tuple(new)
+
+class SortedStore:
+    """nvbridge._native.Store in NumPy (where it was not built): the latest entry per key, as
+    sorted arrays merged once per window."""
+
+    def __init__(self) -> None:
+        self._keys = np.zeros(0, np.int64)
+        self._seq = np.zeros(0, np.int64)
+        self._values = np.zeros((_VALUES, 0), np.int64)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def put(self, keys: np.ndarray, seq: np.ndarray, values: np.ndarray) -> None:
+        """Rows in time order: each replaces its key's entry."""
+        # Older entries first: a stable sort keeps a key's newest entry last.
+        all_keys = np.concatenate([self._keys, keys])
+        order = np.argsort(all_keys, kind="stable")
+        k = all_keys[order]
+        last = np.ones(len(k), bool)
+        last[:-1] = k[1:] != k[:-1]
+        keep = order[last]
+        self._keys = k[last]
+        self._seq = np.concatenate([self._seq, seq])[keep]
+        self._values = np.concatenate([self._values, values], axis=1)[:, keep]
+
+    def get(self, keys: np.ndarray, seq: np.ndarray) -> np.ndarray:
+        """[5][m]: the entries whose key and seq match, -1 elsewhere."""
+        out = np.full((_VALUES, len(keys)), -1, np.int64)
+        if len(self._keys) and len(keys):
+            pos = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
+            ok = (self._keys[pos] == keys) & (self._seq[pos] == seq)
+            out[:, ok] = self._values[:, pos[ok]]
+        return out
 
 
 class _Window:
@@ -226,7 +250,7 @@ class _Window:
         start: np.ndarray,
         seq: np.ndarray,
         vals: tuple[np.ndarray, ...],
-        store: tuple[np.ndarray, ...],
+        store: SortedStore | Store,
     ) -> None:
         self.keys, self.start, self.seq, self.vals, self.store = keys, start, seq, vals, store
 
@@ -251,10 +275,7 @@ class _Window:
             for i, col in enumerate(self.vals):
                 out[i, ok] = col[hit[ok]]
             miss = np.flatnonzero(~ok)
-        if len(miss) and self.store and len(self.store[0]):
-            s_keys, s_seq, *s_vals = self.store
-            pos = np.minimum(np.searchsorted(s_keys, q_keys[miss]), max(len(s_keys) - 1, 0))
-            ok = (s_keys[pos] == q_keys[miss]) & (s_seq[pos] == q_seq[miss])
-            for i, col in enumerate(s_vals):
-                out[i, miss[ok]] = col[pos[ok]]
+        if len(miss) and len(self.store):
+            got = self.store.get(np.ascontiguousarray(q_keys[miss]), np.ascontiguousarray(q_seq[miss]))
+            out[:, miss] = np.frombuffer(got, np.int64).reshape(_VALUES, len(miss))
         return out

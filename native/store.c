@@ -1,0 +1,160 @@
+/* The forward-op store of nvbridge.forward_links: per key (a thread's group above a seq), the
+ * latest forward op of earlier windows. A hash map, so a window adds its ops in time linear in
+ * them; the NumPy store re-sorted every entry it held each window. */
+#include "native.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VALUES 5
+#define EMPTY INT64_MIN
+
+typedef struct {
+    int64_t key, seq, v[VALUES];
+} Entry;
+
+typedef struct {
+    PyObject_HEAD
+    Entry *slots;
+    size_t cap; /* a power of two, or 0 */
+    Py_ssize_t count;
+} Store;
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static Entry *find(const Store *s, int64_t key) {
+    size_t at = mix64((uint64_t)key) & (s->cap - 1);
+    while (s->slots[at].key != EMPTY && s->slots[at].key != key) at = (at + 1) & (s->cap - 1);
+    return &s->slots[at];
+}
+
+static int grow(Store *s) {
+    size_t cap = s->cap ? s->cap * 2 : 1024;
+    Entry *old = s->slots, *slots = malloc(cap * sizeof(Entry));
+    if (!slots) return -1;
+    for (size_t i = 0; i < cap; i++) slots[i].key = EMPTY;
+    size_t old_cap = s->cap;
+    s->slots = slots;
+    s->cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].key != EMPTY) *find(s, old[i].key) = old[i];
+    free(old);
+    return 0;
+}
+
+static int int64_view(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    if (view->len != n * 8) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes for %zd int64 values", what, view->len, n);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* put(keys, seq, values): values int64 [5][n]; each row replaces its key's entry (rows in time
+ * order: the last row of a key is its latest op). */
+static PyObject *Store_put(Store *self, PyObject *args) {
+    PyObject *k, *q, *v;
+    if (!PyArg_ParseTuple(args, "OOO", &k, &q, &v)) return NULL;
+    Py_buffer kb, qb, vb;
+    if (PyObject_GetBuffer(k, &kb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    Py_ssize_t n = kb.len / 8;
+    if (int64_view(q, &qb, n, "seq") < 0) {
+        PyBuffer_Release(&kb);
+        return NULL;
+    }
+    if (int64_view(v, &vb, n * VALUES, "values") < 0) {
+        PyBuffer_Release(&kb);
+        PyBuffer_Release(&qb);
+        return NULL;
+    }
+    const int64_t *keys = kb.buf, *seq = qb.buf, *vals = vb.buf;
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        if (keys[i] == EMPTY) continue;
+        if ((size_t)(self->count + 1) * 10 > self->cap * 7 && grow(self) < 0) {
+            failed = 1;
+            break;
+        }
+        Entry *e = find(self, keys[i]);
+        if (e->key == EMPTY) self->count++;
+        e->key = keys[i];
+        e->seq = seq[i];
+        for (int j = 0; j < VALUES; j++) e->v[j] = vals[(Py_ssize_t)j * n + i];
+    }
+    PyBuffer_Release(&kb);
+    PyBuffer_Release(&qb);
+    PyBuffer_Release(&vb);
+    if (failed) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* get(keys, seq) -> int64 [5][m]: each key's entry where its seq matches, else -1s. */
+static PyObject *Store_get(Store *self, PyObject *args) {
+    PyObject *k, *q;
+    if (!PyArg_ParseTuple(args, "OO", &k, &q)) return NULL;
+    Py_buffer kb, qb;
+    if (PyObject_GetBuffer(k, &kb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    Py_ssize_t m = kb.len / 8;
+    if (int64_view(q, &qb, m, "seq") < 0) {
+        PyBuffer_Release(&kb);
+        return NULL;
+    }
+    int64_t *out = malloc((size_t)(VALUES * m + 1) * sizeof(int64_t));
+    if (!out) {
+        PyBuffer_Release(&kb);
+        PyBuffer_Release(&qb);
+        return PyErr_NoMemory();
+    }
+    const int64_t *keys = kb.buf, *seq = qb.buf;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        const Entry *e = self->cap && keys[i] != EMPTY ? find(self, keys[i]) : NULL;
+        int hit = e && e->key == keys[i] && e->seq == seq[i];
+        for (int j = 0; j < VALUES; j++) out[(Py_ssize_t)j * m + i] = hit ? e->v[j] : -1;
+    }
+    PyBuffer_Release(&kb);
+    PyBuffer_Release(&qb);
+    return native_buffer(out, (Py_ssize_t)(VALUES * m * sizeof(int64_t)));
+}
+
+static Py_ssize_t Store_len(Store *self) { return self->count; }
+
+static void Store_dealloc(Store *self) {
+    free(self->slots);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Store_methods[] = {
+    {"put", (PyCFunction)Store_put, METH_VARARGS,
+     "put(keys, seq, values): int64 keys and seqs, values int64 [5][n]; a row replaces its key's entry."},
+    {"get", (PyCFunction)Store_get, METH_VARARGS,
+     "get(keys, seq) -> int64 buffer [5][m]: the entries whose key and seq match, -1 elsewhere."},
+    {NULL}};
+
+static PySequenceMethods Store_sequence = {.sq_length = (lenfunc)Store_len};
+
+static PyTypeObject StoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nvbridge._native.Store",
+    .tp_basicsize = sizeof(Store),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Store(): the latest forward op per key, five int64 values each.",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)Store_dealloc,
+    .tp_methods = Store_methods,
+    .tp_as_sequence = &Store_sequence,
+};
+
+int native_add_store(PyObject *module) {
+    if (PyType_Ready(&StoreType) < 0) return -1;
+    return PyModule_AddObjectRef(module, "Store", (PyObject *)&StoreType);
+}
