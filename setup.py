@@ -10,7 +10,7 @@ setup(
     ext_modules=[
         Extension(
             "nvbridge._native",
-            sources=["native/module.c", "native/sqlite_read.c", "native/names.c", "native/tree.c", "native/rows.c", "native/store.c"],
+            sources=["native/module.c", "native/sqlite_read.c", "native/names.c", "native/tree.c", "native/rows.c", "native/store.c", "native/lines.c"],
             depends=["native/native.h"],
             libraries=["sqlite3"],
             extra_compile_args=["-O2", "-std=c11"],

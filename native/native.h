@@ -15,5 +15,6 @@ int native_add_names(PyObject *module);
 int native_add_tree(PyObject *module);
 int native_add_rows(PyObject *module);
 int native_add_store(PyObject *module);
+int native_add_lines(PyObject *module);
 
 #endif

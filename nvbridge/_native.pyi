@@ -26,3 +26,14 @@ class Store:
     def put(self, keys: Buffer, seq: Buffer, values: Buffer) -> None: ...
     def get(self, keys: Buffer, seq: Buffer) -> Buffer: ...
     def __len__(self) -> int: ...
+
+LITERAL: int
+INT: int
+MICROS: int
+TEXT: int
+DICT: int
+CHOICE: int
+IF: int
+RAW: int
+
+def format_lines(n: int, segments: list[tuple[object, ...]]) -> Buffer: ...

@@ -212,9 +212,9 @@ class TraceWriter:
             _bump(self.stats.slices, str(row["values"]), int(row["counts"]))
         moved = self._lanes.moved((dev << 32) | stream, start, end)
         stay = t.filter(pa.array(~moved)) if moved.any() else t
-        self._streams |= {
-            (int(d), int(s)) for d, s in np.unique(np.stack([dev[~moved], stream[~moved]], 1), axis=0).tolist()
-        }
+        kept_dev, kept_stream = dev[~moved], stream[~moved]
+        for d in np.unique(kept_dev).tolist():  # a few devices: no sort of (device, stream) rows
+            self._streams |= {(d, s) for s in np.unique(kept_stream[kept_dev == d]).tolist()}
         self._lines(gpu_lines, stay, stream[~moved])
         self._sink.lines(self._flows.ac2g(stay, stream[~moved], self.origin))
         if moved.any():

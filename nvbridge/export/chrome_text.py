@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import IO, Any
+from typing import IO, Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge.columns import np_col
+from nvbridge.columns import np_col, one_chunk
+from nvbridge.export import chrome_native
+
+# A chunk's lines: an Arrow string array, or the compiled formatter's buffer of lines.
+Lines: TypeAlias = pa.Array | pa.ChunkedArray | memoryview
 
 EMPTY = '""'  # a null name is written as the empty string (a str: no pyarrow call at import)
 ESCAPED = frozenset({"name", "op_name", "domain", "input_shapes", "module_path"})
@@ -174,8 +178,11 @@ def decoded(table: pa.Table) -> pa.Table:
     return table.cast(schema)
 
 
-def op_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
+def op_lines(t: pa.Table, tid: np.ndarray, origin: int) -> Lines:
     """NVTX ranges: ``cpu_op`` when torch annotated them (seq or op_id), else ``user_annotation``."""
+    fast = chrome_native.op_lines(t, tid, origin)
+    if fast is not None:
+        return fast
     s, e = np_col(t, "start_ns") - origin, np_col(t, "end_ns") - np_col(t, "start_ns")
     torch_op = pc.or_(pc.is_valid(t.column("seq")), pc.is_valid(t.column("torch_op_id")))
     cat = pc.if_else(torch_op, pa.scalar('"cpu_op"'), pa.scalar('"user_annotation"'))
@@ -194,7 +201,10 @@ def op_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
     )
 
 
-def api_lines(t: pa.Table, origin: int) -> pa.Array:
+def api_lines(t: pa.Table, origin: int) -> Lines:
+    fast = chrome_native.api_lines(t, origin)
+    if fast is not None:
+        return fast
     s = np_col(t, "start_ns") - origin
     d = np_col(t, "end_ns") - np_col(t, "start_ns")
     cat = pc.if_else(pc.equal(t.column("kind"), "driver"), pa.scalar('"cuda_driver"'), pa.scalar('"cuda_runtime"'))
@@ -214,10 +224,15 @@ def api_lines(t: pa.Table, origin: int) -> pa.Array:
     )
 
 
-def gpu_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
+def gpu_lines(t: pa.Table, tid: np.ndarray, origin: int) -> Lines:
     """Kernels (and graph launches) as ``kernel``, copies as ``gpu_memcpy``, sets as ``gpu_memset``."""
     s = np_col(t, "start_ns") - origin
     d = np_col(t, "end_ns") - np_col(t, "start_ns")
+    nbytes = t.column("bytes").cast(pa.int64())
+    bandwidth = pc.round(pc.divide(nbytes.cast(pa.float64()), pa.array(np.maximum(d, 1).astype(np.float64))), 3)
+    fast = chrome_native.gpu_lines(t, tid, origin, one_chunk(bandwidth))
+    if fast is not None:
+        return fast
     kind = t.column("kind")
     cat = pc.binary_join_element_wise(
         '"',
@@ -249,9 +264,7 @@ def gpu_lines(t: pa.Table, tid: np.ndarray, origin: int) -> pa.Array:
         ),
         "",
     )
-    nbytes = t.column("bytes").cast(pa.int64())
-    bandwidth = pc.divide(nbytes.cast(pa.float64()), pa.array(np.maximum(d, 1).astype(np.float64)))
-    bw_text = pc.fill_null(join(',"memory bandwidth (GB/s)":', pc.round(bandwidth, 3).cast(pa.string())), "")
+    bw_text = pc.fill_null(join(',"memory bandwidth (GB/s)":', bandwidth.cast(pa.string())), "")
     device = num(np_col(t, "device_id", fill=0))
     return join(
         *_slice(cat, pc.fill_null(escape(t.column("name")), EMPTY), device, num(tid), s, d),
@@ -278,8 +291,11 @@ def flow_lines(
     pid_f: np.ndarray,
     tid_f: np.ndarray,
     ts_f: np.ndarray,
-) -> pa.Array:
+) -> Lines:
     """Both ends of each flow: ``ph: "s"`` then ``ph: "f"`` bound to the enclosing slice (``bp: "e"``)."""
+    fast = chrome_native.flow_lines(cat, ids, pid_s, tid_s, ts_s, pid_f, tid_f, ts_f)
+    if fast is not None:
+        return fast
     head = f'{{"cat":"{cat}","name":"{cat}","id":'
     start = join(head, num(ids), ',"ph":"s","pid":', num(pid_s), ',"tid":', num(tid_s), ',"ts":', us(ts_s), "},\n")
     finish = join(
@@ -314,15 +330,21 @@ class EventSink:
         text = json.dumps(head)  # default separators: HTA finds the rank with r'"rank":\s+(\d+)'
         fh.write(text[:-1].encode() + b', "traceEvents": [\n')
 
-    def lines(self, lines: pa.Array | pa.ChunkedArray) -> None:
+    def lines(self, lines: Lines) -> None:
         """Write events; each line already ends with ',\\n'."""
         if len(lines) == 0:
+            return
+        if isinstance(lines, memoryview):  # the compiled formatter's lines, one buffer
+            self._hand_over(lines[:-2])
             return
         arr = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
         if arr.type == pa.large_string():
             arr = arr.cast(pa.string())
         offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + len(arr) + 1]
-        data = memoryview(arr.buffers()[2])[int(offsets[0]) : int(offsets[-1]) - 2]  # keeps the buffer alive
+        self._hand_over(memoryview(arr.buffers()[2])[int(offsets[0]) : int(offsets[-1]) - 2])  # keeps the buffer
+
+    def _hand_over(self, data: memoryview) -> None:
+        """Write ``data`` (lines, the last one's separator cut) after the lines before it."""
         separator = b",\n" if self.pending else b""
         self.pending = True
         self.wait()
