@@ -174,19 +174,11 @@ class Correlator:
         open_ = np.flatnonzero((self.sync_api < 0) & (self._sync_key >= 0))
         if not len(open_) or not len(a_key):
             return
-        # The few open syncs' keys, sorted; each call looks its key up among them.
-        keys = np.unique(self._sync_key[open_])
-        pos = np.minimum(np.searchsorted(keys, a_key), len(keys) - 1)
-        hit = np.flatnonzero(keys[pos] == a_key)
-        if not len(hit):
-            return
-        best = np.full(len(keys), np.iinfo(np.int64).max)
-        np.minimum.at(best, pos[hit], a_id[hit])  # the first call (by id) with each key
-        found = best < np.iinfo(np.int64).max
-        # Every open sync with a found key takes that call (syncs may share a key).
-        sync_pos = np.searchsorted(keys, self._sync_key[open_])
-        take = found[sync_pos]
-        self.sync_api[open_[take]] = best[sync_pos[take]]
+        order = np.lexsort((a_id, a_key))
+        keys = a_key[order]
+        pos = np.minimum(np.searchsorted(keys, self._sync_key[open_]), len(keys) - 1)
+        hit = keys[pos] == self._sync_key[open_]
+        self.sync_api[open_[hit]] = a_id[order[pos[hit]]]
 
     def _accept(self, ranges: pa.Table, cut: int | None) -> tuple[pa.Table, pa.Table | None]:
         """The window's ranges in output order, with their parsed names if they came with them."""
