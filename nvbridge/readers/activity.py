@@ -49,14 +49,15 @@ class SlabTable:
 
     AHEAD = 1  # slabs read ahead of the one asked for (each a window's rows)
 
-    def __init__(self, db: Database, parts: Sequence[Part], slab_rows: int) -> None:
+    def __init__(self, db: Database, parts: Sequence[Part], slab_rows: int, latest: str = "end") -> None:
         self.db = db
         # An absent table reads as zero rows: its empty part still names its kind, as the
         # whole-file reader's does.
         self._parts = list(parts)
         self._slab_rows = slab_rows
         # Each table's rowid bounds and chunk spans, scanned on the reader threads meanwhile.
-        self._scans = [db.run(functools.partial(_scan, db, p.table)) for p in self._parts]
+        # ``latest``: the SQL expression whose maximum the stats keep ("NULL": none wanted).
+        self._scans = [db.run(functools.partial(_scan, db, p.table, latest)) for p in self._parts]
         self._slabs: list[tuple[int | None, int | None]] | None = None
         self._next = 0  # slabs submitted
         self._pending: list[tuple[int | None, list[Future[tuple[pa.Table | None, np.ndarray]]]]] = []
@@ -147,7 +148,7 @@ class SlabTable:
 _END = 1 << 63
 
 
-def _scan(db: Database, table: str) -> tuple[tuple[int, int, int], Chunks | None]:
+def _scan(db: Database, table: str, latest: str) -> tuple[tuple[int, int, int], Chunks | None]:
     """A table's first and last rowid and its rows, and its chunk spans."""
     if not db.has(table):
         return (0, -1, 0), chunks([])
@@ -155,7 +156,7 @@ def _scan(db: Database, table: str) -> tuple[tuple[int, int, int], Chunks | None
         f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table}), (SELECT count(*) FROM {table})"
     )
     first, last = int(first or 0), int(last if last is not None else -1)
-    return (first, last, int(rows or 0)), db.chunk_spans(table, "1", "end", first, last)
+    return (first, last, int(rows or 0)), db.chunk_spans(table, "1", latest, first, last)
 
 
 def _normalized(normalize: Normalize, raw: pa.Table) -> tuple[pa.Table | None, np.ndarray]:

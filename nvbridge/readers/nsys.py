@@ -166,6 +166,7 @@ class Stream:
             db,
             [Part(*WHOLE_TABLES[key], functools.partial(gpu_part, key, strings=strings)) for key in GPU_TABLES],
             window_rows,
+            latest="NULL",  # only the API calls' latest end bounds the capture
         )
         syncs = db.submit(*WHOLE_TABLES["sync"], then=normalize_syncs)
         if db.has("NVTX_EVENTS"):
