@@ -41,6 +41,17 @@ def require_nsys() -> str:
     return nsys
 
 
+def require_native() -> None:
+    """nvbridge._native (built at install from native/); fails in CI, where
+    scripts/install_system_deps.sh installs what it builds with, and skips elsewhere."""
+    from nvbridge.compiled import native
+
+    if native is None:
+        if os.environ.get("CI"):
+            pytest.fail("nvbridge._native was not built in CI: SQLite's headers or gcc are missing")
+        pytest.skip("nvbridge._native is not built (no C compiler or SQLite headers at install)")
+
+
 def real_db(name: str) -> Path:
     """Path of a real export; skips (with the reason) where the shared folder is absent."""
     path = REAL_DB / name

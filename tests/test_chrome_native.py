@@ -11,11 +11,14 @@ import pyarrow as pa
 import pytest
 
 import nvbridge
-from nvbridge.compiled import native
 from nvbridge.export import chrome_native, chrome_text
-from tests.conftest import REAL_DB, SAMPLE_DB
+from tests.conftest import REAL_DB, SAMPLE_DB, require_native
 
-pytestmark = pytest.mark.skipif(native is None, reason="nvbridge._native is not built (no C compiler at install)")
+
+@pytest.fixture(autouse=True)
+def _native_built() -> None:
+    require_native()
+
 
 INPUTS = [
     REAL_DB / "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite",  # two ranks, kernels, copies, sets, flows

@@ -7,11 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvbridge.compiled import native
 from nvbridge.names import _backward_marks, _decorations_arrow, _decorations_native, _decorations_regex, parse
-from tests.conftest import raw, real_db
+from tests.conftest import raw, real_db, require_native
 
-native_only = pytest.mark.skipif(native is None, reason="nvbridge._native is not built (no C compiler at install)")
+native_only = pytest.mark.usefixtures("native_built")
+
+
+@pytest.fixture
+def native_built() -> None:
+    require_native()
 
 
 def one(name: str) -> dict[str, object]:

@@ -13,8 +13,12 @@ from hypothesis import strategies as st
 
 from nvbridge.compiled import native
 from nvbridge.engine import window
+from tests.conftest import require_native
 
-pytestmark = pytest.mark.skipif(native is None, reason="nvbridge._native is not built (no C compiler at install)")
+
+@pytest.fixture(autouse=True)
+def _native_built() -> None:
+    require_native()
 
 
 @st.composite
