@@ -43,7 +43,6 @@ WINDOW_ROWS = 1 << 16
 # reader threads' freed buffers, fragmented, grew the peak at 50M NVTX rows from 0.79 to 1.05 GB
 # (every 48 windows: 0.90 GB); each costs a few milliseconds.
 TRIM_EVERY = 16
-TRIM_ABOVE_MB = int(os.environ.get("NVB_TRIM_MB", "100000"))
 # How many times longer the GPU op horizon is on a second try (readers.activity.LATE_NS).
 LATE_RETRY = 60
 # Share of a report's time each stage takes (measured at 2M NVTX rows): read, correlate, write.
@@ -154,7 +153,7 @@ def _streamed(
                     out.window(chunk, first)
                     report("correlating", stream_in.rows_read - reported)
                     reported = stream_in.rows_read
-                    if count % TRIM_EVERY == 0 or _resident_mb() > TRIM_ABOVE_MB:
+                    if count % TRIM_EVERY == 0:
                         _trim_heap()
                 report("writing", 0)
                 _trim_heap()  # the windows' buffers: the last writes need less, and fresh
@@ -279,15 +278,6 @@ class _Grouped:
         self._rows -= stop
         self._written = True
         return groups
-
-
-def _resident_mb() -> float:
-    """This process's resident memory (Linux; 0 elsewhere)."""
-    try:
-        with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def _trim_heap() -> None:
