@@ -242,6 +242,80 @@ release:
     return result;
 }
 
+/* roll_up(parent, carried, gpu_row, gpu_start, gpu_end, api_row, dur) -> int64 [8][n]:
+ * self GPU ns, self GPU op count, API call count, children's CPU ns, total GPU ns, total count,
+ * first GPU start, last GPU end (BIG / -BIG where none). ``parent``: the tree parent (-1: none);
+ * rows come in output order, so every child follows its parent and one backward pass rolls
+ * totals up (window.roll_up does it a depth level at a time). */
+static PyObject *roll_up(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer b[6];
+    Py_ssize_t carried;
+    long long big;
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*ny*y*y*y*y*L", &b[0], &carried, &b[1], &b[2], &b[3], &b[4], &b[5], &big)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = b[0].len / 8, g = b[1].len / 8, m = b[4].len / 8;
+    if (check(&b[2], 8, g, "gpu start") || check(&b[3], 8, g, "gpu end") || check(&b[5], 8, n, "dur")) goto release;
+    const int64_t *parent = b[0].buf, *g_row = b[1].buf, *g_start = b[2].buf, *g_end = b[3].buf;
+    const int64_t *a_row = b[4].buf, *dur = b[5].buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (parent[i] >= i) { /* a parent after its child: not output order */
+            PyErr_SetString(PyExc_ValueError, "rows are not in output order");
+            goto release;
+        }
+    for (Py_ssize_t j = 0; j < g; j++)
+        if (g_row[j] >= n) {
+            PyErr_SetString(PyExc_ValueError, "GPU op row out of range");
+            goto release;
+        }
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (a_row[j] >= n) {
+            PyErr_SetString(PyExc_ValueError, "API call row out of range");
+            goto release;
+        }
+    int64_t *out = calloc((size_t)(8 * n + 1), sizeof(int64_t));
+    if (!out) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    int64_t *self_gpu = out, *self_count = out + n, *api_count = out + 2 * n, *child_cpu = out + 3 * n;
+    int64_t *total_gpu = out + 4 * n, *total_count = out + 5 * n, *first = out + 6 * n, *last = out + 7 * n;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        first[i] = big;
+        last[i] = -big;
+    }
+    for (Py_ssize_t j = 0; j < g; j++) {
+        int64_t r = g_row[j];
+        if (r < 0) continue;
+        self_gpu[r] += g_end[j] - g_start[j];
+        self_count[r]++;
+        if (g_start[j] < first[r]) first[r] = g_start[j];
+        if (g_end[j] > last[r]) last[r] = g_end[j];
+    }
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (a_row[j] >= 0) api_count[a_row[j]]++;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        total_gpu[i] = self_gpu[i];
+        total_count[i] = self_count[i];
+        /* A carried range's duration was counted in its parent's when it was new. */
+        if (i >= carried && parent[i] >= 0) child_cpu[parent[i]] += dur[i];
+    }
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        int64_t p = parent[i];
+        if (p < 0) continue;
+        total_gpu[p] += total_gpu[i];
+        total_count[p] += total_count[i];
+        if (first[i] < first[p]) first[p] = first[i];
+        if (last[i] > last[p]) last[p] = last[i];
+    }
+    Py_END_ALLOW_THREADS
+    result = native_buffer(out, 8 * n * 8);
+release:
+    for (int i = 0; i < 6; i++) PyBuffer_Release(&b[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"build_tree", build_tree, METH_VARARGS,
      "build_tree(thread, start, end, cross, api_thread, api_start, api_end) -> "
@@ -250,6 +324,9 @@ static PyMethodDef methods[] = {
      "per row, ended on another thread) nested per thread. Returns int64 parent rows (-1 root) "
      "and depths; flags: n bytes in_tree, then n bytes crossing; and the window row of each API "
      "call's innermost tree range (-1 none)."},
+    {"roll_up", roll_up, METH_VARARGS,
+     "roll_up(parent, carried, gpu_row, gpu_start, gpu_end, api_row, dur, big) -> int64 [8][n] "
+     "(see native/tree.c)."},
     {NULL}};
 
 int native_add_tree(PyObject *module) { return PyModule_AddFunctions(module, methods); }

@@ -37,3 +37,13 @@ IF: int
 RAW: int
 
 def format_lines(n: int, segments: list[tuple[object, ...]]) -> Buffer: ...
+def roll_up(
+    parent: Buffer,
+    carried: int,
+    gpu_row: Buffer,
+    gpu_start: Buffer,
+    gpu_end: Buffer,
+    api_row: Buffer,
+    dur: Buffer,
+    big: int,
+) -> Buffer: ...

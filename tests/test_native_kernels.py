@@ -137,3 +137,31 @@ def test_compiled_store_matches_the_sorted_store(
     got = np.frombuffer(fast.get(q_keys, q_seq), np.int64).reshape(5, len(queries))
     np.testing.assert_array_equal(got, slow.get(q_keys, q_seq))
     assert len(fast) == len(slow)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    windows(),
+    st.integers(0, 5),
+    st.lists(st.tuples(st.integers(-1, 59), st.integers(0, 50), st.integers(0, 9)), max_size=40),
+)
+def test_compiled_roll_up_matches_the_levels(
+    case: tuple[window.Rows, np.ndarray, np.ndarray, np.ndarray], carried: int, gpu: list[tuple[int, int, int]]
+) -> None:
+    """Subtree sums in one backward pass equal the depth-level roll-up, carried rows included."""
+    rows, a_start, a_end, a_key = case
+    with mock.patch.object(window, "native", None):
+        tree = window.build_tree(rows, a_start, a_end, a_key, int(rows.end.max(initial=0)))
+    rows = window.Rows(
+        rows.raw, rows.op_id, rows.start, rows.end, rows.flags, rows.cross, rows.thread_key, min(carried, rows.n)
+    )
+    g_local = np.array([r if r < rows.n else -1 for r, _, _ in gpu], np.int64)
+    g_start = np.array([s for _, s, _ in gpu], np.int64)
+    g_end = g_start + np.array([d for _, _, d in gpu], np.int64)
+    got = window._roll_up_native(rows, tree, g_local, g_start, g_end)
+    with mock.patch.object(window, "native", None):
+        want = window.roll_up(rows, tree, g_local, g_start, g_end)
+    for name in want.values:
+        np.testing.assert_array_equal(got.values[name], want.values[name], err_msg=name)
+    np.testing.assert_array_equal(got.gpu_first, want.gpu_first)
+    np.testing.assert_array_equal(got.gpu_last, want.gpu_last)

@@ -8,6 +8,7 @@ CPU time up the tree, and build the ops rows.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,6 +161,9 @@ class Sums:
 
 def roll_up(rows: Rows, tree: Tree, g_local: np.ndarray, g_start: np.ndarray, g_end: np.ndarray) -> Sums:
     """This window's sums, rolled up its tree (carried ranges' earlier sums not yet added)."""
+    if native is not None:
+        with contextlib.suppress(ValueError):  # a parent after its child: the levels below
+            return _roll_up_native(rows, tree, g_local, g_start, g_end)
     n, k = rows.n, rows.carried
     api_local = tree.api_local
     dur = rows.end - rows.start
@@ -188,6 +192,25 @@ def roll_up(rows: Rows, tree: Tree, g_local: np.ndarray, g_start: np.ndarray, g_
         np.maximum.at(g_last, up, g_last[kids])
     sums["total_gpu"], sums["total_count"] = total_gpu, total_count
     return Sums(sums, g_first, g_last)
+
+
+def _roll_up_native(rows: Rows, tree: Tree, g_local: np.ndarray, g_start: np.ndarray, g_end: np.ndarray) -> Sums:
+    """roll_up by nvbridge._native.roll_up: one backward pass over rows in output order."""
+    assert native is not None
+    c = np.ascontiguousarray
+    out = native.roll_up(
+        c(np.where(tree.in_tree, tree.parent, -1), np.int64),
+        rows.carried,
+        c(g_local, np.int64),
+        c(g_start, np.int64),
+        c(g_end, np.int64),
+        c(tree.api_local, np.int64),
+        c(rows.end - rows.start, np.int64),
+        BIG,
+    )
+    cols = np.frombuffer(out, np.int64).reshape(8, rows.n)
+    names = ("self_gpu", "self_count", "api_count", "child_cpu", "total_gpu", "total_count")
+    return Sums(dict(zip(names, cols[:6])), cols[6], cols[7])
 
 
 def ops_table(
