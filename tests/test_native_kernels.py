@@ -4,16 +4,18 @@ crossing, zero-length and identical ranges, ranges ended on another thread, carr
 
 from __future__ import annotations
 
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvbridge.compiled import native
 from nvbridge.engine import window
-from tests.conftest import require_native
+from tests.conftest import REAL_DB, SAMPLE_DB, require_native
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +68,6 @@ def test_compiled_chunk_spans_match_the_sql_aggregates() -> None:
     from nvbridge.readers._db import Database
     from nvbridge.readers.nsys_tables import RANGE_TYPES
     from nvbridge.readers.slabs import chunk_queries, chunks
-    from tests.conftest import REAL_DB, SAMPLE_DB
 
     reads = [
         ("CUPTI_ACTIVITY_KIND_RUNTIME", "1", "end"),
@@ -165,3 +166,37 @@ def test_compiled_roll_up_matches_the_levels(
         np.testing.assert_array_equal(got.values[name], want.values[name], err_msg=name)
     np.testing.assert_array_equal(got.gpu_first, want.gpu_first)
     np.testing.assert_array_equal(got.gpu_last, want.gpu_last)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [REAL_DB / "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite", SAMPLE_DB / "observer_two_threads_cpu.sqlite"],
+    ids=lambda p: p.name,
+)
+def test_without_the_extension_every_table_is_the_same(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where nvbridge._native is not built, ConnectorX reads and NumPy and Arrow do the rest: the
+    dataset (small windows, so carried ranges and slabs are crossed) and the trace are the same."""
+    import nvbridge
+    import nvbridge.conversion.report as report
+
+    if not source.is_file():
+        pytest.skip(f"{source} not found")
+    monkeypatch.setattr(report, "WINDOW_ROWS", 997)
+    nvbridge.convert(source, tmp_path / "native", chrome_trace=tmp_path / "native.json")
+    for module in (
+        "engine.window",
+        "export.chrome_native",
+        "forward_links",
+        "names",
+        "readers._sqlite",
+        "readers.validate",
+    ):
+        monkeypatch.setattr(f"nvbridge.{module}.native", None)
+    nvbridge.convert(source, tmp_path / "plain", chrome_trace=tmp_path / "plain.json")
+    for table in ("ops", "api_calls", "gpu_ops", "marks", "syncs", "threads", "devices"):
+        got = pq.read_table(tmp_path / "plain" / f"{table}.parquet")
+        want = pq.read_table(tmp_path / "native" / f"{table}.parquet")
+        assert got.equals(want), table
+    assert (tmp_path / "plain.json").read_bytes() == (tmp_path / "native.json").read_bytes()
