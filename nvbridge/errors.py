@@ -48,9 +48,17 @@ class NotStreamable(NvbridgeError):
     order, say); ``convert`` catches it and tries another way. Never reaches a user."""
 
 
-class LateGpuOp(NotStreamable):
-    """A GPU op may have started after its API call's window was correlated: ``convert`` tries
-    again with a longer horizon."""
+class BeyondHorizon(NotStreamable):
+    """Something a window needed may have left the stream's horizon: ``convert`` tries again with
+    longer horizons, then reads the report whole."""
+
+
+class LateGpuOp(BeyondHorizon):
+    """A GPU op may have started after its API call's window was correlated."""
+
+
+class LateLink(BeyondHorizon):
+    """A backward node's forward op may have left the forward index (older than its horizon)."""
 
 
 class ExportError(NvbridgeError):

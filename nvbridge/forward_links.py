@@ -16,6 +16,7 @@ import pyarrow as pa
 from nvbridge import names
 from nvbridge.columns import dense_ids, np_col, one_chunk
 from nvbridge.compiled import native
+from nvbridge.errors import LateLink
 
 if TYPE_CHECKING:
     from nvbridge._native import Store
@@ -31,6 +32,12 @@ _SEQ_MASK = (1 << SEQ_BITS) - 1
 # op name; more columns to carry to backward rows go after these (input dtypes).
 _NAME_ROW = 3
 _VALUES = 5  # the values a store keeps per forward op: op_id and the four pool ids
+# Forward ops older than this many NVTX rows leave the index (a backward node comes in the same
+# training step as its forward op; a step of a quarter million ranges is rare). A backward node that
+# misses an op in its thread's evicted span of seqs is noticed (LateLink), and the conversion is
+# retried with a longer horizon: a link is never lost. Bounds the index at a real capture's size:
+# every forward op of a torch 2 run has its own seq.
+FORWARD_HORIZON_ROWS = 1 << 18
 
 
 def take_or_null(values: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Array:
@@ -60,19 +67,24 @@ class Links:
 
 
 class ForwardIndex:
-    """Forward ops of earlier windows that a backward node may link to: the latest per key.
+    """Forward ops of earlier windows that a backward node may link to: the latest per key, for
+    ``horizon`` NVTX rows (module paths and shapes interned).
 
-    Kept as sorted NumPy arrays (merged once per window, a linear merge of two sorted runs),
-    with module paths and shapes interned: memory grows with distinct keys, not with ops.
+    Raises (from :meth:`link`):
+        LateLink: a backward node may link to a forward op older than the horizon.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, horizon: int = FORWARD_HORIZON_ROWS) -> None:
+        self._horizon = horizon
+        self._evict_every = max(1, horizon // 4)  # each eviction scans the store once
+        self._rows = 0  # NVTX rows linked so far: the stamp of this window's forward ops
+        self._evicted_at = 0
         self._groups: dict[tuple[int, int], int] = {}
         self._strings: dict[str, int] = {}
         self._values: list[str] = []
         self._pool = pa.array([], pa.string())  # _values as Arrow, rebuilt only when it grows
         # Earlier windows' forward ops, all of them and the top-most ones of each seq.
-        self._store = {top: native.Store() if native is not None else SortedStore() for top in (True, False)}
+        self._store = {top: native.Store(SEQ_BITS) if native is not None else SortedStore() for top in (True, False)}
 
     def _keys(self, pid: np.ndarray, thread: np.ndarray, seq: np.ndarray) -> np.ndarray:
         ids, count = dense_ids(pid, thread)
@@ -149,11 +161,18 @@ class ForwardIndex:
         guess = query[fwd_tid[query] < 0]
         if len(guess):
             found[:, guess] = self._decide(guess, pid, tid, start, seq, op_names, (window, top_window))
+        self._rows += n - new_from
         if len(cand):
             # Rows come in start order: a key's last row in this window is its latest op.
             values = np.stack(c_vals)
-            self._store[False].put(c_keys, seq[cand], values)
-            self._store[True].put(c_keys[is_top], seq[cand][is_top], np.ascontiguousarray(values[:, is_top]))
+            self._store[False].put(c_keys, seq[cand], values, self._rows)
+            self._store[True].put(
+                c_keys[is_top], seq[cand][is_top], np.ascontiguousarray(values[:, is_top]), self._rows
+            )
+        if self._rows - self._evicted_at >= self._evict_every:
+            for store in self._store.values():
+                store.evict(self._rows - self._horizon)
+            self._evicted_at = self._rows
         return Links(found[0], found[1], found[2], found[0], found[4])
 
     def _decide(
@@ -213,12 +232,14 @@ class SortedStore:
     def __init__(self) -> None:
         self._keys = np.zeros(0, np.int64)
         self._seq = np.zeros(0, np.int64)
+        self._stamp = np.zeros(0, np.int64)
         self._values = np.zeros((_VALUES, 0), np.int64)
+        self._spans: dict[int, tuple[int, int]] = {}  # group -> (least, greatest) seq evicted
 
     def __len__(self) -> int:
         return len(self._keys)
 
-    def put(self, keys: np.ndarray, seq: np.ndarray, values: np.ndarray) -> None:
+    def put(self, keys: np.ndarray, seq: np.ndarray, values: np.ndarray, stamp: int = 0) -> None:
         """Rows in time order: each replaces its key's entry."""
         # Older entries first: a stable sort keeps a key's newest entry last.
         all_keys = np.concatenate([self._keys, keys])
@@ -229,7 +250,26 @@ class SortedStore:
         keep = order[last]
         self._keys = k[last]
         self._seq = np.concatenate([self._seq, seq])[keep]
+        self._stamp = np.concatenate([self._stamp, np.full(len(keys), stamp, np.int64)])[keep]
         self._values = np.concatenate([self._values, values], axis=1)[:, keep]
+
+    def evict(self, before: int) -> int:
+        """Drop the entries put with a stamp below ``before``; remember each group's span of seqs."""
+        gone = self._stamp < before
+        if not gone.any():
+            return 0
+        for g, s in zip((self._keys[gone] >> SEQ_BITS).tolist(), self._seq[gone].tolist()):
+            lo, hi = self._spans.get(g, (s, s))
+            self._spans[g] = (min(lo, s), max(hi, s))
+        keep = ~gone
+        self._keys, self._seq, self._stamp = self._keys[keep], self._seq[keep], self._stamp[keep]
+        self._values = self._values[:, keep]
+        return int(gone.sum())
+
+    def evicted(self, keys: np.ndarray, seq: np.ndarray) -> np.ndarray:
+        """1 where the key's group dropped seqs spanning this one."""
+        spans = [self._spans.get(int(g), (1, 0)) for g in (keys >> SEQ_BITS).tolist()]
+        return np.array([lo <= s <= hi for (lo, hi), s in zip(spans, seq.tolist())], np.uint8)
 
     def get(self, keys: np.ndarray, seq: np.ndarray) -> np.ndarray:
         """[5][m]: the entries whose key and seq match, -1 elsewhere."""
@@ -275,7 +315,11 @@ class _Window:
             for i, col in enumerate(self.vals):
                 out[i, ok] = col[hit[ok]]
             miss = np.flatnonzero(~ok)
-        if len(miss) and len(self.store):
-            got = self.store.get(np.ascontiguousarray(q_keys[miss]), np.ascontiguousarray(q_seq[miss]))
-            out[:, miss] = np.frombuffer(got, np.int64).reshape(_VALUES, len(miss))
+        if len(miss):
+            keys, seqs = np.ascontiguousarray(q_keys[miss]), np.ascontiguousarray(q_seq[miss])
+            if len(self.store):
+                out[:, miss] = np.frombuffer(self.store.get(keys, seqs), np.int64).reshape(_VALUES, len(miss))
+            unfound = out[0, miss] < 0
+            if unfound.any() and np.frombuffer(self.store.evicted(keys[unfound], seqs[unfound]), np.uint8).any():
+                raise LateLink("a backward node's forward op may have left the forward index")
         return out

@@ -22,9 +22,9 @@ import pyarrow.compute as pc
 
 from nvbridge import flops, names
 from nvbridge.columns import np_col, one_chunk
-from nvbridge.forward_links import ForwardIndex, Links, take_or_null
+from nvbridge.forward_links import FORWARD_HORIZON_ROWS, ForwardIndex, Links, take_or_null
 
-__all__ = ["ForwardIndex", "Links", "annotate"]
+__all__ = ["FORWARD_HORIZON_ROWS", "ForwardIndex", "Links", "annotate"]
 
 
 def _inherit_down(parent: np.ndarray, depth: np.ndarray, own: list[object | None]) -> list[object | None]:

@@ -111,32 +111,41 @@ def test_compiled_duplicate_count_matches_numpy(rows: list[tuple[int, ...]]) -> 
     assert native.duplicates(*cols) == len(rows) - len(set(rows))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
-    st.lists(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 3)), max_size=30), min_size=1, max_size=5),
-    st.lists(st.tuples(st.integers(0, 14), st.integers(0, 3)), max_size=30),
+    st.lists(
+        st.tuples(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=30), st.integers(-1, 4)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.lists(st.tuples(st.integers(0, 44), st.integers(0, 3)), max_size=30),
 )
 def test_compiled_store_matches_the_sorted_store(
-    windows: list[list[tuple[int, int]]], queries: list[tuple[int, int]]
+    windows: list[tuple[list[tuple[int, int]], int]], queries: list[tuple[int, int]]
 ) -> None:
-    """The forward-op store: the latest entry per key, seq checked; the hash map equals the
-    NumPy sorted arrays after any sequence of windows."""
-    from nvbridge.forward_links import SortedStore
+    """The forward-op store: the latest entry per key, seq checked, entries evicted by stamp with
+    each group's evicted span of seqs; the hash map equals the NumPy sorted arrays after any
+    sequence of windows and evictions."""
+    from nvbridge.forward_links import SEQ_BITS, SortedStore
 
     assert native is not None
-    fast, slow = native.Store(), SortedStore()
+    fast, slow = native.Store(SEQ_BITS), SortedStore()
     serial = 0
-    for rows in windows:
-        keys = np.array([k for k, _ in rows], np.int64)
-        seq = np.array([q for _, q in rows], np.int64)
+    for stamp, (rows, back) in enumerate(windows):
+        # key k: group k // 10 above seq k % 10; the seq of the row is q (a mismatch is a miss)
+        keys = np.array([(k // 10) << SEQ_BITS | (k % 10) for k, _ in rows], np.int64)
+        seq = np.array([(k % 10) + 10 * q for k, q in rows], np.int64)
         values = np.arange(serial, serial + 5 * len(rows), dtype=np.int64).reshape(5, len(rows))
         serial += 5 * len(rows)
-        fast.put(keys, seq, values)
-        slow.put(keys, seq, values)
-    q_keys = np.array([k for k, _ in queries], np.int64)
-    q_seq = np.array([q for _, q in queries], np.int64)
+        fast.put(keys, seq, values, stamp)
+        slow.put(keys, seq, values, stamp)
+        if back >= 0:
+            assert fast.evict(stamp - back) == slow.evict(stamp - back)
+    q_keys = np.array([(k // 10) << SEQ_BITS | (k % 10) for k, _ in queries], np.int64)
+    q_seq = np.array([(k % 10) + 10 * q for k, q in queries], np.int64)
     got = np.frombuffer(fast.get(q_keys, q_seq), np.int64).reshape(5, len(queries))
     np.testing.assert_array_equal(got, slow.get(q_keys, q_seq))
+    np.testing.assert_array_equal(np.frombuffer(fast.evicted(q_keys, q_seq), np.uint8), slow.evicted(q_keys, q_seq))
     assert len(fast) == len(slow)
 
 

@@ -296,3 +296,30 @@ def test_observer_names_parse_whole() -> None:
         ("torch::autograd::CopySlices", 11, 81, 23949, "[[4, 6]]", True),
         ("aten::stack", 2, 11, None, "[[2, 3], [2, 3], []]", False),
     ]
+
+
+def test_the_forward_index_holds_only_its_horizon() -> None:
+    """A real torch 2 capture gives every forward op its own seq: the index keeps the ops of the
+    last ``horizon`` NVTX rows (plus a quarter of it between evictions), not all of them."""
+    import numpy as np
+    import pyarrow as pa
+
+    from nvbridge.forward_links import ForwardIndex
+
+    horizon, rows, windows = 4000, 1000, 40
+    index = ForwardIndex(horizon)
+    for w in range(windows):
+        seq = np.arange(w * rows, (w + 1) * rows, dtype=np.int64)
+        parsed = pa.table(
+            {
+                "is_backward": pa.array(np.zeros(rows, bool)),
+                "fwd_tid": pa.nulls(rows, pa.int64()),
+                "op_name": pa.array(["aten::mm"] * rows),
+                "input_shapes": pa.nulls(rows, pa.string()),
+                "input_dtypes": pa.nulls(rows, pa.string()),
+            }
+        )
+        one = np.ones(rows, np.int64)
+        index.link(one, one, seq, seq, parsed, seq, np.ones(rows, bool), pa.nulls(rows, pa.string()), 0)
+        assert all(len(store) <= horizon + horizon // 4 + rows for store in index._store.values())
+    assert all(len(store) < windows * rows / 4 for store in index._store.values())

@@ -13,6 +13,7 @@ import pytest
 
 import nvbridge
 from nvbridge.dataset import Report
+from nvbridge.errors import LateLink
 from tests.conftest import NSYS_FILES, SAMPLE_DB, raw, real_db
 
 convert_mod = importlib.import_module("nvbridge.conversion.report")
@@ -207,3 +208,44 @@ def test_a_horizon_past_every_lag_streams_on_the_first_or_second_try(
     nvbridge.convert(path, tmp_path / "out2")
     assert tries == [1, convert_mod.LATE_RETRY]
     _assert_same(nvbridge.load(tmp_path / "out2"), nvbridge.load(path))
+
+
+@pytest.mark.parametrize(
+    "name", ["transformer_shapes_cpu.sqlite", "observer_two_threads_cpu.sqlite", "observer_dp_threads_cpu.sqlite"]
+)
+@pytest.mark.parametrize("horizon", [1, 400])
+def test_forward_ops_past_the_horizon_never_lose_a_link(
+    name: str, horizon: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forward index drops ops older than its horizon; a backward node that might have linked
+    to one is noticed and the report converted again with a longer horizon (then whole), so the
+    dataset is the one-window dataset whatever the horizon (1 row: every link across windows is
+    noticed; 400 rows: ops are evicted and the samples' links still stream)."""
+    import nvbridge.conversion.report as report
+    import nvbridge.forward_links as forward_links
+    import nvbridge.semantics as semantics
+
+    source = SAMPLE_DB / name
+    nvbridge.convert(source, tmp_path / "whole")  # the default horizon: nothing evicted in a sample
+    noticed: list[int] = []
+    link = forward_links.ForwardIndex.link
+
+    def counting(self: forward_links.ForwardIndex, *args: object) -> object:
+        try:
+            return link(self, *args)  # type: ignore[arg-type]
+        except LateLink:
+            noticed.append(horizon)
+            raise
+
+    monkeypatch.setattr(forward_links.ForwardIndex, "link", counting)
+    monkeypatch.setattr(report, "WINDOW_ROWS", 97)
+    monkeypatch.setattr(semantics, "FORWARD_HORIZON_ROWS", horizon)
+    nvbridge.convert(source, tmp_path / "small")
+    for table in ("ops", "api_calls", "gpu_ops"):
+        got = pq.read_table(tmp_path / "small" / f"{table}.parquet")
+        want = pq.read_table(tmp_path / "whole" / f"{table}.parquet")
+        if table == "ops":
+            got, want = got.sort_by("op_id"), want.sort_by("op_id")
+        assert got.equals(want), table
+    if horizon == 1:
+        assert noticed, "a horizon of one row must notice the links across windows"

@@ -23,7 +23,7 @@ from nvbridge.columns import np_col
 from nvbridge.conversion.result import ConversionResult, OpsTally, Tallies, gpu_figures, with_rank
 from nvbridge.conversion.trace import TraceFeed, earliest, write_whole
 from nvbridge.engine import Correlator, capture_end, correlate, devices_table, other_tables, stream, with_parsed_names
-from nvbridge.errors import LateGpuOp, NotStreamable
+from nvbridge.errors import BeyondHorizon, NotStreamable
 from nvbridge.export import parquet
 from nvbridge.export.trace import check_destination as check_trace_destination
 from nvbridge.profile import SourceInfo
@@ -43,7 +43,8 @@ WINDOW_ROWS = 1 << 16
 # reader threads' freed buffers, fragmented, grew the peak at 50M NVTX rows from 0.79 to 1.05 GB
 # (every 48 windows: 0.90 GB); each costs a few milliseconds.
 TRIM_EVERY = 16
-# How many times longer the GPU op horizon is on a second try (readers.activity.LATE_NS).
+# How many times longer the horizons are on a second try (readers.activity.LATE_NS for GPU ops,
+# forward_links.FORWARD_HORIZON_ROWS for forward ops).
 LATE_RETRY = 60
 # Share of a report's time each stage takes (measured at 2M NVTX rows): read, correlate, write.
 STAGE_SHARE = {"reading": 0.38, "correlating": 0.40, "writing": 0.22}
@@ -107,7 +108,7 @@ def _convert_into(
     for _attempt in range(3):
         try:
             return _streamed(source, tmp, report, trace, by_start, horizons)
-        except LateGpuOp:
+        except BeyondHorizon:
             if horizons > 1:
                 break
             horizons = LATE_RETRY
@@ -143,7 +144,7 @@ def _streamed(
             # Names are parsed on the reader threads, a window or two ahead of the engine.
             stream_in = Stream(db, WINDOW_ROWS, prepare=with_parsed_names, by_start=by_start, horizons=horizons)
             info = with_rank(stream_in.info, source)
-            engine = Correlator(info, capture_end(info, stream_in.latest_ns), stream_in.syncs)
+            engine = Correlator(info, capture_end(info, stream_in.latest_ns), stream_in.syncs, horizons)
             reported = 0
             out = _Outputs(tmp, engine, trace, info, stream_in)
             first: list[int] = []  # the earliest range start, once the first window is read

@@ -76,9 +76,11 @@ class Correlator:
         capture_end: where never-closed ranges are clamped (:func:`capture_end`).
         syncs: the profile's synchronizations (whole: a few per step), matched to their API
             calls as the calls come.
+        horizons: how many times the usual horizon the forward index keeps forward ops for
+            backward links (:data:`nvbridge.forward_links.FORWARD_HORIZON_ROWS`).
     """
 
-    def __init__(self, info: SourceInfo, capture_end: int, syncs: pa.Table) -> None:
+    def __init__(self, info: SourceInfo, capture_end: int, syncs: pa.Table, horizons: int = 1) -> None:
         self.info = info
         self.capture_end = capture_end
         self.syncs = syncs
@@ -98,7 +100,8 @@ class Correlator:
         self._next_id = 0
         self._emitted = invariants.EmittedIds()
         self._self_gpu_sum = 0
-        self._forward = semantics.ForwardIndex()
+        self._forward_horizon = semantics.FORWARD_HORIZON_ROWS * horizons
+        self._forward = semantics.ForwardIndex(self._forward_horizon)
         self._open: _Carried | None = None
         self._last_cut: int | None = None
         self._done = False
@@ -309,7 +312,7 @@ class Correlator:
                 f"self GPU time sums to {self._self_gpu_sum} ns but attributed GPU ops last "
                 f"{self.tally.gpu_attributed_ns} ns"
             )
-        self._forward = semantics.ForwardIndex()
+        self._forward = semantics.ForwardIndex(self._forward_horizon)
         self._emitted = invariants.EmittedIds()
 
     def close(self) -> None:
