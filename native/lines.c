@@ -102,34 +102,9 @@ static void put_micros(Out *o, int64_t ns) {
     put(o, frac, 4);
 }
 
-static int utf8_ok(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-        } else if (c >= 0xC2 && c <= 0xDF) {
-            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
-            i += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            if (i + 2 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
-            if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] > 0x9F)) return 0;
-            i += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            if (i + 3 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
-                return 0;
-            if ((c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] > 0x8F)) return 0;
-            i += 4;
-        } else {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* A JSON string literal: quotes, backslashes and control characters escaped (as escape() does). */
 static int put_json(Out *o, const char *s, size_t n) {
-    if (!utf8_ok((const unsigned char *)s, n)) return -2;
+    if (!native_utf8_valid((const unsigned char *)s, n)) return -2;
     if (reserve(o, n * 6 + 2)) return -1;
     o->buf[o->len++] = '"';
     static const char hex[] = "0123456789abcdef";

@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD
@@ -45,6 +46,44 @@ PyObject *native_buffer(void *data, Py_ssize_t size) {
     buf->size = size;
     if (data) PyTraceMalloc_Track(NATIVE_DOMAIN, (uintptr_t)data, (size_t)size);
     return (PyObject *)buf;
+}
+
+/* Well-formed UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF), as Arrow requires of
+ * its string arrays. ASCII, nearly all of a profile's text, is checked eight bytes at a time. */
+int native_utf8_valid(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & 0x8080808080808080ULL)) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
+            if (c == 0xE0 && s[i + 1] < 0xA0) return 0; /* overlong */
+            if (c == 0xED && s[i + 1] > 0x9F) return 0; /* surrogate */
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 ||
+                (s[i + 3] & 0xC0) != 0x80)
+                return 0;
+            if (c == 0xF0 && s[i + 1] < 0x90) return 0; /* overlong */
+            if (c == 0xF4 && s[i + 1] > 0x8F) return 0; /* past U+10FFFF */
+            i += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static struct PyModuleDef native_module = {

@@ -5,10 +5,24 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 
 /* A Python object owning ``data`` (from malloc; freed with the object), exposing it through the
  * buffer protocol, so pyarrow and NumPy wrap it without a copy. */
 PyObject *native_buffer(void *data, Py_ssize_t size);
+
+/* Well-formed UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF), as Arrow requires. */
+int native_utf8_valid(const unsigned char *s, size_t n);
+
+/* A 64-bit mixer for open-addressing hash tables of int64 keys (murmur3's finalizer). */
+static inline uint64_t native_mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
 
 int native_add_reader(PyObject *module);
 int native_add_names(PyObject *module);

@@ -32,46 +32,6 @@ typedef struct {
 
 static PyObject *Unreadable;
 
-/* -- UTF-8 ------------------------------------------------------------------------------------ */
-
-/* Well-formed UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF), as Arrow requires of
- * its string arrays. ASCII, nearly all of a profile's text, is checked eight bytes at a time. */
-static int utf8_valid(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        if (i + 8 <= n) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (!(w & 0x8080808080808080ULL)) {
-                i += 8;
-                continue;
-            }
-        }
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-        } else if (c >= 0xC2 && c <= 0xDF) {
-            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
-            i += 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            if (i + 2 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
-            if (c == 0xE0 && s[i + 1] < 0xA0) return 0; /* overlong */
-            if (c == 0xED && s[i + 1] > 0x9F) return 0; /* surrogate */
-            i += 3;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            if (i + 3 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 ||
-                (s[i + 3] & 0xC0) != 0x80)
-                return 0;
-            if (c == 0xF0 && s[i + 1] < 0x90) return 0; /* overlong */
-            if (c == 0xF4 && s[i + 1] > 0x8F) return 0; /* past U+10FFFF */
-            i += 4;
-        } else {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* -- column buffers --------------------------------------------------------------------------- */
 
 static size_t value_bytes(char kind, size_t rows) {
@@ -175,7 +135,7 @@ static int read_rows(sqlite3_stmt *stmt, Column *cols, int ncols, int64_t *rows_
                 const unsigned char *text = sqlite3_value_text(value);
                 size_t len = (size_t)sqlite3_value_bytes(value);
                 if (!text && len) return READ_MEMORY;
-                if (!utf8_valid(text, len)) goto bad_type;
+                if (!native_utf8_valid(text, len)) goto bad_type;
                 int err = append_bytes(col, text, len);
                 if (err) return err == -2 ? READ_TOO_BIG : READ_MEMORY;
                 ((int32_t *)col->vals)[n + 1] = (int32_t)col->data_len;

@@ -29,17 +29,8 @@ typedef struct {
     Py_ssize_t groups;
 } Store;
 
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
 static Entry *find(const Store *s, int64_t key) {
-    size_t at = mix64((uint64_t)key) & (s->cap - 1);
+    size_t at = native_mix64((uint64_t)key) & (s->cap - 1);
     while (s->slots[at].key != EMPTY && s->slots[at].key != key) at = (at + 1) & (s->cap - 1);
     return &s->slots[at];
 }

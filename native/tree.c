@@ -22,13 +22,6 @@ typedef struct {
     int32_t count;
 } KeyMap;
 
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return x;
-}
-
 static int map_init(KeyMap *m) {
     m->cap = 64;
     m->count = 0;
@@ -55,7 +48,7 @@ static int map_grow(KeyMap *m) {
     for (size_t i = 0; i < bigger.cap; i++) bigger.vals[i] = -1;
     for (size_t i = 0; i < m->cap; i++) {
         if (m->vals[i] < 0) continue;
-        size_t at = mix((uint64_t)m->keys[i]) & (bigger.cap - 1);
+        size_t at = native_mix64((uint64_t)m->keys[i]) & (bigger.cap - 1);
         while (bigger.vals[at] >= 0) at = (at + 1) & (bigger.cap - 1);
         bigger.keys[at] = m->keys[i];
         bigger.vals[at] = m->vals[i];
@@ -67,7 +60,7 @@ static int map_grow(KeyMap *m) {
 
 /* The key's index, added if new (-2: out of memory); ``add`` 0: -1 if absent. */
 static int32_t map_index(KeyMap *m, int64_t key, int add) {
-    size_t at = mix((uint64_t)key) & (m->cap - 1);
+    size_t at = native_mix64((uint64_t)key) & (m->cap - 1);
     while (m->vals[at] >= 0) {
         if (m->keys[at] == key) return m->vals[at];
         at = (at + 1) & (m->cap - 1);

@@ -193,16 +193,24 @@ def _decorations_regex(names: pa.Array) -> dict[str, pa.Array]:
     seq_match = pc.extract_regex(names, SEQ)
     cols: dict[str, pa.Array] = {
         "op": op,
-        "seq": pc.struct_field(seq_match, "v").cast(pa.int64()),
+        "seq": _int_or_null(pc.struct_field(seq_match, "v")),
         "stashed": pc.fill_null(pc.equal(pc.struct_field(seq_match, "stashed"), "stashed "), False),
     }
     for name, (marker, pattern) in FIELDS.items():
         typ = pa.int64() if name in ("torch_op_id", "fwd_tid") else pa.string()
         if pc.any(pc.match_substring(names, marker)).as_py():
-            cols[name] = pc.struct_field(pc.extract_regex(names, pattern), "v").cast(typ)
+            found = pc.struct_field(pc.extract_regex(names, pattern), "v")
+            cols[name] = _int_or_null(found) if typ == pa.int64() else found
         else:
             cols[name] = pa.nulls(len(names), typ)
     return cols
+
+
+def _int_or_null(digits: pa.Array) -> pa.Array:
+    """Decimal digits as int64; null past 18 digits (a number no counter reaches, which int64
+    may not hold: such a name is not torch's)."""
+    fits = pc.less_equal(pc.utf8_length(digits), 18)
+    return pc.if_else(fits, digits, pa.scalar(None, pa.string())).cast(pa.int64())
 
 
 def _decorations(names: pa.Array) -> tuple[dict[str, pa.Array], pa.Array | None, pa.Array | None]:

@@ -148,6 +148,8 @@ SIMPLE_AND_NOT = [
     ", seq = 1",
     "a, seq = 999999999999999999",
     "a, seq = 000000000000000000001",
+    ", seq = 9999999999999999990",  # 19 digits: no int64 seq (found by the random names test)
+    "a, op_id = 99999999999999999999999, fwd_tid = 123456789012345678901",
     "x, stashed seq = 1, seq = 2",
     "x, seq = 2, stashed seq = 1",
     "a, fwd_tid = 5, stashed seq = 9",
