@@ -60,6 +60,19 @@ static int int64_view(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *
     return 0;
 }
 
+/* The (keys, seq) pair of int64 buffers of one length that get() and evicted() take. */
+static int key_views(PyObject *args, Py_buffer *kb, Py_buffer *qb, Py_ssize_t *m) {
+    PyObject *k, *q;
+    if (!PyArg_ParseTuple(args, "OO", &k, &q)) return -1;
+    if (PyObject_GetBuffer(k, kb, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    *m = kb->len / 8;
+    if (int64_view(q, qb, *m, "seq") < 0) {
+        PyBuffer_Release(kb);
+        return -1;
+    }
+    return 0;
+}
+
 /* put(keys, seq, values, stamp): values int64 [5][n]; each row replaces its key's entry (rows in
  * time order: the last row of a key is its latest op). */
 static PyObject *Store_put(Store *self, PyObject *args) {
@@ -103,15 +116,9 @@ static PyObject *Store_put(Store *self, PyObject *args) {
 
 /* get(keys, seq) -> int64 [5][m]: each key's entry where its seq matches, else -1s. */
 static PyObject *Store_get(Store *self, PyObject *args) {
-    PyObject *k, *q;
-    if (!PyArg_ParseTuple(args, "OO", &k, &q)) return NULL;
     Py_buffer kb, qb;
-    if (PyObject_GetBuffer(k, &kb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    Py_ssize_t m = kb.len / 8;
-    if (int64_view(q, &qb, m, "seq") < 0) {
-        PyBuffer_Release(&kb);
-        return NULL;
-    }
+    Py_ssize_t m;
+    if (key_views(args, &kb, &qb, &m) < 0) return NULL;
     int64_t *out = malloc((size_t)(VALUES * m + 1) * sizeof(int64_t));
     if (!out) {
         PyBuffer_Release(&kb);
@@ -178,15 +185,9 @@ static PyObject *Store_evict(Store *self, PyObject *args) {
 
 /* evicted(keys, seq) -> uint8 [m]: 1 where the key's group dropped seqs spanning this one. */
 static PyObject *Store_evicted(Store *self, PyObject *args) {
-    PyObject *k, *q;
-    if (!PyArg_ParseTuple(args, "OO", &k, &q)) return NULL;
     Py_buffer kb, qb;
-    if (PyObject_GetBuffer(k, &kb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    Py_ssize_t m = kb.len / 8;
-    if (int64_view(q, &qb, m, "seq") < 0) {
-        PyBuffer_Release(&kb);
-        return NULL;
-    }
+    Py_ssize_t m;
+    if (key_views(args, &kb, &qb, &m) < 0) return NULL;
     uint8_t *out = malloc((size_t)m + 1);
     if (!out) {
         PyBuffer_Release(&kb);
