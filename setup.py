@@ -4,13 +4,15 @@
 installation goes on and nvbridge reads through ConnectorX and NumPy instead, more slowly.
 """
 
+from pathlib import Path
+
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
         Extension(
             "nvbridge._native",
-            sources=["native/module.c", "native/sqlite_read.c", "native/names.c", "native/tree.c", "native/rows.c", "native/store.c", "native/lines.c"],
+            sources=sorted(str(p) for p in Path("native").glob("*.c")),
             depends=["native/native.h"],
             libraries=["sqlite3"],
             extra_compile_args=["-O2", "-std=c11"],
