@@ -324,7 +324,7 @@ def deferred_interrupts() -> Iterator[None]:
 def exit_on_interrupt() -> None:
     """Make SIGINT and SIGTERM remove this process's staging files and directories and exit at once.
 
-    For the command line only (``nvbridge.cli.main``): the reader and writer threads are not waited for (a ConnectorX
+    For the command line only (``nvbridge.cli.main``): the reader and writer threads are not waited for (a bulk
     read cannot be interrupted, and waiting for them took 3-6 s), nothing they write survives.
     """
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -112,8 +112,9 @@ def _locally(
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        # Fresh workers, never a fork of this process: a forked child inherits ConnectorX's
-        # connection pool without the threads that serve it, and its first read hangs.
+        # Fresh workers, never a fork of this process: a forked child inherits the reader
+        # threads' state (ConnectorX's connection pool, where it reads) without the threads that
+        # serve it, and its first read hangs.
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method)) as pool:
             futures = [pool.submit(convert_one, s, dest, force=force) for s, dest in todo]

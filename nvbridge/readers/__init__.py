@@ -18,8 +18,8 @@ from nvbridge.readers.sources import estimate_rows, exported
 if TYPE_CHECKING:
     from nvbridge.readers._db import Database
 
-# SQLAlchemy and ConnectorX load only when a database is opened: reading a converted
-# dataset (``nvbridge summary out/``) never pays for them.
+# The readers load only when a database is opened: reading a converted dataset (``nvbridge
+# summary out/``) never pays for them; a local file never loads SQLAlchemy or ConnectorX.
 __all__ = ["detect", "estimate_rows", "exported", "read_profile"]
 
 

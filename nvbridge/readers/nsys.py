@@ -120,15 +120,16 @@ class _Window:
 
 
 class Stream:
-    """An export read for a streamed conversion: API calls and GPU ops whole (numbers and
-    name ids, compact), NVTX rows in windows of ``window_rows`` rowids, or, ``by_start``, in
-    slabs of about as many rows in start order (:mod:`nvbridge.readers.slabs`: for exports
-    whose ranges are out of start order, which rowid windows cannot stream).
+    """An export read for a streamed conversion: NVTX rows in windows of ``window_rows`` rows,
+    or, ``by_start``, in slabs of half as many rows in start order (:mod:`nvbridge.readers.slabs`:
+    for exports whose ranges are out of start order, which rowid windows cannot stream); API
+    calls and GPU ops in slabs of starts (:class:`~nvbridge.readers.activity.SlabTable`).
 
-    Reads start on construction, on the database's two reader threads: the first NVTX
-    windows, then the whole tables; later windows are fetched two ahead of the consumer, so
-    memory holds a few windows whatever the report's size. Marks, thread names and domain
-    names come out of the same windows (no second scan of NVTX_EVENTS).
+    Reads start on construction, on the database's two reader threads: the string table, the
+    chunk scans of the API and GPU tables, the first NVTX window, then the first slabs; later
+    windows and slabs are fetched one ahead of the consumer, so memory holds a few windows
+    whatever the report's size. Marks, thread names and domain names come out of the same
+    windows (no second scan of NVTX_EVENTS).
 
     Raises (from :meth:`windows`):
         NotStreamable: a domain is named after ranges of it were already emitted unnamed.
