@@ -60,17 +60,24 @@ static int int64_view(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *
     return 0;
 }
 
-/* The (keys, seq) pair of int64 buffers of one length that get() and evicted() take. */
-static int key_views(PyObject *args, Py_buffer *kb, Py_buffer *qb, Py_ssize_t *m) {
+/* The (keys, seq) pair of int64 buffers of one length that get() and evicted() take, and their
+ * output of ``width`` bytes per row (NULL, views released, on failure). */
+static void *key_views(PyObject *args, Py_buffer *kb, Py_buffer *qb, Py_ssize_t *m, size_t width) {
     PyObject *k, *q;
-    if (!PyArg_ParseTuple(args, "OO", &k, &q)) return -1;
-    if (PyObject_GetBuffer(k, kb, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    if (!PyArg_ParseTuple(args, "OO", &k, &q)) return NULL;
+    if (PyObject_GetBuffer(k, kb, PyBUF_C_CONTIGUOUS) < 0) return NULL;
     *m = kb->len / 8;
     if (int64_view(q, qb, *m, "seq") < 0) {
         PyBuffer_Release(kb);
-        return -1;
+        return NULL;
     }
-    return 0;
+    void *out = malloc((size_t)*m * width + 1);
+    if (!out) {
+        PyBuffer_Release(kb);
+        PyBuffer_Release(qb);
+        PyErr_NoMemory();
+    }
+    return out;
 }
 
 /* put(keys, seq, values, stamp): values int64 [5][n]; each row replaces its key's entry (rows in
@@ -118,13 +125,8 @@ static PyObject *Store_put(Store *self, PyObject *args) {
 static PyObject *Store_get(Store *self, PyObject *args) {
     Py_buffer kb, qb;
     Py_ssize_t m;
-    if (key_views(args, &kb, &qb, &m) < 0) return NULL;
-    int64_t *out = malloc((size_t)(VALUES * m + 1) * sizeof(int64_t));
-    if (!out) {
-        PyBuffer_Release(&kb);
-        PyBuffer_Release(&qb);
-        return PyErr_NoMemory();
-    }
+    int64_t *out = key_views(args, &kb, &qb, &m, VALUES * sizeof(int64_t));
+    if (!out) return NULL;
     const int64_t *keys = kb.buf, *seq = qb.buf;
     for (Py_ssize_t i = 0; i < m; i++) {
         const Entry *e = self->cap && keys[i] != EMPTY ? find(self, keys[i]) : NULL;
@@ -169,16 +171,7 @@ static PyObject *Store_evict(Store *self, PyObject *args) {
         self->count -= dropped;
         size_t cap = 1024;
         while ((size_t)self->count * 2 > cap) cap *= 2;
-        Entry *old = self->slots;
-        size_t old_cap = self->cap;
-        Entry *slots = malloc(cap * sizeof(Entry));
-        if (!slots) return PyErr_NoMemory();
-        for (size_t i = 0; i < cap; i++) slots[i].key = EMPTY;
-        self->slots = slots;
-        self->cap = cap;
-        for (size_t i = 0; i < old_cap; i++)
-            if (old[i].key != EMPTY) *find(self, old[i].key) = old[i];
-        free(old);
+        if (rehash(self, cap) < 0) return PyErr_NoMemory();
     }
     return PyLong_FromSsize_t(dropped);
 }
@@ -187,13 +180,8 @@ static PyObject *Store_evict(Store *self, PyObject *args) {
 static PyObject *Store_evicted(Store *self, PyObject *args) {
     Py_buffer kb, qb;
     Py_ssize_t m;
-    if (key_views(args, &kb, &qb, &m) < 0) return NULL;
-    uint8_t *out = malloc((size_t)m + 1);
-    if (!out) {
-        PyBuffer_Release(&kb);
-        PyBuffer_Release(&qb);
-        return PyErr_NoMemory();
-    }
+    uint8_t *out = key_views(args, &kb, &qb, &m, 1);
+    if (!out) return NULL;
     const int64_t *keys = kb.buf, *seq = qb.buf;
     for (Py_ssize_t i = 0; i < m; i++) {
         Py_ssize_t g = keys[i] >= 0 ? (Py_ssize_t)(keys[i] >> self->seq_bits) : -1;
