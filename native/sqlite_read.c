@@ -216,10 +216,10 @@ static PyObject *Reader_read(Reader *self, PyObject *args) {
         sqlite3_finalize(stmt);
         return NULL;
     }
-    if (sqlite3_column_count(stmt) != ncols) {
+    int columns = sqlite3_column_count(stmt);
+    if (columns != ncols) {
         sqlite3_finalize(stmt);
-        PyErr_Format(PyExc_ValueError, "the query has %d columns, %d kinds given",
-                     sqlite3_column_count(stmt), ncols);
+        PyErr_Format(PyExc_ValueError, "the query has %d columns, %d kinds given", columns, ncols);
         return NULL;
     }
     Column *cols = calloc((size_t)(ncols ? ncols : 1), sizeof(Column));

@@ -97,6 +97,20 @@ def test_compiled_chunk_spans_match_the_sql_aggregates() -> None:
     assert compared >= 30
 
 
+def test_compiled_reader_names_a_mismatch_of_columns_and_kinds(tmp_path: Path) -> None:
+    """The message counts the query's columns (read before the statement is finalized)."""
+    import sqlite3
+
+    path = tmp_path / "two.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (a INTEGER, b INTEGER)")
+    db.close()
+    reader = native.Reader(f"file:{path}?mode=ro")
+    with pytest.raises(ValueError, match="the query has 2 columns, 1 kinds given"):
+        reader.read("SELECT a, b FROM t", "i")
+    reader.close()
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 4).flatmap(lambda k: st.lists(st.tuples(*[st.integers(-2, 3)] * k), max_size=80)))
 def test_compiled_duplicate_count_matches_numpy(rows: list[tuple[int, ...]]) -> None:
