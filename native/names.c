@@ -74,18 +74,13 @@ static int decoration(const char *s, size_t n, int64_t value[FIELDS], uint8_t fo
     return 0;
 }
 
-static int int32_buffer(PyObject *obj, Py_buffer *view) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
-    return 0;
-}
-
 static PyObject *split_names(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *offsets_obj, *data_obj;
     Py_ssize_t first, n;
     if (!PyArg_ParseTuple(args, "OOnn", &offsets_obj, &data_obj, &first, &n)) return NULL;
     Py_buffer offsets_view, data_view;
-    if (int32_buffer(offsets_obj, &offsets_view) < 0) return NULL;
-    if (int32_buffer(data_obj, &data_view) < 0) {
+    if (PyObject_GetBuffer(offsets_obj, &offsets_view, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(data_obj, &data_view, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&offsets_view);
         return NULL;
     }
@@ -161,8 +156,9 @@ static PyObject *split_names(PyObject *Py_UNUSED(module), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "offsets out of order or past the data");
         return NULL;
     }
+    Py_ssize_t op_bytes = op_offsets[rows]; /* read now: a failed native_buffer frees op_offsets */
     PyObject *o = native_buffer(op_offsets, (Py_ssize_t)((rows + 1) * sizeof(int32_t)));
-    PyObject *d = native_buffer(op_data, (Py_ssize_t)op_offsets[rows]);
+    PyObject *d = native_buffer(op_data, op_bytes);
     PyObject *v = native_buffer(values, (Py_ssize_t)(FIELDS * rows * sizeof(int64_t)));
     PyObject *f = native_buffer(flags, (Py_ssize_t)(FIELDS * rows + 4 * rows));
     PyObject *result = (o && d && v && f) ? PyTuple_Pack(4, o, d, v, f) : NULL;
