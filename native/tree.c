@@ -5,7 +5,7 @@
  * thread's rows are already in the order a stack walk needs. A range that overlaps the innermost
  * open range of its thread without fitting inside it is crossing: kept out of the tree, as are
  * ranges ended on another thread. The NumPy version (intervals.Forest) gives the same columns;
- * tests/test_intervals_native.py holds the two to it.
+ * tests/test_native_kernels.py holds the two to it.
  */
 #include "native.h"
 
