@@ -129,6 +129,14 @@ def _wrapper_links(parent: np.ndarray, is_eval: np.ndarray, links: Links) -> Lin
     return links
 
 
+def _inherit(own: pa.Array, linked: np.ndarray, pooled: np.ndarray, index: ForwardIndex) -> pa.Array:
+    """``own``, where a linked (backward) row has none taking its forward op's value: the pooled
+    strings of ``pooled`` (-1 none)."""
+    if not (linked & (pooled >= 0)).any():
+        return own
+    return pc.if_else(pc.and_(pa.array(linked), pc.is_null(own)), index.strings(pooled), own)
+
+
 def _columns(
     parent: np.ndarray, depth: np.ndarray, parsed: pa.Table, module: pa.Array, links: Links, index: ForwardIndex
 ) -> tuple[dict[str, pa.Array | pa.ChunkedArray], pa.Table, Links]:
@@ -136,15 +144,9 @@ def _columns(
     state to carry; see annotate."""
     n = len(parent)
     link = links.op_id
-    fwd = pa.array(link >= 0)
-    # A backward row takes its forward op's value where it has none of its own.
-    inherit = link >= 0
-    module_path = module
-    if (inherit & (links.module >= 0)).any():
-        module_path = pc.if_else(pc.and_(fwd, pc.is_null(module)), index.strings(links.module), module)
-    shapes = one_chunk(parsed.column("input_shapes"))
-    if (inherit & (links.shapes >= 0)).any():
-        shapes = pc.if_else(pc.and_(fwd, pc.is_null(shapes)), index.strings(links.shapes), shapes)
+    linked = link >= 0
+    module_path = _inherit(module, linked, links.module, index)
+    shapes = _inherit(one_chunk(parsed.column("input_shapes")), linked, links.shapes, index)
 
     stack = one_chunk(parsed.column("stack"))
     if stack.null_count < n:
@@ -159,9 +161,7 @@ def _columns(
         for name in ("op_name", "seq", "torch_op_id", "input_op_ids", "fwd_tid", "is_backward")
     }
     cols["input_shapes"] = shapes
-    dtypes = one_chunk(parsed.column("input_dtypes"))
-    if (inherit & (links.dtypes >= 0)).any():
-        dtypes = pc.if_else(pc.and_(fwd, pc.is_null(dtypes)), index.strings(links.dtypes), dtypes)
+    dtypes = _inherit(one_chunk(parsed.column("input_dtypes")), linked, links.dtypes, index)
     cols["input_dtypes"] = dtypes
     cols["input_values"] = parsed.column("input_values")
     cols.update(
