@@ -182,8 +182,7 @@ class _Outputs:
         self.ops = OpsTally()
         # Windows' ops regrouped into row groups of ROW_GROUP_ROWS: a row group per window cost
         # 2-7 ms of encoder set-up each (a compressor and a dictionary per column chunk).
-        self.ops_out = _Grouped(tmp / "ops.parquet", lambda: self._no_ops)
-        self._no_ops = pa.table({})
+        self.ops_out = _Grouped(tmp / "ops.parquet")
         self.trace = trace
         self.feed: TraceFeed | None = None
         self._info, self._stream = info, stream_in
@@ -199,8 +198,6 @@ class _Outputs:
         return self.feed
 
     def window(self, chunk: pa.Table, first: list[int]) -> None:
-        if not self._no_ops.num_columns:
-            self._no_ops = chunk.slice(0, 0)
         self.ops_out.write([chunk])
         self.ops.add(chunk)
         feed = self._trace(first)
@@ -246,9 +243,10 @@ class _Outputs:
 
 class _Grouped:
     """ops, api_calls or gpu_ops, written in row groups of ROW_GROUP_ROWS rows as they become
-    final (``empty``: the table without rows, written when none came, for its columns)."""
+    final (``empty``: the table without rows, written when none came, for its columns; without
+    it, the first table's columns, or none)."""
 
-    def __init__(self, path: Path, empty: Callable[[], pa.Table]) -> None:
+    def __init__(self, path: Path, empty: Callable[[], pa.Table] | None = None) -> None:
         self.writer = parquet.TableWriter(path)
         self._empty = empty
         self._schema: pa.Schema | None = None
@@ -268,7 +266,8 @@ class _Grouped:
         size = parquet.ROW_GROUP_ROWS
         if self._rows < size and not (last and self._rows):
             if last and not self._written:
-                self.writer.write(self._empty())  # the file still holds the table's schema
+                # The file still holds the table's schema.
+                self.writer.write(self._empty() if self._empty else pa.schema(self._schema or []).empty_table())
                 self._written = True
             return []
         held = pa.concat_tables(self._held) if len(self._held) > 1 else self._held[0]
