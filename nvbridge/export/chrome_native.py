@@ -35,13 +35,18 @@ def _ints(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values, np.int64)
 
 
+def _num(values: np.ndarray, prefix: bytes = b"") -> Segment:
+    """Integers without nulls."""
+    assert native is not None
+    return (native.INT, _ints(values), None, prefix, None)
+
+
 def _int(values: pa.Array | pa.ChunkedArray, prefix: bytes = b"", null: bytes | None = None) -> Segment:
     """An integer column; a null writes ``prefix + null``, or nothing where ``null`` is None."""
+    assert native is not None
     col = one_chunk(values)
-    data = np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False), np.int64) if col.null_count else None
-    if data is None:
-        data = np.asarray(col.to_numpy(zero_copy_only=False), np.int64)
-    return (native.INT, _ints(data), _valid(col), prefix, null)  # type: ignore[union-attr]
+    data = (col.fill_null(0) if col.null_count else col).to_numpy(zero_copy_only=False)
+    return (native.INT, _ints(data), _valid(col), prefix, null)
 
 
 def _text(values: pa.Array | pa.ChunkedArray, prefix: bytes = b"", null: bytes | None = None) -> Segment:
@@ -108,7 +113,7 @@ def op_lines(t: pa.Table, tid: np.ndarray, origin: int) -> memoryview | None:
         (native.CHOICE, cat, (b'"user_annotation"', b'"cpu_op"')),
         _text(t.column("op_name"), null=EMPTY),
         _int(t.column("process_id")),
-        (native.INT, _ints(tid), None, b"", None),
+        _num(tid),
         start - origin,
         np_col(t, "end_ns") - start,
     )
@@ -161,7 +166,7 @@ def gpu_lines(t: pa.Table, tid: np.ndarray, origin: int, bandwidth: pa.Array) ->
         return None
     start = np_col(t, "start_ns")
     dur = np_col(t, "end_ns") - start
-    device = np.ascontiguousarray(np_col(t, "device_id", fill=0), np.int64)
+    device = _num(np_col(t, "device_id", fill=0))
     segments = _slice(
         (
             native.CHOICE,
@@ -169,8 +174,8 @@ def gpu_lines(t: pa.Table, tid: np.ndarray, origin: int, bandwidth: pa.Array) ->
             tuple(f'"{label}"'.encode() for label in labels),
         ),
         _text(t.column("name"), null=EMPTY),
-        (native.INT, device, None, b"", None),
-        (native.INT, _ints(tid), None, b"", None),
+        device,
+        _num(tid),
         start - origin,
         dur,
     )
@@ -184,9 +189,8 @@ def gpu_lines(t: pa.Table, tid: np.ndarray, origin: int, bandwidth: pa.Array) ->
         grid_parts.append((native.INT, _ints(np_col(t, name, fill=0)), has_grid, prefix, None))
     segments += [
         (native.LITERAL, b',"args":{"device":'),
-        (native.INT, device, None, b"", None),
-        (native.LITERAL, b',"stream":'),
-        (native.INT, np.ascontiguousarray(np_col(t, "stream_id", fill=0), np.int64), None, b"", None),
+        device,
+        _num(np_col(t, "stream_id", fill=0), b',"stream":'),
         _int(t.column("correlation_id"), b',"correlation":', b"null"),
         _int(t.column("op_id"), b',"External id":'),
         *grid_parts,
@@ -217,17 +221,14 @@ def flow_lines(
     if native is None:
         return None
     head = f'{{"cat":"{cat}","name":"{cat}","id":'.encode()
-    ids = _ints(ids)
 
     def end(phase: bytes, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> list[Segment]:
         assert native is not None
         return [
             (native.LITERAL, head),
-            (native.INT, ids, None, b"", None),
-            (native.LITERAL, phase + b',"pid":'),
-            (native.INT, _ints(pid), None, b"", None),
-            (native.LITERAL, b',"tid":'),
-            (native.INT, _ints(tid), None, b"", None),
+            _num(ids),
+            _num(pid, phase + b',"pid":'),
+            _num(tid, b',"tid":'),
             (native.LITERAL, b',"ts":'),
             (native.MICROS, _ints(ts), 0),
             (native.LITERAL, b"},\n"),
