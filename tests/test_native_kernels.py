@@ -105,6 +105,7 @@ def test_compiled_reader_names_a_mismatch_of_columns_and_kinds(tmp_path: Path) -
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE t (a INTEGER, b INTEGER)")
     db.close()
+    assert native is not None
     reader = native.Reader(f"file:{path}?mode=ro")
     with pytest.raises(ValueError, match="the query has 2 columns, 1 kinds given"):
         reader.read("SELECT a, b FROM t", "i")
