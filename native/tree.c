@@ -235,11 +235,12 @@ release:
     return result;
 }
 
-/* roll_up(parent, carried, gpu_row, gpu_start, gpu_end, api_row, dur) -> int64 [8][n]:
- * self GPU ns, self GPU op count, API call count, children's CPU ns, total GPU ns, total count,
- * first GPU start, last GPU end (BIG / -BIG where none). ``parent``: the tree parent (-1: none);
- * rows come in output order, so every child follows its parent and one backward pass rolls
- * totals up (window.roll_up does it a depth level at a time). */
+/* roll_up(parent, carried, gpu_row, gpu_start, gpu_end, api_row, dur) -> int64 [8][n], or None
+ * where a parent follows its child: self GPU ns, self GPU op count, API call count, children's
+ * CPU ns, total GPU ns, total count, first GPU start, last GPU end (BIG / -BIG where none).
+ * ``parent``: the tree parent (-1: none); rows come in output order, so every child follows its
+ * parent and one backward pass rolls totals up (window.roll_up does it a depth level at a time,
+ * and takes any order). */
 static PyObject *roll_up(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer b[6];
     Py_ssize_t carried;
@@ -253,7 +254,7 @@ static PyObject *roll_up(PyObject *Py_UNUSED(module), PyObject *args) {
     const int64_t *a_row = b[4].buf, *dur = b[5].buf;
     for (Py_ssize_t i = 0; i < n; i++)
         if (parent[i] >= i) { /* a parent after its child: not output order */
-            PyErr_SetString(PyExc_ValueError, "rows are not in output order");
+            result = Py_NewRef(Py_None);
             goto release;
         }
     for (Py_ssize_t j = 0; j < g; j++)
@@ -318,8 +319,8 @@ static PyMethodDef methods[] = {
      "and depths; flags: n bytes in_tree, then n bytes crossing; and the window row of each API "
      "call's innermost tree range (-1 none)."},
     {"roll_up", roll_up, METH_VARARGS,
-     "roll_up(parent, carried, gpu_row, gpu_start, gpu_end, api_row, dur, big) -> int64 [8][n] "
-     "(see native/tree.c)."},
+     "roll_up(parent, carried, gpu_row, gpu_start, gpu_end, api_row, dur, big) -> int64 [8][n], "
+     "or None where a parent follows its child (see native/tree.c)."},
     {NULL}};
 
 int native_add_tree(PyObject *module) { return PyModule_AddFunctions(module, methods); }

@@ -184,12 +184,36 @@ def test_compiled_roll_up_matches_the_levels(
     g_start = np.array([s for _, s, _ in gpu], np.int64)
     g_end = g_start + np.array([d for _, _, d in gpu], np.int64)
     got = window._roll_up_native(rows, tree, g_local, g_start, g_end)
+    assert got is not None  # rows in output order
     with mock.patch.object(window, "native", None):
         want = window.roll_up(rows, tree, g_local, g_start, g_end)
     for name in want.values:
         np.testing.assert_array_equal(got.values[name], want.values[name], err_msg=name)
     np.testing.assert_array_equal(got.gpu_first, want.gpu_first)
     np.testing.assert_array_equal(got.gpu_last, want.gpu_last)
+
+
+def test_a_parent_after_its_child_is_rolled_up_by_levels() -> None:
+    """Rows out of output order (a parent after its child): the one backward pass declines, and
+    roll_up's depth levels give the sums (row 1 holds row 0 and its GPU op)."""
+    n = 2
+    rows = window.Rows(
+        None,
+        np.arange(n, dtype=np.int64),
+        np.array([5, 0], np.int64),
+        np.array([8, 10], np.int64),
+        np.zeros(n, np.int64),
+        np.zeros(n, bool),
+        np.zeros(n, np.int64),
+        0,
+    )
+    tree = window.Tree(np.array([1, -1]), np.array([1, 0]), np.ones(n, bool), np.zeros(0, np.int64))
+    gpu = np.array([0], np.int64), np.array([6], np.int64), np.array([7], np.int64)
+    assert window._roll_up_native(rows, tree, *gpu) is None
+    sums = window.roll_up(rows, tree, *gpu)
+    assert sums.values["total_gpu"].tolist() == [1, 1]
+    assert sums.values["self_gpu"].tolist() == [1, 0]
+    assert sums.values["child_cpu"].tolist() == [0, 3]
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,6 @@ CPU time up the tree, and build the ops rows.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,8 +161,9 @@ class Sums:
 def roll_up(rows: Rows, tree: Tree, g_local: np.ndarray, g_start: np.ndarray, g_end: np.ndarray) -> Sums:
     """This window's sums, rolled up its tree (carried ranges' earlier sums not yet added)."""
     if native is not None:
-        with contextlib.suppress(ValueError):  # a parent after its child: the levels below
-            return _roll_up_native(rows, tree, g_local, g_start, g_end)
+        fast = _roll_up_native(rows, tree, g_local, g_start, g_end)
+        if fast is not None:  # None: a parent after its child, which the levels below take
+            return fast
     n, k = rows.n, rows.carried
     api_local = tree.api_local
     dur = rows.end - rows.start
@@ -194,8 +194,9 @@ def roll_up(rows: Rows, tree: Tree, g_local: np.ndarray, g_start: np.ndarray, g_
     return Sums(sums, g_first, g_last)
 
 
-def _roll_up_native(rows: Rows, tree: Tree, g_local: np.ndarray, g_start: np.ndarray, g_end: np.ndarray) -> Sums:
-    """roll_up by nvbridge._native.roll_up: one backward pass over rows in output order."""
+def _roll_up_native(rows: Rows, tree: Tree, g_local: np.ndarray, g_start: np.ndarray, g_end: np.ndarray) -> Sums | None:
+    """roll_up by nvbridge._native.roll_up: one backward pass over rows in output order (None
+    where they are not)."""
     assert native is not None
     c = np.ascontiguousarray
     out = native.roll_up(
@@ -208,6 +209,8 @@ def _roll_up_native(rows: Rows, tree: Tree, g_local: np.ndarray, g_start: np.nda
         c(rows.end - rows.start, np.int64),
         BIG,
     )
+    if out is None:
+        return None
     cols = np.frombuffer(out, np.int64).reshape(8, rows.n)
     names = ("self_gpu", "self_count", "api_count", "child_cpu", "total_gpu", "total_count")
     return Sums(dict(zip(names, cols[:6])), cols[6], cols[7])
