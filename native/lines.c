@@ -48,16 +48,7 @@ typedef struct {
     size_t len, cap;
 } Out;
 
-static int reserve(Out *o, size_t extra) {
-    if (o->len + extra <= o->cap) return 0;
-    size_t cap = o->cap ? o->cap : 1 << 20;
-    while (cap < o->len + extra) cap *= 2;
-    char *buf = realloc(o->buf, cap);
-    if (!buf) return -1;
-    o->buf = buf;
-    o->cap = cap;
-    return 0;
-}
+static int reserve(Out *o, size_t extra) { return native_reserve(&o->buf, &o->cap, o->len + extra, 1 << 20); }
 
 static void put(Out *o, const char *s, size_t n) {
     memcpy(o->buf + o->len, s, n);

@@ -6,6 +6,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* A Python object owning ``data`` (from malloc; freed with the object), exposing it through the
  * buffer protocol, so pyarrow and NumPy wrap it without a copy. */
@@ -22,6 +23,19 @@ static inline uint64_t native_mix64(uint64_t x) {
     x *= 0xc4ceb9fe1a85ec53ULL;
     x ^= x >> 33;
     return x;
+}
+
+/* Room for ``need`` bytes in the malloc'd ``*buf`` of ``*cap`` bytes, the capacity doubled from
+ * ``first``; -1 when out of memory (the buffer left as it was). Inline: called per value. */
+static inline int native_reserve(char **buf, size_t *cap, size_t need, size_t first) {
+    if (need <= *cap) return 0;
+    size_t grown = *cap ? *cap : first;
+    while (grown < need) grown *= 2;
+    char *p = realloc(*buf, grown);
+    if (!p) return -1;
+    *buf = p;
+    *cap = grown;
+    return 0;
 }
 
 int native_add_reader(PyObject *module);

@@ -69,14 +69,7 @@ static void set_valid(Column *col, int64_t row) {
 
 static int append_bytes(Column *col, const void *p, size_t len) {
     if (col->data_len + len > INT32_MAX) return -2; /* past int32 offsets: read another way */
-    if (col->data_len + len > col->data_cap) {
-        size_t cap = col->data_cap ? col->data_cap : 1 << 16;
-        while (cap < col->data_len + len) cap *= 2;
-        char *data = realloc(col->data, cap);
-        if (!data) return -1;
-        col->data = data;
-        col->data_cap = cap;
-    }
+    if (native_reserve(&col->data, &col->data_cap, col->data_len + len, 1 << 16)) return -1;
     if (len) memcpy(col->data + col->data_len, p, len);
     col->data_len += len;
     return 0;
