@@ -13,7 +13,7 @@ setup(
         Extension(
             "nvbridge._native",
             sources=sorted(str(p) for p in Path("native").glob("*.c")),
-            depends=["native/native.h"],
+            depends=["native/native.h", "native/columns.h"],
             libraries=["sqlite3"],
             extra_compile_args=["-O2", "-std=c11"],
             optional=True,

@@ -101,7 +101,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(module);
         return NULL;
     }
-    if (native_add_reader(module) < 0 || native_add_names(module) < 0 || native_add_tree(module) < 0 ||
+    if (native_add_reader(module) < 0 || native_add_pages(module) < 0 || native_add_names(module) < 0 || native_add_tree(module) < 0 ||
         native_add_rows(module) < 0 || native_add_store(module) < 0 ||
         native_add_lines(module) < 0) {
         Py_DECREF(module);

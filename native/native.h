@@ -38,7 +38,11 @@ static inline int native_reserve(char **buf, size_t *cap, size_t need, size_t fi
     return 0;
 }
 
+/* nvbridge._native.Unreadable: a reader of SQLite files cannot read a query (sqlite_read.c). */
+extern PyObject *native_unreadable;
+
 int native_add_reader(PyObject *module);
+int native_add_pages(PyObject *module);
 int native_add_names(PyObject *module);
 int native_add_tree(PyObject *module);
 int native_add_rows(PyObject *module);

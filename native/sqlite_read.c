@@ -3,13 +3,13 @@
  * Why by hand: ConnectorX, the fastest reader on PyPI, starts three threads per query that never
  * end (a streamed conversion makes thousands of queries: 7,500 idle threads and 100+ MB at 50M
  * NVTX rows), and converts every value through Rust's generic row API. This loop keeps one
- * connection per reader thread, reads memory-mapped pages and writes each value once.
+ * connection per reader thread and writes each value once.
  *
  * Types are strict, as ConnectorX's are: an integer column holding text, a real or a blob, or a
  * text column holding anything but valid UTF-8 text, raises Unreadable; the caller then reads
  * the query the slow way, which names the damage or reads it leniently.
  */
-#include "native.h"
+#include "columns.h"
 
 #include <sqlite3.h>
 #include <stdint.h>
@@ -17,72 +17,11 @@
 #include <string.h>
 
 typedef struct {
-    char kind;         /* 'i' int64, 'f' float64, 's' UTF-8 text, 'b' blob */
-    int64_t nulls;
-    uint8_t *valid;    /* Arrow validity bitmap, allocated at the first null */
-    char *vals;        /* int64/double values, or int32 offsets (n + 1) for 's' and 'b' */
-    char *data;        /* text and blob bytes */
-    size_t data_len, data_cap;
-} Column;
-
-typedef struct {
     PyObject_HEAD
     sqlite3 *db;
 } Reader;
 
-static PyObject *Unreadable;
-
-/* -- column buffers --------------------------------------------------------------------------- */
-
-static size_t value_bytes(char kind, size_t rows) {
-    return (kind == 's' || kind == 'b') ? (rows + 1) * sizeof(int32_t) : rows * sizeof(int64_t);
-}
-
-static int grow_rows(Column *cols, int ncols, size_t rows) {
-    for (int c = 0; c < ncols; c++) {
-        char *vals = realloc(cols[c].vals, value_bytes(cols[c].kind, rows));
-        if (!vals) return -1;
-        cols[c].vals = vals;
-        if (cols[c].valid) {
-            uint8_t *valid = realloc(cols[c].valid, rows / 8 + 1);
-            if (!valid) return -1;
-            cols[c].valid = valid;
-        }
-    }
-    return 0;
-}
-
-static int set_null(Column *col, int64_t row, size_t cap) {
-    if (!col->valid) {
-        col->valid = malloc(cap / 8 + 1);
-        if (!col->valid) return -1;
-        memset(col->valid, 0xFF, (size_t)(row / 8) + 1);
-    }
-    col->valid[row / 8] &= (uint8_t)~(1u << (row % 8));
-    col->nulls++;
-    return 0;
-}
-
-static void set_valid(Column *col, int64_t row) {
-    if (col->valid) col->valid[row / 8] |= (uint8_t)(1u << (row % 8));
-}
-
-static int append_bytes(Column *col, const void *p, size_t len) {
-    if (col->data_len + len > INT32_MAX) return -2; /* past int32 offsets: read another way */
-    if (native_reserve(&col->data, &col->data_cap, col->data_len + len, 1 << 16)) return -1;
-    if (len) memcpy(col->data + col->data_len, p, len);
-    col->data_len += len;
-    return 0;
-}
-
-static void free_columns(Column *cols, int ncols) {
-    for (int c = 0; c < ncols; c++) {
-        free(cols[c].valid);
-        free(cols[c].vals);
-        free(cols[c].data);
-    }
-    free(cols);
-}
+PyObject *native_unreadable; /* nvbridge._native.Unreadable: the readers cannot read a query */
 
 /* -- the read --------------------------------------------------------------------------------- */
 
@@ -93,25 +32,19 @@ static int read_rows(sqlite3_stmt *stmt, Column *cols, int ncols, int64_t *rows_
                      int *bad_column) {
     int64_t n = 0;
     int rc;
-    if (grow_rows(cols, ncols, cap)) return READ_MEMORY;
-    for (int c = 0; c < ncols; c++)
-        if (cols[c].kind == 's' || cols[c].kind == 'b') ((int32_t *)cols[c].vals)[0] = 0;
+    if (columns_grow(cols, ncols, cap)) return READ_MEMORY;
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
         if ((size_t)n == cap) {
             cap *= 2;
-            if (grow_rows(cols, ncols, cap)) return READ_MEMORY;
+            if (columns_grow(cols, ncols, cap)) return READ_MEMORY;
         }
         for (int c = 0; c < ncols; c++) {
             Column *col = &cols[c];
             /* One value handle per field: sqlite3_column_* would look the column up per call. */
             sqlite3_value *value = sqlite3_column_value(stmt, c);
-            int type = sqlite3_value_type(value);
+            int type = sqlite3_value_type(value), err = 0;
             if (type == SQLITE_NULL) {
-                if (set_null(col, n, cap)) return READ_MEMORY;
-                if (col->kind == 's' || col->kind == 'b')
-                    ((int32_t *)col->vals)[n + 1] = (int32_t)col->data_len;
-                else
-                    ((int64_t *)col->vals)[n] = 0;
+                if (column_null(col, n, cap)) return READ_MEMORY;
                 continue;
             }
             switch (col->kind) {
@@ -129,22 +62,18 @@ static int read_rows(sqlite3_stmt *stmt, Column *cols, int ncols, int64_t *rows_
                 size_t len = (size_t)sqlite3_value_bytes(value);
                 if (!text && len) return READ_MEMORY;
                 if (!native_utf8_valid(text, len)) goto bad_type;
-                int err = append_bytes(col, text, len);
-                if (err) return err == -2 ? READ_TOO_BIG : READ_MEMORY;
-                ((int32_t *)col->vals)[n + 1] = (int32_t)col->data_len;
+                err = column_bytes(col, n, text, len);
                 break;
             }
             case 'b': {
                 if (type != SQLITE_BLOB) goto bad_type;
                 const void *blob = sqlite3_value_blob(value);
-                size_t len = (size_t)sqlite3_value_bytes(value);
-                int err = append_bytes(col, blob, len);
-                if (err) return err == -2 ? READ_TOO_BIG : READ_MEMORY;
-                ((int32_t *)col->vals)[n + 1] = (int32_t)col->data_len;
+                err = column_bytes(col, n, blob, (size_t)sqlite3_value_bytes(value));
                 break;
             }
             }
-            set_valid(col, n);
+            if (err) return err == -2 ? READ_TOO_BIG : READ_MEMORY;
+            column_valid(col, n);
             continue;
         bad_type:
             *bad_column = c;
@@ -156,71 +85,35 @@ static int read_rows(sqlite3_stmt *stmt, Column *cols, int ncols, int64_t *rows_
     return rc == SQLITE_DONE ? READ_OK : READ_SQLITE;
 }
 
-/* One column as a tuple: (rows, nulls, validity or None, values[, data]). */
-static PyObject *column_tuple(Column *col, int64_t n) {
-    PyObject *valid = Py_None, *vals = NULL, *data = NULL, *out = NULL;
-    Py_INCREF(Py_None);
-    if (col->nulls) {
-        Py_DECREF(Py_None);
-        valid = native_buffer(col->valid, (Py_ssize_t)(n / 8 + 1));
-        col->valid = NULL;
-        if (!valid) return NULL;
-    }
-    vals = native_buffer(col->vals, (Py_ssize_t)value_bytes(col->kind, (size_t)n));
-    col->vals = NULL;
-    if (!vals) goto done;
-    if (col->kind == 's' || col->kind == 'b') {
-        data = native_buffer(col->data, (Py_ssize_t)col->data_len);
-        col->data = NULL;
-        if (!data) goto done;
-        out = Py_BuildValue("(LLOOO)", (long long)n, (long long)col->nulls, valid, vals, data);
-    } else {
-        out = Py_BuildValue("(LLOO)", (long long)n, (long long)col->nulls, valid, vals);
-    }
-done:
-    Py_XDECREF(valid);
-    Py_XDECREF(vals);
-    Py_XDECREF(data);
-    return out;
-}
-
 static PyObject *Reader_read(Reader *self, PyObject *args) {
     const char *sql, *kinds;
     Py_ssize_t capacity = 1 << 16;
     if (!PyArg_ParseTuple(args, "ss|n", &sql, &kinds, &capacity)) return NULL;
     if (!self->db) {
-        PyErr_SetString(Unreadable, "the reader is closed");
+        PyErr_SetString(native_unreadable, "the reader is closed");
         return NULL;
     }
     int ncols = (int)strlen(kinds);
-    for (int c = 0; c < ncols; c++) {
-        if (!strchr("ifsb", kinds[c])) {
-            PyErr_Format(PyExc_ValueError, "unknown column kind %c", kinds[c]);
-            return NULL;
-        }
-    }
+    Column *cols = columns_new(kinds, ncols);
+    if (!cols) return NULL;
     sqlite3_stmt *stmt = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = sqlite3_prepare_v2(self->db, sql, -1, &stmt, NULL);
     Py_END_ALLOW_THREADS
     if (rc != SQLITE_OK) {
-        PyErr_Format(Unreadable, "%s", sqlite3_errmsg(self->db));
+        PyErr_Format(native_unreadable, "%s", sqlite3_errmsg(self->db));
         sqlite3_finalize(stmt);
+        columns_free(cols, ncols);
         return NULL;
     }
     int columns = sqlite3_column_count(stmt);
     if (columns != ncols) {
-        sqlite3_finalize(stmt);
         PyErr_Format(PyExc_ValueError, "the query has %d columns, %d kinds given", columns, ncols);
+        sqlite3_finalize(stmt);
+        columns_free(cols, ncols);
         return NULL;
     }
-    Column *cols = calloc((size_t)(ncols ? ncols : 1), sizeof(Column));
-    if (!cols) {
-        sqlite3_finalize(stmt);
-        return PyErr_NoMemory();
-    }
-    for (int c = 0; c < ncols; c++) cols[c].kind = kinds[c];
     int64_t n = 0;
     int bad = -1, status;
     size_t cap = capacity > 0 ? (size_t)capacity : 1;
@@ -230,31 +123,23 @@ static PyObject *Reader_read(Reader *self, PyObject *args) {
     PyObject *out = NULL;
     switch (status) {
     case READ_OK:
-        out = PyList_New(ncols);
-        for (int c = 0; out && c < ncols; c++) {
-            PyObject *col = column_tuple(&cols[c], n);
-            if (!col) {
-                Py_CLEAR(out);
-                break;
-            }
-            PyList_SET_ITEM(out, c, col);
-        }
+        out = columns_list(cols, ncols, n);
         break;
     case READ_SQLITE:
-        PyErr_Format(Unreadable, "%s", sqlite3_errmsg(self->db));
+        PyErr_Format(native_unreadable, "%s", sqlite3_errmsg(self->db));
         break;
     case READ_TYPE:
-        PyErr_Format(Unreadable, "column %s holds a value of another type",
+        PyErr_Format(native_unreadable, "column %s holds a value of another type",
                      sqlite3_column_name(stmt, bad));
         break;
     case READ_TOO_BIG:
-        PyErr_SetString(Unreadable, "text past 2 GB in one read");
+        PyErr_SetString(native_unreadable, "text past 2 GB in one read");
         break;
     default:
         PyErr_NoMemory();
     }
     sqlite3_finalize(stmt);
-    free_columns(cols, ncols);
+    columns_free(cols, ncols);
     return out;
 }
 
@@ -269,7 +154,7 @@ static PyObject *Reader_chunk_spans(Reader *self, PyObject *args) {
     Py_ssize_t n;
     if (!PyArg_ParseTuple(args, "sLLn", &sql, &first, &size, &n)) return NULL;
     if (!self->db) {
-        PyErr_SetString(Unreadable, "the reader is closed");
+        PyErr_SetString(native_unreadable, "the reader is closed");
         return NULL;
     }
     if (size <= 0 || n < 0) {
@@ -314,7 +199,7 @@ static PyObject *Reader_chunk_spans(Reader *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     if (rc != SQLITE_DONE && rc != SQLITE_OK && typed) {
-        PyErr_Format(Unreadable, "%s", sqlite3_errmsg(self->db));
+        PyErr_Format(native_unreadable, "%s", sqlite3_errmsg(self->db));
         sqlite3_finalize(stmt);
         free(buf);
         return NULL;
@@ -350,7 +235,7 @@ static int Reader_init(Reader *self, PyObject *args, PyObject *kwds) {
     rc = sqlite3_open_v2(uri, &self->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL);
     Py_END_ALLOW_THREADS
     if (rc != SQLITE_OK) {
-        PyErr_Format(Unreadable, "%s", self->db ? sqlite3_errmsg(self->db) : "cannot open");
+        PyErr_Format(native_unreadable, "%s", self->db ? sqlite3_errmsg(self->db) : "cannot open");
         sqlite3_close_v2(self->db);
         self->db = NULL;
         return -1;
@@ -394,8 +279,8 @@ static PyTypeObject ReaderType = {
 };
 
 int native_add_reader(PyObject *module) {
-    Unreadable = PyErr_NewException("nvbridge._native.Unreadable", NULL, NULL);
-    if (!Unreadable || PyModule_AddObjectRef(module, "Unreadable", Unreadable) < 0) return -1;
+    native_unreadable = PyErr_NewException("nvbridge._native.Unreadable", NULL, NULL);
+    if (!native_unreadable || PyModule_AddObjectRef(module, "Unreadable", native_unreadable) < 0) return -1;
     if (PyType_Ready(&ReaderType) < 0) return -1;
     return PyModule_AddObjectRef(module, "Reader", (PyObject *)&ReaderType);
 }

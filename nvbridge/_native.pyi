@@ -1,5 +1,7 @@
 """Types of nvbridge._native (nvbridge/_native/*.c), the optional compiled loops."""
 
+import os
+from collections.abc import Sequence
 from typing import Any
 
 Buffer = Any
@@ -12,6 +14,37 @@ class Reader:
     def __init__(self, uri: str, mmap_bytes: int = 0) -> None: ...
     def read(self, sql: str, kinds: str, capacity: int = 65536) -> list[tuple[object, ...]]: ...
     def chunk_spans(self, sql: str, first: int, size: int, n: int) -> Buffer | None: ...
+    def close(self) -> None: ...
+
+class Pages:
+    """An SQLite file's table b-trees, read-only, for one thread."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None: ...
+    def scan(
+        self,
+        root: int,
+        positions: Sequence[int],
+        kinds: str,
+        spans: Sequence[tuple[int, int]] | None,
+        alias: int,
+        member: tuple[int, Sequence[int], bool] | None,
+        bound: tuple[int, int | None, int | None, bool] | None,
+    ) -> list[tuple[object, ...]]: ...
+    def nth_rowid(self, root: int, first: int, offset: int) -> int | None: ...
+    def chunk_spans(
+        self,
+        root: int,
+        first: int,
+        last: int,
+        size: int,
+        n: int,
+        start: int,
+        latest: int,
+        gate: int,
+        gates: Sequence[int],
+        alias: int,
+        member: tuple[int, Sequence[int], bool] | None,
+    ) -> Buffer | None: ...
     def close(self) -> None: ...
 
 def split_names(offsets: Buffer, data: Buffer, first: int, n: int) -> tuple[Buffer, Buffer, Buffer, Buffer]: ...

@@ -63,37 +63,41 @@ def test_compiled_tree_matches_the_numpy_forest(case: tuple[window.Rows, np.ndar
 
 
 def test_compiled_chunk_spans_match_the_sql_aggregates() -> None:
-    """Slab planning's chunk spans from one compiled pass equal the per-chunk SQL aggregates, on
-    every real export and sample, for API calls, kernels and NVTX ranges (with their filter)."""
+    """Slab planning's chunk spans from one compiled pass (the page reader's, and SQLite's when
+    the page reader is not used) equal the per-chunk SQL aggregates, on every real export and
+    sample, for API calls, kernels and NVTX ranges (with their filter)."""
     from nvbridge.readers._db import Database
+    from nvbridge.readers._pages import RowFilter, latest_sql
     from nvbridge.readers.nsys_tables import RANGE_TYPES
     from nvbridge.readers.slabs import chunk_queries, chunks
 
+    nvtx = RowFilter(member=("eventType", (59, 60, 70, 71, 34, 39, 75), True))
     reads = [
-        ("CUPTI_ACTIVITY_KIND_RUNTIME", "1", "end"),
-        ("CUPTI_ACTIVITY_KIND_KERNEL", "1", "end"),
-        (
-            "NVTX_EVENTS",
-            "eventType IN (59, 60, 70, 71, 34, 39, 75) OR eventType IS NULL",
-            f"CASE WHEN eventType IN {RANGE_TYPES} THEN start END",
-        ),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", RowFilter(), ("end", None)),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", RowFilter(), None),
+        ("NVTX_EVENTS", nvtx, ("start", ("eventType", RANGE_TYPES))),
     ]
     paths = [*sorted(REAL_DB.glob("nsys-*.sqlite")), *sorted(SAMPLE_DB.glob("*.sqlite"))]
     compared = dict.fromkeys(paths, 0)
     for path in paths:
         with Database(path) as db:
-            for table, where, latest in reads:
+            for table, rows, latest in reads:
                 if not db.has(table):
                     continue
                 ((first, last),) = db.scalar_rows(f"SELECT min(rowid), max(rowid) FROM {table}")
                 if first is None:
                     continue
-                got = db.chunk_spans(table, where, latest, first, last)
-                want = chunks([r for q in chunk_queries(table, where, latest, first, last) for r in db.scalar_rows(q)])
-                assert got is not None and want is not None
+                got = db.chunk_spans(table, rows, latest, first, last)
+                with mock.patch.object(Database, "_layout", return_value=None):
+                    through_sqlite = db.chunk_spans(table, rows, latest, first, last)
+                queries = chunk_queries(table, rows.sql(), latest_sql(latest), first, last)
+                want = chunks([r for q in queries for r in db.scalar_rows(q)])
+                assert got is not None and through_sqlite is not None and want is not None
                 for field in ("first", "last", "with_start", "lo", "hi"):
                     np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+                    np.testing.assert_array_equal(getattr(through_sqlite, field), getattr(want, field))
                 assert (got.without_start, got.latest) == (want.without_start, want.latest)
+                assert (through_sqlite.without_start, through_sqlite.latest) == (want.without_start, want.latest)
                 compared[path] += 1
     # Every input (the samples always; the real exports where ../shared is) has a table compared.
     assert len(paths) >= 10 and all(compared.values()), compared

@@ -8,6 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nvbridge.readers._pages import RowFilter
 from nvbridge.readers.slabs import Chunks, chunk_queries, chunks, plan
 
 TYPES = (59, 60)
@@ -68,5 +69,6 @@ def test_one_slab_reads_the_whole_table_unfiltered() -> None:
     con = _table(list(range(50)), 1)
     c = _chunks(con, 50)
     assert plan([c], 50) == [(None, None)]
-    assert c.slab(None, None, True).where() == "(1)"
+    assert c.slab(None, None, True).rows() == RowFilter()  # no filter: every row, as SQL's "1"
+    assert c.slab(None, None, True).where() == "1"
     assert np.array_equal(c.with_start, [50])

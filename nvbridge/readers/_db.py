@@ -26,6 +26,7 @@ import pyarrow as pa
 from nvbridge.columns import one_chunk
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
+from nvbridge.readers._pages import Latest, RowFilter, TableLayout, latest_sql, quote, table_layout
 from nvbridge.readers._sqlite import FastPathFailed, FastReads
 from nvbridge.readers.slabs import Chunks, chunk_queries, chunk_size, chunks, from_spans
 from nvbridge.readers.validate import BadRows, mark_absent
@@ -40,8 +41,9 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "float": pa.float64(),
     "bytes": pa.binary(),
 }
-# A read's row filter: SQL text (for a URL, SQLAlchemy wraps it in text()).
-Where = str | None
+# A read's row filter: SQL text (for a URL, SQLAlchemy wraps it in text()), or a RowFilter the
+# page reader applies itself (its SQL for every other path).
+Where = str | RowFilter | None
 # Every SQLite table's row id, selectable as a column (a slab's rows carry it for their order).
 ROWID = "rowid"
 
@@ -64,11 +66,6 @@ class Column:
 def lenient_text(raw: bytes) -> str:
     """Text that is not UTF-8 (a corrupted NVTX message) reads with U+FFFD, not an error."""
     return raw.decode("utf-8", "replace")
-
-
-def quote(name: str) -> str:
-    """An SQL identifier, quoted."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _database_errors() -> tuple[type[Exception], ...]:
@@ -128,6 +125,7 @@ class Database:
         self._engine: sa.Engine | None = None
         self._uri: str | None = None
         self._heads: dict[tuple[str, tuple[Column, ...]], str] = {}
+        self._layouts: dict[str, TableLayout | None] = {}
         self._local = threading.local()  # each thread's own sqlite3 connection
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -136,7 +134,7 @@ class Database:
             self.name = self.path.name
             opened, immutable, self._tmp = readable_copy(self.path)
             self._uri = sqlite_uri(opened, immutable)
-            self._fast = FastReads(self._uri)
+            self._fast = FastReads(self._uri, opened)
         self._pool: ThreadPoolExecutor | None = None
         self._columns: dict[str, frozenset[str]] = {}
         with self.translate_errors():
@@ -272,23 +270,26 @@ class Database:
         self.require(table, columns)
         present = self.columns(table)
         absent = [c.field for c in columns if c.raw not in present and c.raw != ROWID]
+        sql_where = where.sql() if isinstance(where, RowFilter) else where
         if self._fast is None:
-            return lambda: mark_absent(self._read_generic(table, columns, where), absent)
+            return lambda: mark_absent(self._read_generic(table, columns, sql_where), absent)
         sql = self._head(table, columns)
-        if where is not None:
-            sql = f"{sql} WHERE {where}"
+        if sql_where is not None:
+            sql = f"{sql} WHERE {sql_where}"
         read = [c for c in columns if c.raw in present or c.raw == ROWID]
+        layout = self._layout(table) if not isinstance(where, str) else None
+        scan = None if layout is None or isinstance(where, str) else layout.scan_args([c.raw for c in read], where)
         fast = self._fast
 
         def fetch() -> pa.Table:
             with self.translate_errors():
                 try:
-                    raw = fast.read(sql, [c.field for c in read], [c.type for c in read])
+                    raw = fast.read(sql, [c.field for c in read], [c.type for c in read], scan and (layout, scan))
                 except FastPathFailed:  # rare: the slower cursor path reads it or names the damage
                     from nvbridge.readers import _generic
 
-                    _generic.check_integers(self.engine, table, present, columns, where)
-                    return mark_absent(self._read_generic(table, columns, where), absent)
+                    _generic.check_integers(self.engine, table, present, columns, sql_where)
+                    return mark_absent(self._read_generic(table, columns, sql_where), absent)
             arrays: list[pa.Array | pa.ChunkedArray] = []
             for col in columns:
                 typ = ARROW_TYPES[col.type]
@@ -306,7 +307,13 @@ class Database:
 
         return fetch
 
-    def _read_generic(self, table: str, columns: Sequence[Column], where: Where) -> pa.Table:
+    def _layout(self, table: str) -> TableLayout | None:
+        """``table``'s record layout for the page reader (None: it reads through SQLite)."""
+        if table not in self._layouts:
+            self._layouts[table] = table_layout(table, self.scalar_rows) if self._fast and self._fast.pages else None
+        return self._layouts[table]
+
+    def _read_generic(self, table: str, columns: Sequence[Column], where: str | None) -> pa.Table:
         from nvbridge.readers import _generic
 
         with self.translate_errors():
@@ -394,16 +401,34 @@ class Database:
                 return _generic.scalar_rows(self.engine, sql)
             return [tuple(r) for r in self._connection().execute(sql)]
 
-    def chunk_spans(self, table: str, where: str, latest: str, first: int, last: int) -> Chunks | None:
-        """:class:`~nvbridge.readers.slabs.Chunks` of ``table``'s rows matching ``where`` (SQL)
-        with rowids ``first..last``: one pass of the compiled reader, or else one aggregate per
-        chunk. None when a start is not an integer (the read that follows names the damage)."""
-        size = chunk_size(first, last)
+    def chunk_spans(self, table: str, rows: RowFilter, latest: Latest, first: int, last: int) -> Chunks | None:
+        """:class:`~nvbridge.readers.slabs.Chunks` of ``table``'s rows that ``rows``' member filter
+        keeps, with rowids ``first..last``: one pass of a compiled reader (the page reader's, or
+        SQLite's), or else one aggregate per chunk. None when a start is not an integer (the read
+        that follows names the damage)."""
+        size, where, figure = chunk_size(first, last), rows.sql(), latest_sql(latest)
         if self._fast is not None:
-            sql = f"SELECT rowid, start, {latest} FROM {table} WHERE rowid BETWEEN {first} AND {last} AND ({where})"
+            sql = f"SELECT rowid, start, {figure} FROM {table} WHERE rowid BETWEEN {first} AND {last} AND ({where})"
+            layout = self._layout(table)
+            args = None if layout is None else layout.chunk_args(rows, latest)
             try:
-                spans = self._fast.chunk_spans(sql, first, size, -(-(last - first + 1) // size))
+                spans = self._fast.chunk_spans(
+                    sql, first, size, -(-(last - first + 1) // size), args and (layout, first, last, args)
+                )
                 return None if spans is None else from_spans(first, size, spans)
             except FastPathFailed:
                 pass  # the aggregates below read it, or name what is wrong
-        return chunks([row for q in chunk_queries(table, where, latest, first, last) for row in self.scalar_rows(q)])
+        return chunks([row for q in chunk_queries(table, where, figure, first, last) for row in self.scalar_rows(q)])
+
+    def nth_rowid(self, table: str, first: int, offset: int) -> int | None:
+        """The rowid ``offset`` rows after the first with a rowid of at least ``first`` (None:
+        past the last row): rows counted on the table's pages where the page reader takes it."""
+        layout = self._layout(table)
+        if layout is not None and self._fast is not None:
+            found = self._fast.nth_rowid(layout.root, first, offset)
+            if found is not False:
+                return found
+        end = self.scalar_rows(
+            f"SELECT rowid FROM {quote(table)} WHERE rowid >= {first} ORDER BY rowid LIMIT 1 OFFSET {offset}"
+        )
+        return int(end[0][0]) if end else None

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from nvbridge.columns import np_col
 from nvbridge.readers._db import ROWID, Column, Database
+from nvbridge.readers._pages import Latest, RowFilter
 from nvbridge.readers.slabs import Chunks, chunks, plan
 
 # How long after its API call ends a GPU op may start and still be read in that call's window:
@@ -49,14 +50,14 @@ class SlabTable:
 
     AHEAD = 1  # slabs read ahead of the one asked for (each a window's rows)
 
-    def __init__(self, db: Database, parts: Sequence[Part], slab_rows: int, latest: str = "end") -> None:
+    def __init__(self, db: Database, parts: Sequence[Part], slab_rows: int, latest: Latest = ("end", None)) -> None:
         self.db = db
         # An absent table reads as zero rows: its empty part still names its kind, as the
         # whole-file reader's does.
         self._parts = list(parts)
         self._slab_rows = slab_rows
         # Each table's rowid bounds and chunk spans, scanned on the reader threads meanwhile.
-        # ``latest``: the SQL expression whose maximum the stats keep ("NULL": none wanted).
+        # ``latest``: the column whose maximum the stats keep (None: none wanted).
         self._scans = [db.run(functools.partial(_scan, db, p.table, latest)) for p in self._parts]
         self._slabs: list[tuple[int | None, int | None]] | None = None
         self._next = 0  # slabs submitted
@@ -100,7 +101,7 @@ class SlabTable:
             self.db.submit(
                 part.table,
                 [*part.columns, _ROWID],
-                stats.slab(lo, hi, self._next == 0).where() if stats is not None else "1 = 1",
+                stats.slab(lo, hi, self._next == 0).rows() if stats is not None else None,
                 then=functools.partial(_normalized, part.normalize),
             )
             for part, stats in zip(self._parts, self.stats)
@@ -148,7 +149,7 @@ class SlabTable:
 _END = 1 << 63
 
 
-def _scan(db: Database, table: str, latest: str) -> tuple[tuple[int, int, int], Chunks | None]:
+def _scan(db: Database, table: str, latest: Latest) -> tuple[tuple[int, int, int], Chunks | None]:
     """A table's first and last rowid and its rows, and its chunk spans."""
     if not db.has(table):
         return (0, -1, 0), chunks([])
@@ -156,7 +157,7 @@ def _scan(db: Database, table: str, latest: str) -> tuple[tuple[int, int, int], 
         f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table}), (SELECT count(*) FROM {table})"
     )
     first, last = int(first or 0), int(last if last is not None else -1)
-    return (first, last, int(rows or 0)), db.chunk_spans(table, "1", latest, first, last)
+    return (first, last, int(rows or 0)), db.chunk_spans(table, RowFilter(), latest, first, last)
 
 
 def _normalized(normalize: Normalize, raw: pa.Table) -> tuple[pa.Table | None, np.ndarray]:

@@ -21,6 +21,7 @@ from nvbridge.columns import np_col, set_column
 from nvbridge.errors import NotStreamable
 from nvbridge.profile import GPU_OPS_SCHEMA, RawProfile
 from nvbridge.readers._db import Database
+from nvbridge.readers._pages import RowFilter
 from nvbridge.readers.activity import LATE_NS, Part, SlabTable
 from nvbridge.readers.nsys_info import device_table, source_info
 from nvbridge.readers.nsys_tables import (
@@ -75,11 +76,6 @@ SLAB_SHARE = 2
 NO_ROWS = "1 = 0"
 
 
-def _in(values: tuple[int, ...]) -> str:
-    """An SQL list of integers."""
-    return "(" + ", ".join(str(int(v)) for v in values) + ")"
-
-
 def read(db: Database) -> RawProfile:
     """Read an Nsight Systems export into normalized Arrow tables."""
     ranges_only = others = None
@@ -87,9 +83,9 @@ def read(db: Database) -> RawProfile:
         db.require("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
         # Two scans, filtered in SQL: the ranges need no row selection in Arrow (a copy of
         # every column), and the few marks, thread names and domains come on the other worker.
-        ranges_only = f'"eventType" IN {_in(RANGE_TYPES)}'
+        ranges_only = RowFilter(member=("eventType", RANGE_TYPES, False))
         # NULL event types come with the others, to be refused there rather than dropped unseen.
-        others = f'"eventType" IN {_in((NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE))} OR "eventType" IS NULL'
+        others = RowFilter(member=("eventType", (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE), True))
     with db.reading(
         {
             "nvtx": ("NVTX_EVENTS", NVTX, ranges_only),  # the largest: first, on its own worker
@@ -171,13 +167,13 @@ class Stream:
             db,
             [Part(*WHOLE_TABLES[key], functools.partial(gpu_part, key, strings=strings)) for key in GPU_TABLES],
             window_rows // SLAB_SHARE,
-            latest="NULL",  # only the API calls' latest end bounds the capture
+            latest=None,  # only the API calls' latest end bounds the capture
         )
         syncs = db.submit(*WHOLE_TABLES["sync"], then=normalize_syncs)
         if db.has("NVTX_EVENTS"):
             db.require("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
             wanted = RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)
-            self._types_sql = f'("eventType" IN {_in(wanted)} OR "eventType" IS NULL)'
+            self._types = ("eventType", wanted, True)  # NULL types: read, to be refused
             # Two subqueries: SQLite answers a lone min() or max() of rowid from the b-tree's ends,
             # but scans every row for both in one SELECT (0.16 s at 2M rows).
             ((first, last),) = db.scalar_rows(
@@ -222,8 +218,8 @@ class Stream:
     def _plan_slabs(self) -> None:
         """Slabs in start order from one grouped scan; domain names first, as a slab may hold
         ranges of a domain whose creation row comes in a later slab."""
-        latest = f"CASE WHEN eventType IN {RANGE_TYPES} THEN start END"
-        stats = self.db.chunk_spans("NVTX_EVENTS", self._types_sql, latest, self._first, self._last)
+        latest = ("start", ("eventType", RANGE_TYPES))  # the latest range start
+        stats = self.db.chunk_spans("NVTX_EVENTS", RowFilter(member=self._types), latest, self._first, self._last)
         # Half a window's rows a slab: a slab's rows are estimated from its chunks' spans, and
         # a wrong estimate (rows stored out of order spread over chunks) held 80 MB more at 10M.
         bounds = plan([stats], self.window_rows // SLAB_SHARE)
@@ -238,7 +234,7 @@ class Stream:
     def _submit_window(self) -> None:
         if self._slabs is not None:
             if self._slabs:
-                where = f"{self._types_sql} AND {self._slabs.pop(0).where()}"
+                where = self._slabs.pop(0).rows(self._types)
                 self._pending.append(self.db.submit("NVTX_EVENTS", NVTX, where, then=self._split))
             return
         if self._next is None or self._next > self._last:
@@ -254,11 +250,9 @@ class Stream:
         rowid gaps. Dense rowids give the same windows as arithmetic would; the OFFSET walk costs
         about 3 ms per 131,072 rows.
         """
-        end = self.db.scalar_rows(
-            f"SELECT rowid FROM NVTX_EVENTS WHERE rowid >= {first} ORDER BY rowid LIMIT 1 OFFSET {self.window_rows}"
-        )
-        stop = int(end[0][0]) if end else self._last + 1
-        where = f"{self._types_sql} AND rowid >= {first} AND rowid < {stop}"
+        end = self.db.nth_rowid("NVTX_EVENTS", first, self.window_rows)
+        stop = end if end is not None else self._last + 1
+        where = RowFilter(((first, stop - 1),), self._types)
         window = self._split(self.db.read_table("NVTX_EVENTS", NVTX, where))
         return dataclasses.replace(window, stop=stop)
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from nvbridge.readers._pages import RowFilter
+
 # Chunks per table the scan aims at: enough to size slabs, few enough to plan in NumPy.
 CHUNKS = 1024
 # The first slab holds 1/FIRST_SLAB_SHARE of a slab's rows (see plan).
@@ -61,17 +63,16 @@ class Slab:
     spans: list[tuple[int, int]] | None
     nulls: bool
 
+    def rows(self, member: tuple[str, tuple[int, ...], bool] | None = None) -> RowFilter:
+        """The slab as a row filter on ``start`` and ``rowid`` (and ``member``, if given). Rows
+        without a start come from any rowid: a slab that takes them has no spans."""
+        spans = None if self.spans is None else tuple(self.spans)
+        bounded = self.lo is not None or self.hi is not None or self.nulls
+        return RowFilter(spans, member, ("start", self.lo, self.hi, self.nulls) if bounded else None)
+
     def where(self) -> str:
         """The slab as an SQL condition on ``start`` and ``rowid``."""
-        terms = []
-        if self.lo is not None:
-            terms.append(f"start >= {self.lo}")
-        if self.hi is not None:
-            terms.append(f"start < {self.hi}")
-        if self.spans is not None:
-            terms.append("(" + " OR ".join(f"rowid BETWEEN {a} AND {b}" for a, b in self.spans) + ")")
-        cond = " AND ".join(terms) or "1"
-        return f"(({cond}) OR start IS NULL)" if self.nulls else f"({cond})"
+        return self.rows().sql()
 
 
 def chunk_size(first: int, last: int) -> int:

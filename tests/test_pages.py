@@ -1,0 +1,276 @@
+"""The page reader (native/pages.c) reads what SQLite reads: every table of every real export and
+sample, hand-made files with each storage case SQLite writes, every filter the readers use; and it
+refuses, for SQLite to read, what it cannot be sure of. SQLite itself (the stdlib driver or the
+compiled SQLite reader) is the reference throughout."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from nvbridge.compiled import native
+from nvbridge.readers._db import Database
+from nvbridge.readers._pages import RowFilter, table_layout
+from nvbridge.readers._sqlite import _array
+from tests.conftest import REAL_DB, SAMPLE_DB, require_native
+
+
+@pytest.fixture(autouse=True)
+def _native_built() -> None:
+    require_native()
+
+
+def _layout(con: sqlite3.Connection, table: str):  # type: ignore[no-untyped-def]
+    return table_layout(table, lambda sql: [tuple(r) for r in con.execute(sql)])
+
+
+def _kind(declared: str) -> str:
+    t = declared.upper()
+    return "i" if "INT" in t else "s" if any(k in t for k in ("CHAR", "CLOB", "TEXT")) else ""
+
+
+def _sqlite_read(path: Path, table: str, names: list[str], kinds: str, where: str = "1") -> object:
+    """The compiled SQLite reader's columns (or its refusal) as Arrow arrays."""
+    assert native is not None
+    cols = ", ".join(n if n == "rowid" else f'"{n}"' for n in names)
+    try:
+        out = native.Reader(f"file:{path}?mode=ro").read(f'SELECT {cols} FROM "{table}" WHERE {where}', kinds)
+    except native.Unreadable:
+        return "refused"
+    return [_array(k, c) for k, c in zip(kinds, out)]
+
+
+def _page_read(path: Path, table: str, names: list[str], kinds: str, rows: RowFilter | None = None) -> object:
+    assert native is not None
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        layout = _layout(con, table)
+    assert layout is not None, f"{table} is not one the page reader takes"
+    args = layout.scan_args(names, rows)
+    assert args is not None
+    try:
+        out = native.Pages(path).scan(layout.root, args[1], kinds, args[0], *args[2:])
+    except native.Unreadable:
+        return "refused"
+    return [_array(k, c) for k, c in zip(kinds, out)]
+
+
+def _same(got: object, want: object) -> None:
+    if isinstance(want, str) or isinstance(got, str):
+        assert got == want
+        return
+    assert isinstance(got, list) and isinstance(want, list)
+    for a, b in zip(got, want):
+        assert a.equals(b), (a[:5], b[:5])
+
+
+def _inputs() -> Iterator[Path]:
+    yield from sorted(REAL_DB.glob("nsys-*.sqlite"))
+    yield from sorted(SAMPLE_DB.glob("*.sqlite"))
+
+
+def test_every_table_of_every_export_reads_as_sqlite_reads_it() -> None:
+    """Integer and text columns plus the rowid, whole tables and filtered by rowid spans, a set of
+    values and bounds (each with and without NULLs passing), on the real exports and samples."""
+    compared = 0
+    for path in _inputs():
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+            tables = [
+                (name, _layout(con, name), con.execute(f'PRAGMA table_info("{name}")').fetchall())
+                for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            ]
+        for name, layout, info in tables:
+            if layout is None:
+                continue
+            cols = [
+                (str(r[1]), _kind(str(r[2] or "")))
+                for r in info
+                if _kind(str(r[2] or "")) and str(r[1]) in layout.positions
+            ]
+            names = [c for c, _ in cols] + ["rowid"]
+            kinds = "".join(k for _, k in cols) + "i"
+            _same(_page_read(path, name, names, kinds), _sqlite_read(path, name, names, kinds))
+            ints = [c for c, k in cols if k == "i"]
+            ((lo, hi, n),) = (
+                sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+                .execute(f'SELECT min(rowid), max(rowid), count(*) FROM "{name}"')
+                .fetchall()
+            )
+            if not ints or not n:
+                continue
+            col = ints[0]
+            values = tuple(
+                v
+                for (v,) in sqlite3.connect(f"file:{path}?mode=ro", uri=True).execute(
+                    f'SELECT DISTINCT "{col}" FROM "{name}" WHERE typeof("{col}") = \'integer\' LIMIT 3'
+                )
+            )
+            mid = (lo + hi) // 2
+            for rows in (
+                RowFilter(spans=((lo, mid), (mid + 2, hi))),
+                RowFilter(spans=((mid, mid),), member=(col, values, True)),
+                RowFilter(member=(col, values, False)),
+                RowFilter(bound=(col, values[0] if values else None, None, True)),
+                RowFilter(spans=((lo + 1, hi - 1),), bound=(col, None, values[-1] if values else 0, False)),
+                RowFilter(spans=()),
+            ):
+                _same(_page_read(path, name, names, kinds, rows), _sqlite_read(path, name, names, kinds, rows.sql()))
+            compared += 1
+    assert compared >= 20
+
+
+def _make(path: Path, page_size: int = 4096) -> sqlite3.Connection:
+    con = sqlite3.connect(path)
+    con.execute(f"PRAGMA page_size = {page_size}")
+    return con
+
+
+@pytest.mark.parametrize("page_size", [512, 4096, 65536])
+def test_storage_cases_read_as_sqlite_reads_them(tmp_path: Path, page_size: int) -> None:
+    """Multi-level b-trees, payloads spilling over overflow pages, integers of every stored width
+    and sign, NULLs, UTF-8 text, a rowid alias, records older than a column added later, deleted
+    rows and negative rowids."""
+    path = tmp_path / "cases.sqlite"
+    con = _make(path, page_size)
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, b TEXT, c INT)")
+    rng = random.Random(page_size)
+    widths = [
+        0,
+        1,
+        -1,
+        127,
+        -128,
+        32767,
+        -32768,
+        1 << 23,
+        -(1 << 23),
+        1 << 31,
+        -(1 << 31),
+        1 << 47,
+        -(1 << 47),
+        1 << 62,
+        -(1 << 63),
+    ]
+    rows = []
+    for i in range(-300, 4000):
+        text = None if i % 7 == 0 else ("é€😀" * rng.randint(0, 3) + "x" * rng.choice([0, 5, 100, 3000, 70000]))
+        rows.append((i * 3, rng.choice(widths) if i % 11 else None, text, i))
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+    con.execute("DELETE FROM t WHERE id % 5 = 1")
+    con.execute("ALTER TABLE t ADD COLUMN d INTEGER")
+    con.execute("INSERT INTO t (id, a, b, c, d) VALUES (100000, 1, 'late', 2, 3)")
+    con.commit()
+    con.close()
+    names, kinds = ["id", "a", "b", "c", "d", "rowid"], "iisiii"
+    _same(_page_read(path, "t", names, kinds), _sqlite_read(path, "t", names, kinds))
+    for rows_ in (
+        RowFilter(spans=((-900, -3), (30, 33), (3000, 9000))),
+        RowFilter(member=("a", (0, 1, -1, 1 << 62), True), bound=("c", -10, 500, False)),
+        RowFilter(spans=((-1, 10**12),), bound=("a", -(1 << 40), 1 << 40, True)),
+    ):
+        _same(_page_read(path, "t", names, kinds, rows_), _sqlite_read(path, "t", names, kinds, rows_.sql()))
+    with Database(path) as db:
+        for first in (-1000, -900, 0, 5, 11_000, 200_000):
+            for offset in (0, 1, 7, 500, 5000):
+                want = db.scalar_rows(
+                    f"SELECT rowid FROM t WHERE rowid >= {first} ORDER BY rowid LIMIT 1 OFFSET {offset}"
+                )
+                assert db.nth_rowid("t", first, offset) == (int(want[0][0]) if want else None)
+
+
+def test_types_are_as_strict_as_sqlites_reader(tmp_path: Path) -> None:
+    """A real, text or blob in an integer column, a blob or invalid UTF-8 in a text column: both
+    readers refuse (the slow path then reads or names it); reals read as reals in 'f' columns."""
+    path = tmp_path / "types.sqlite"
+    con = _make(path)
+    con.execute("CREATE TABLE t (a, b)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [(1, "x"), (2.5, "y"), ("z", b"\xff"), (None, None)])
+    con.commit()
+    con.close()
+    for names, kinds in ((["a"], "i"), (["a"], "f"), (["b"], "s"), (["b"], "b"), (["a", "b"], "fs")):
+        for rows in (None, RowFilter(spans=((1, 1),)), RowFilter(spans=((2, 2),)), RowFilter(spans=((3, 4),))):
+            _same(
+                _page_read(path, "t", names, kinds, rows),
+                _sqlite_read(path, "t", names, kinds, rows.sql() if rows else "1"),
+            )
+    # A filter column holding a real: the page reader cannot judge SQLite's comparison; refused.
+    assert _page_read(path, "t", ["rowid"], "i", RowFilter(member=("a", (2,), False))) == "refused"
+
+
+def test_tables_and_files_it_cannot_be_sure_of_go_to_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "schema.sqlite"
+    con = _make(path)
+    con.execute("CREATE TABLE indexed (a INTEGER)")
+    con.execute("CREATE INDEX i ON indexed (a)")
+    con.execute("CREATE TABLE norowid (a INTEGER PRIMARY KEY) WITHOUT ROWID")
+    con.execute("CREATE TABLE desc_key (a INTEGER PRIMARY KEY DESC, b INTEGER)")
+    con.execute("CREATE TABLE named_rowid (rowid INTEGER, b INTEGER)")
+    con.execute("CREATE TABLE generated (a INTEGER, b INTEGER AS (a + 1))")
+    con.execute("CREATE TABLE mixed (a REAL, b INTEGER DEFAULT 7, c INTEGER)")
+    con.commit()
+    for table in ("indexed", "norowid", "desc_key", "named_rowid", "generated"):
+        assert _layout(con, table) is None, table
+    mixed = _layout(con, "mixed")
+    assert mixed is not None and set(mixed.positions) == {"c"}  # REAL affinity, a default: SQLite reads them
+    assert mixed.scan_args(["a"], None) is None and mixed.scan_args(["c", "rowid"], None) is not None
+    con.close()
+
+    wal = tmp_path / "wal.sqlite"
+    con = _make(wal)
+    con.execute("PRAGMA journal_mode = WAL")
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.commit()
+    con.close()
+    utf16 = tmp_path / "utf16.sqlite"
+    con = sqlite3.connect(utf16)
+    con.execute("PRAGMA encoding = 'UTF-16le'")
+    con.execute("CREATE TABLE t (a TEXT)")
+    con.commit()
+    con.close()
+    assert native is not None
+    for refused in (wal, utf16, tmp_path / "missing.sqlite"):
+        with pytest.raises(native.Unreadable):
+            native.Pages(refused)
+
+
+def test_damaged_pages_never_crash(tmp_path: Path) -> None:
+    """Random bytes over a file's pages: each read gives SQLite's rows or a refusal (then SQLite
+    reads it or names the damage); never a crash, never rows SQLite does not have."""
+    assert native is not None
+    source = tmp_path / "good.sqlite"
+    con = _make(source, 512)
+    con.execute("CREATE TABLE t (a INTEGER, b TEXT)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [(i, "n" * (i % 900)) for i in range(3000)])
+    con.commit()
+    with_layout = _layout(con, "t")
+    con.close()
+    assert with_layout is not None
+    good = source.read_bytes()
+    rng = random.Random(7)
+    refused = read = 0
+    for trial in range(300):
+        data = bytearray(good)
+        for _ in range(rng.choice([1, 4, 40])):
+            at = rng.randrange(512, len(data))  # past page 1's header: the schema stays readable
+            data[at] = rng.randrange(256)
+        path = tmp_path / f"bad{trial}.sqlite"
+        path.write_bytes(bytes(data))
+        try:
+            out = native.Pages(path).scan(with_layout.root, [0, 1, -1], "isi", None, -1, None, None)
+        except native.Unreadable:
+            refused += 1
+            continue
+        read += 1
+        got = pa.table([_array(k, c) for k, c in zip("isi", out)], names=["a", "b", "rowid"])
+        try:
+            want = _sqlite_read(path, "t", ["a", "b", "rowid"], "isi")
+        except Exception:  # noqa: BLE001 - SQLite's own error on a damaged file
+            continue
+        if not isinstance(want, str):
+            assert got.equals(pa.table(want, names=["a", "b", "rowid"])), trial
+        path.unlink()
+    assert refused and read  # both outcomes were exercised
