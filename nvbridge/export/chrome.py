@@ -27,7 +27,6 @@ import gzip
 import io
 import os
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -51,6 +50,7 @@ from nvbridge.export.chrome_text import (
 )
 from nvbridge.export.chrome_tracks import StreamLanes, TrackSet, extra_tids, lanes, track_names
 from nvbridge.timeline import in_window, step_window
+from nvbridge.workers import worker_pool
 
 __all__ = ["SUFFIXES", "TraceStats", "TraceWriter", "lanes", "step_window", "write"]
 
@@ -135,7 +135,7 @@ class TraceWriter:
         self._fh = io.BufferedWriter(
             _open_gzip(self._tmp) if self.path.suffix == ".gz" else io.FileIO(self._tmp, "wb"), buffer_size=1 << 20
         )
-        self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvbridge-lines")
+        self._builder = worker_pool(1, "nvbridge-lines")
         try:
             self._sink = EventSink(self._fh, header(meta or {}, devices, origin_ns, rank, world_size))
         except BaseException:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import IO, Any, TypeAlias
 
 import numpy as np
@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from nvbridge.columns import np_col, one_chunk
 from nvbridge.export import chrome_native
+from nvbridge.workers import worker_pool
 
 # A chunk's lines: an Arrow string array, or the compiled formatter's buffer of lines.
 Lines: TypeAlias = pa.Array | pa.ChunkedArray | memoryview
@@ -325,7 +326,7 @@ class EventSink:
     def __init__(self, fh: IO[bytes], head: dict[str, Any]) -> None:
         self.fh = fh
         self.pending = False
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvbridge-trace")
+        self._pool = worker_pool(1, "nvbridge-trace")
         self._writing: Future[None] | None = None
         text = json.dumps(head)  # default separators: HTA finds the rank with r'"rank":\s+(\d+)'
         fh.write(text[:-1].encode() + b', "traceEvents": [\n')

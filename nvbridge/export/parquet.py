@@ -19,6 +19,7 @@ from nvbridge.columns import np_col
 from nvbridge.engine import Model
 from nvbridge.errors import ExportError
 from nvbridge.profile import SourceInfo
+from nvbridge.workers import worker_pool
 
 DATASET_SCHEMA_VERSION = "1"
 TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
@@ -91,7 +92,7 @@ class TableWriter:
         self.rows = 0
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvbridge-write")
+        self._pool = worker_pool(1, "nvbridge-write")
         self._pending: Future[None] | None = None
 
     def write(self, part: pa.Table | Callable[[], pa.Table]) -> None:

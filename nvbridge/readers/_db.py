@@ -30,6 +30,7 @@ from nvbridge.readers._pages import Latest, RowFilter, TableLayout, latest_sql, 
 from nvbridge.readers._sqlite import FastPathFailed, FastReads
 from nvbridge.readers.slabs import Chunks, chunk_queries, chunk_size, chunks, from_spans
 from nvbridge.readers.validate import BadRows, mark_absent
+from nvbridge.workers import worker_pool
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -337,7 +338,7 @@ class Database:
     def run(self, call: Callable[[], Any]) -> Future[Any]:
         """Run ``call`` on the reader threads (after the reads queued before it)."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.READERS, thread_name_prefix="nvbridge-read")
+            self._pool = worker_pool(self.READERS, "nvbridge-read")
         return self._pool.submit(call)
 
     def submit(
@@ -352,7 +353,7 @@ class Database:
         given, runs on the table in the same thread, and the future holds what it returns."""
         fetch = self._prepare(table, columns, where)
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.READERS, thread_name_prefix="nvbridge-read")
+            self._pool = worker_pool(self.READERS, "nvbridge-read")
 
         def fetch_then() -> Any:
             table = fetch()
