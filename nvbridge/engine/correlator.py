@@ -217,7 +217,7 @@ class Correlator:
         key = np_col(new, "thread_key")
         prev = self._open
         if prev is None:
-            return window.Rows(new, op_id, start, end, flags, cross, key, 0)
+            return window.Rows(_one_chunk_each(new), op_id, start, end, flags, cross, key, 0)
         k = len(prev.op_id)
         p_start = np_col(prev.raw, "start_ns")
         # Carried ranges are tree ranges: only OPEN_AT_END can be set on them.
@@ -246,6 +246,8 @@ class Correlator:
             sums.gpu_first[:k] = np.minimum(sums.gpu_first[:k], prev.gpu_first)
             sums.gpu_last[:k] = np.maximum(sums.gpu_last[:k], prev.gpu_last)
             parsed = pa.concat_tables([prev.parsed, parsed]).combine_chunks()
+        else:
+            parsed = _one_chunk_each(parsed)
         pid = np_col(rows.raw, "process_id", fill=0)
         tid = np_col(rows.raw, "thread_id", fill=-1)
         torch_cols, state, links = semantics.annotate(
@@ -342,6 +344,12 @@ class Correlator:
     def gpu_devices(self) -> set[int]:
         """Devices the GPU ops handed on so far ran on."""
         return self._gpu.devices
+
+
+def _one_chunk_each(table: pa.Table) -> pa.Table:
+    """``table`` with one chunk per column (a window's held-back rows and the rest come as two),
+    copied only if it has more."""
+    return table.combine_chunks() if any(c.num_chunks > 1 for c in table.columns) else table
 
 
 def _start_order(start: np.ndarray, ids: np.ndarray) -> np.ndarray | None:

@@ -34,8 +34,9 @@ def stream(engine: Correlator, windows: Iterable[pa.Table], fetch: Fetch) -> Ite
         held: pa.Table | None = None
         for part in windows:
             if held is not None and held.num_rows:
-                # One chunk per column: every later NumPy view of it is then zero-copy.
-                part = pa.concat_tables([held.cast(part.schema), part]).combine_chunks()
+                # Two chunks, not a copy of the window: the engine makes one chunk per column as
+                # it prepends the ranges it carries, one copy for both.
+                part = pa.concat_tables([held.cast(part.schema), part])
             if part.num_rows == 0:
                 continue
             start = np_col(part, "start_ns")
