@@ -75,6 +75,9 @@ typedef struct {
     const char *error;                /* why the scan stopped; NULL: out of memory */
     int bad_column;
     int64_t nth;     /* nth_rowid: rows still to pass before the one wanted; -1 otherwise */
+    int64_t limit;   /* scan_window: rows still to read before stopping; -1 otherwise */
+    int64_t next;    /* scan_window: the rowid it stopped at, if has_next */
+    int has_next;
     Chunks *chunks;  /* chunk_spans: the figures the kept rows go to; NULL otherwise */
 } Scan;
 
@@ -380,19 +383,40 @@ static const unsigned char *payload(Scan *s, const unsigned char *cell, const un
 static int visit(Scan *s, uint32_t pgno, int depth, int64_t lo_excl, int has_lo, int64_t hi_incl,
                  int has_hi);
 
+/* Cell ``i``'s payload size and rowid (lengths in *a, *b); 0, or SCAN_FAIL. */
+static int cell_head(Scan *s, const unsigned char *page, uint32_t head, uint32_t i, const unsigned char **cell,
+                     uint64_t *size, uint64_t *key, int *a, int *b) {
+    uint32_t at = be16(page + head + 8 + 2 * i), u = s->p->usable;
+    if (at < head + 8 || at >= u) return fail(s, "a cell past its page");
+    *cell = page + at;
+    *a = varint(*cell, page + u, size);
+    *b = *a ? varint(*cell + *a, page + u, key) : 0;
+    return *a && *b ? SCAN_OK : fail(s, "a cell past its page");
+}
+
 static int visit_leaf(Scan *s, const unsigned char *page, uint32_t pgno) {
     uint32_t head = pgno == 1 ? 100 : 0, u = s->p->usable;
     uint32_t ncells = be16(page + head + 3);
-    const unsigned char *ptrs = page + head + 8, *end = page + u;
+    const unsigned char *ptrs = page + head + 8, *end = page + u, *cell;
+    uint64_t size, key;
+    int a, b;
     if (ptrs + 2 * (size_t)ncells > end) return fail(s, "a cell pointer array past its page");
+    if (s->nth >= (int64_t)ncells && ncells && s->nspans == 1) {
+        /* nth_rowid: a leaf wholly past ``first`` and before the row wanted counts whole */
+        uint64_t last;
+        if (cell_head(s, page, head, 0, &cell, &size, &key, &a, &b) ||
+            cell_head(s, page, head, ncells - 1, &cell, &size, &last, &a, &b))
+            return SCAN_FAIL;
+        if ((int64_t)key >= s->span_lo[0] && (int64_t)last >= (int64_t)key &&
+            (!s->any_row || (int64_t)key > s->last_rowid)) {
+            s->nth -= ncells;
+            s->any_row = 1;
+            s->last_rowid = (int64_t)last;
+            return SCAN_OK;
+        }
+    }
     for (uint32_t i = 0; i < ncells; i++) {
-        uint32_t at = be16(ptrs + 2 * i);
-        if (at < head + 8 || at >= u) return fail(s, "a cell past its page");
-        const unsigned char *cell = page + at;
-        uint64_t size, key;
-        int a = varint(cell, end, &size);
-        int b = a ? varint(cell + a, end, &key) : 0;
-        if (!a || !b) return fail(s, "a cell past its page");
+        if (cell_head(s, page, head, i, &cell, &size, &key, &a, &b)) return SCAN_FAIL;
         int64_t rowid = (int64_t)key;
         if (s->any_row && rowid <= s->last_rowid) return fail(s, "rowids out of order");
         s->any_row = 1;
@@ -404,6 +428,11 @@ static int visit_leaf(Scan *s, const unsigned char *page, uint32_t pgno) {
                 return SCAN_OK;
             }
             if (rowid < s->span_lo[s->span_at]) continue;
+        }
+        if (s->limit >= 0 && s->limit-- == 0) { /* scan_window: the row after the window */
+            s->next = rowid;
+            s->has_next = s->done = 1;
+            return SCAN_OK;
         }
         if (s->nth >= 0) { /* nth_rowid: rows counted, not read */
             if (s->nth-- == 0) s->done = 1;
@@ -593,8 +622,13 @@ static PyObject *Pages_scan(Pages *self, PyObject *args) {
     unsigned long root;
     PyObject *positions, *spans, *member, *bound;
     const char *kinds;
-    Scan s = {.nth = -1, .cap = 1 << 16};
-    if (!PyArg_ParseTuple(args, "kOsOiOO", &root, &positions, &kinds, &spans, &s.alias, &member, &bound)) return NULL;
+    long long first = 0, count = -1;
+    Scan s = {.nth = -1, .limit = -1, .cap = 1 << 16};
+    if (!PyArg_ParseTuple(args, "kOsOiOO|LL", &root, &positions, &kinds, &spans, &s.alias, &member, &bound, &first,
+                          &count))
+        return NULL;
+    int64_t window_lo = first, window_hi = INT64_MAX;
+    int window = count >= 0;
     s.ncols = (int)strlen(kinds);
     int64_t *span_buf = NULL, *members = NULL;
     int *field = NULL;
@@ -614,11 +648,27 @@ static PyObject *Pages_scan(Pages *self, PyObject *args) {
         if (field[c] + 1 > s.npos) s.npos = field[c] + 1;
     }
     s.field = field;
+    if (window) { /* rows from ``first`` on, ``count`` of them: spans are not taken */
+        if (spans != Py_None) {
+            PyErr_SetString(PyExc_ValueError, "a window takes no spans");
+            goto done;
+        }
+        s.span_lo = &window_lo;
+        s.span_hi = &window_hi;
+        s.nspans = 1;
+        s.limit = count;
+    }
     if (PyErr_Occurred() || parse_spans(spans, &s, &span_buf) || parse_member(member, &s, &members) ||
         parse_bound(bound, &s) || !(s.cols = columns_new(kinds, s.ncols)) || scan_ready(&s, self, root) ||
         scan_run(&s, root))
         goto done;
     out = columns_list(s.cols, s.ncols, s.n);
+    if (out && window) {
+        PyObject *next = s.has_next ? PyLong_FromLongLong(s.next) : Py_NewRef(Py_None);
+        PyObject *pair = next ? PyTuple_Pack(2, out, next) : NULL;
+        Py_XDECREF(next);
+        Py_SETREF(out, pair);
+    }
 done:
     Py_DECREF(seq);
     scan_free(&s);
@@ -637,7 +687,7 @@ static PyObject *Pages_nth_rowid(Pages *self, PyObject *args) {
         return NULL;
     }
     int64_t lo = first, hi = INT64_MAX;
-    Scan s = {.nth = offset, .alias = -1, .member_field = -1, .bound_field = -1};
+    Scan s = {.nth = offset, .limit = -1, .alias = -1, .member_field = -1, .bound_field = -1};
     s.span_lo = &lo;
     s.span_hi = &hi;
     s.nspans = 1;
@@ -668,7 +718,7 @@ static PyObject *Pages_chunk_spans(Pages *self, PyObject *args) {
         return NULL;
     }
     Chunks c = {.first = first, .size = size, .n = n, .start = start, .latest_at = latest_at, .gate_at = gate_at};
-    Scan s = {.nth = -1, .alias = alias, .bound_field = -1, .chunks = &c};
+    Scan s = {.nth = -1, .limit = -1, .alias = alias, .bound_field = -1, .chunks = &c};
     int64_t lo = first, hi = last, *members = NULL, *gates = NULL;
     s.span_lo = &lo;
     s.span_hi = &hi;
@@ -768,12 +818,14 @@ static void Pages_dealloc(Pages *self) {
 
 static PyMethodDef Pages_methods[] = {
     {"scan", (PyCFunction)Pages_scan, METH_VARARGS,
-     "scan(root, positions, kinds, spans, alias, member, bound) -> [(rows, nulls, validity, values[, data]), ...]\n\n"
+     "scan(root, positions, kinds, spans, alias, member, bound[, first, count]) -> [(rows, nulls, validity, values[, data]), ...]\n\n"
      "The rows of the table b-tree at page ``root``, in rowid order: per output column its record "
      "position (-1: the rowid) and kind (as Reader.read). ``spans``: sorted disjoint inclusive rowid "
      "(lo, hi) pairs, or None for all; ``alias``: the INTEGER PRIMARY KEY's position (-1 none); "
      "``member``: (position, values, nulls pass) or None; ``bound``: (position, lo or None, hi or None, "
-     "nulls pass) for lo <= value < hi, or None. Raises Unreadable on anything it cannot be sure of."},
+     "nulls pass) for lo <= value < hi, or None. With ``first`` and ``count`` (spans None): a window, "
+     "the rows from rowid ``first`` on until ``count`` rows (kept or not) were passed, returned as "
+     "(columns, the rowid of the next row or None). Raises Unreadable on anything it cannot be sure of."},
     {"nth_rowid", (PyCFunction)Pages_nth_rowid, METH_VARARGS,
      "nth_rowid(root, first, offset) -> int or None\n\n"
      "The rowid ``offset`` rows after the first row with a rowid of at least ``first`` (SQL's "

@@ -29,7 +29,9 @@ class Pages:
         alias: int,
         member: tuple[int, Sequence[int], bool] | None,
         bound: tuple[int, int | None, int | None, bool] | None,
-    ) -> list[tuple[object, ...]]: ...
+        first: int = 0,
+        count: int = -1,
+    ) -> Any: ...
     def nth_rowid(self, root: int, first: int, offset: int) -> int | None: ...
     def chunk_spans(
         self,

@@ -274,3 +274,42 @@ def test_damaged_pages_never_crash(tmp_path: Path) -> None:
             assert got.equals(pa.table(want, names=["a", "b", "rowid"])), trial
         path.unlink()
     assert refused and read  # both outcomes were exercised
+
+
+def test_windows_read_in_one_pass_as_through_sqlite(tmp_path: Path) -> None:
+    """A window (count rows from a rowid, then a member filter) and the rowid after it, from one
+    pass over the pages, equal the OFFSET walk and the filtered read through SQLite; on rowid gaps,
+    negative rowids, the end of the table and a real export's NVTX_EVENTS."""
+    from unittest import mock
+
+    path = tmp_path / "gaps.sqlite"
+    con = _make(path, 1024)
+    con.execute("CREATE TABLE t (k INTEGER, v TEXT)")
+    rng = random.Random(3)
+    con.executemany(
+        "INSERT INTO t (rowid, k, v) VALUES (?, ?, ?)",
+        [(r, rng.choice([1, 2, 3, None]), "v" * (r % 50)) for r in range(-500, 5000, 3)],
+    )
+    con.execute("DELETE FROM t WHERE rowid % 7 = 0")
+    con.commit()
+    con.close()
+    from nvbridge.readers._db import Column
+
+    cases = [(path, "t", [Column("k", "k"), Column("v", "v", "str"), Column("rowid", "rowid")], ("k", (1, 3), True))]
+    fsdp = REAL_DB / "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
+    if fsdp.exists():
+        from nvbridge.readers.nsys_tables import NVTX
+
+        cases.append((fsdp, "NVTX_EVENTS", NVTX, ("eventType", (59, 60, 70, 71), False)))
+    windows = 0
+    for source, table, columns, member in cases:
+        with Database(source) as db:
+            assert db._layout(table) is not None
+            for first in (-10_000, -500, -497, 0, 1, 2, 1234, 4999, 5000, 16_000, 10**9):
+                for count in (0, 1, 2, 100, 1000, 17_000):
+                    got, stop = db.read_window(table, columns, first, count, member)
+                    with mock.patch.object(Database, "_layout", return_value=None):
+                        want, want_stop = db.read_window(table, columns, first, count, member)
+                    assert stop == want_stop and got.equals(want), (table, first, count)
+                    windows += 1
+    assert windows >= 66

@@ -26,7 +26,7 @@ import pyarrow as pa
 from nvbridge.columns import one_chunk
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
-from nvbridge.readers._pages import Latest, RowFilter, TableLayout, latest_sql, quote, table_layout
+from nvbridge.readers._pages import Latest, Member, RowFilter, TableLayout, latest_sql, quote, table_layout
 from nvbridge.readers._sqlite import FastPathFailed, FastReads
 from nvbridge.readers.slabs import Chunks, chunk_queries, chunk_size, chunks, from_spans
 from nvbridge.readers.validate import BadRows, mark_absent
@@ -47,6 +47,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 Where = str | RowFilter | None
 # Every SQLite table's row id, selectable as a column (a slab's rows carry it for their order).
 ROWID = "rowid"
+_LAST_ROWID = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,24 @@ class _Results(Mapping[str, pa.Table]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def _typed(raw: pa.Table, columns: Sequence[Column], present: frozenset[str]) -> pa.Table:
+    """A fast read's columns as ``columns`` declare them: absent ones as their default, each of
+    its type; numbers in one chunk, so every later NumPy view is zero-copy (text stays in the
+    reader's chunks: Arrow kernels and Parquet take them as they are)."""
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    for col in columns:
+        typ = ARROW_TYPES[col.type]
+        if col.raw not in present and col.raw != ROWID:
+            arrays.append(pa.repeat(pa.scalar(col.default, typ), raw.num_rows))
+        elif raw.num_rows == 0:  # nothing to type the column by
+            arrays.append(pa.array([], typ))
+        else:
+            arr = raw.column(col.field)
+            arr = one_chunk(arr) if col.type != "str" else arr
+            arrays.append(arr if arr.type == typ else arr.cast(typ))
+    return pa.table(arrays, names=[c.field for c in columns])
 
 
 class Database:
@@ -291,22 +310,30 @@ class Database:
 
                     _generic.check_integers(self.engine, table, present, columns, sql_where)
                     return mark_absent(self._read_generic(table, columns, sql_where), absent)
-            arrays: list[pa.Array | pa.ChunkedArray] = []
-            for col in columns:
-                typ = ARROW_TYPES[col.type]
-                if col.raw not in present and col.raw != ROWID:
-                    arrays.append(pa.repeat(pa.scalar(col.default, typ), raw.num_rows))
-                elif raw.num_rows == 0:  # nothing to type the column by
-                    arrays.append(pa.array([], typ))
-                else:
-                    # Numbers in one chunk, so every later NumPy view is zero-copy; text stays in
-                    # the reader's chunks (Arrow kernels and Parquet take them as they are).
-                    arr = raw.column(col.field)
-                    arr = one_chunk(arr) if col.type != "str" else arr
-                    arrays.append(arr if arr.type == typ else arr.cast(typ))
-            return mark_absent(pa.table(arrays, names=[c.field for c in columns]), absent)
+            return mark_absent(_typed(raw, columns, present), absent)
 
         return fetch
+
+    def read_window(
+        self, table: str, columns: Sequence[Column], first: int, count: int, member: Member | None
+    ) -> tuple[pa.Table, int | None]:
+        """The rows ``member`` keeps of the ``count`` rows from rowid ``first`` on, and the rowid
+        of the row after those (None: there is none). One pass over the table's pages where the
+        page reader takes them; else the window's end is found first, then its rows read."""
+        layout = self._layout(table)
+        if layout is not None and self._fast is not None:
+            present = self.columns(table)
+            read = [c for c in columns if c.raw in present or c.raw == ROWID]
+            scan = layout.scan_args([c.raw for c in read], RowFilter(member=member))
+            names, types = [c.field for c in read], [c.type for c in read]
+            found = None if scan is None else self._fast.read_window(layout, scan, first, count, names, types)
+            if found is not None:
+                absent = [c.field for c in columns if c.raw not in present and c.raw != ROWID]
+                with self.translate_errors():
+                    return mark_absent(_typed(found[0], columns, present), absent), found[1]
+        stop = self.nth_rowid(table, first, count)
+        rows = RowFilter(((first, stop - 1 if stop is not None else _LAST_ROWID),), member)
+        return self.read_table(table, columns, rows), stop
 
     def _layout(self, table: str) -> TableLayout | None:
         """``table``'s record layout for the page reader (None: it reads through SQLite)."""

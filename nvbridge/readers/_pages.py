@@ -19,6 +19,8 @@ from typing import Any
 
 # Spans, positions, alias, member and bound as Pages.scan takes them (after root and kinds).
 ScanArgs = tuple[Any, ...]
+# A column, the integers it may hold, and whether NULL passes.
+Member = tuple[str, tuple[int, ...], bool]
 
 
 def quote(name: str) -> str:
@@ -33,7 +35,7 @@ class RowFilter:
     flag says."""
 
     spans: tuple[tuple[int, int], ...] | None = None
-    member: tuple[str, tuple[int, ...], bool] | None = None
+    member: Member | None = None
     bound: tuple[str, int | None, int | None, bool] | None = None
 
     def sql(self) -> str:

@@ -76,6 +76,22 @@ class FastReads:
                 raise FastPathFailed(str(exc)) from exc
         return pa.table([_array(kind, col) for kind, col in zip(kinds, columns)], names=list(names))
 
+    def read_window(
+        self, layout: TableLayout, scan: ScanArgs, first: int, count: int, names: Sequence[str], types: Sequence[str]
+    ) -> tuple[pa.Table, int | None] | None:
+        """Pages.scan's window (``scan``: without spans) as a table, and the rowid after it; None
+        when the page reader cannot read it (the caller reads it through SQLite)."""
+        pages = self._pages() if native is not None else None
+        if pages is None or native is None:
+            return None
+        kinds = "".join(_KINDS[t] for t in types)
+        _, positions, alias, member, bound = scan
+        try:
+            columns, stop = pages.scan(layout.root, positions, kinds, None, alias, member, bound, first, count)
+        except native.Unreadable:
+            return None
+        return pa.table([_array(kind, col) for kind, col in zip(kinds, columns)], names=list(names)), stop
+
     def _pages(self) -> Pages | None:
         """This thread's page reader; None where the file is not one it reads."""
         assert native is not None
