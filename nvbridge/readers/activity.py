@@ -153,11 +153,14 @@ def _scan(db: Database, table: str, latest: Latest) -> tuple[tuple[int, int, int
     """A table's first and last rowid and its rows, and its chunk spans."""
     if not db.has(table):
         return (0, -1, 0), chunks([])
-    ((first, last, rows),) = db.scalar_rows(
-        f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table}), (SELECT count(*) FROM {table})"
-    )
+    # Two subqueries: SQLite answers each from one end of the b-tree.
+    ((first, last),) = db.scalar_rows(f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table})")
     first, last = int(first or 0), int(last if last is not None else -1)
-    return (first, last, int(rows or 0)), db.chunk_spans(table, RowFilter(), latest, first, last)
+    stats = db.chunk_spans(table, RowFilter(), latest, first, last)
+    if stats is not None:  # every row is in a chunk: no count(*), a second pass over the table
+        return (first, last, int(stats.with_start.sum()) + stats.without_start), stats
+    ((rows,),) = db.scalar_rows(f"SELECT count(*) FROM {table}")
+    return (first, last, int(rows or 0)), stats
 
 
 def _normalized(normalize: Normalize, raw: pa.Table) -> tuple[pa.Table | None, np.ndarray]:
