@@ -79,6 +79,7 @@ typedef struct {
     int64_t next;    /* scan_window: the rowid it stopped at, if has_next */
     int has_next;
     Chunks *chunks;  /* chunk_spans: the figures the kept rows go to; NULL otherwise */
+    int leaf_depth;  /* the depth leaves were found at (MAX_DEPTH until then) */
 } Scan;
 
 enum { SCAN_OK = 0, SCAN_FAIL = -1 };
@@ -485,12 +486,21 @@ static int visit_interior(Scan *s, uint32_t pgno, int depth, int64_t lo_excl, in
 static int visit(Scan *s, uint32_t pgno, int depth, int64_t lo_excl, int has_lo, int64_t hi_incl, int has_hi) {
     if (depth >= MAX_DEPTH) return fail(s, "a b-tree deeper than SQLite's");
     uint32_t head = pgno == 1 ? 100 : 0;
-    const unsigned char *leaf = leaf_page(s, pgno);
-    if (!leaf) return SCAN_FAIL;
-    if (leaf[head] == 0x0D) return visit_leaf(s, leaf, pgno);
-    if (leaf[head] != 0x05) return fail(s, "a page that is not a table b-tree page");
     if (!s->levels[depth] && !(s->levels[depth] = malloc(s->p->page_size))) return fail(s, NULL);
-    memcpy(s->levels[depth], leaf, s->p->page_size); /* the block cache moves on under the children */
+    const unsigned char *page;
+    if (depth < s->leaf_depth) { /* above the leaves (all at one depth): one page, not a block */
+        if (read_page(s, pgno, s->levels[depth])) return SCAN_FAIL;
+        page = s->levels[depth];
+    } else if (!(page = leaf_page(s, pgno))) {
+        return SCAN_FAIL;
+    }
+    if (page[head] == 0x0D) {
+        s->leaf_depth = depth;
+        return visit_leaf(s, page, pgno);
+    }
+    if (page[head] != 0x05) return fail(s, "a page that is not a table b-tree page");
+    /* the block cache moves on under the children: the page is kept at its depth */
+    if (page != s->levels[depth]) memcpy(s->levels[depth], page, s->p->page_size);
     return visit_interior(s, pgno, depth, lo_excl, has_lo, hi_incl, has_hi);
 }
 
@@ -574,6 +584,7 @@ static int parse_spans(PyObject *arg, Scan *s, int64_t **buf) {
  * positions, allocate the per-row buffers. 0, or -1 with an exception set. */
 static int scan_ready(Scan *s, Pages *self, unsigned long root) {
     s->p = self;
+    s->leaf_depth = MAX_DEPTH;
     if (self->fd < 0) {
         PyErr_SetString(native_unreadable, "the page reader is closed");
         return -1;
