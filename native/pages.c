@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,11 +29,14 @@
 
 #define BLOCK_PAGES 64 /* leaf pages read per pread: tables are mostly written page after page */
 #define MAX_DEPTH 40   /* a b-tree deeper than this is damaged (SQLite's own limit is 20) */
+#define MAX_POSITION 32766 /* SQLite's column limit is 32767 */
 
 typedef struct {
     PyObject_HEAD
     int fd;
+    int busy; /* a scan runs (the GIL released): close() and __init__() refuse */
     uint32_t page_size, usable, pages;
+    uint32_t changes; /* the header's change counter when the file was opened */
     unsigned char *block;  /* BLOCK_PAGES pages from block_first, block_count of them read */
     uint32_t block_first, block_count;
 } Pages;
@@ -144,6 +148,13 @@ static const unsigned char *leaf_page(Scan *s, uint32_t pgno) {
     return p->block + (size_t)(pgno - p->block_first) * p->page_size;
 }
 
+/* -1 if the file changed since it was opened (its header's change counter), or its header cannot
+ * be read: the geometry and the cached block would no longer hold. */
+static int unchanged(Pages *p) {
+    unsigned char h[4];
+    return pread(p->fd, h, 4, 24) == 4 && be32(h) == p->changes ? 0 : -1;
+}
+
 /* -- spans ------------------------------------------------------------------------------------ */
 
 /* Does any span meet the rowids (lo, hi]? (Keys under an interior cell.) */
@@ -198,14 +209,12 @@ static inline int member(const int64_t *values, int n, int64_t v) {
 
 /* Record position ``pos`` as an integer: V_NULL, V_INT (in *out) or V_OTHER. */
 static inline int int_field(const Scan *s, const unsigned char *rec, int pos, int64_t rowid, int64_t *out) {
-    uint64_t t = s->serial[pos];
-    if (t == 0) {
-        if (pos == s->alias) {
-            *out = rowid;
-            return V_INT;
-        }
-        return V_NULL;
+    if (pos == s->alias) { /* an INTEGER PRIMARY KEY reads as the rowid, whatever is stored */
+        *out = rowid;
+        return V_INT;
     }
+    uint64_t t = s->serial[pos];
+    if (t == 0) return V_NULL;
     if (t >= 1 && t <= 6) {
         *out = int_value(rec + s->offset[pos], t);
         return V_INT;
@@ -272,8 +281,8 @@ static int store_row(Scan *s, const unsigned char *rec, int64_t rowid) {
     for (int c = 0; c < s->ncols; c++) {
         Column *col = &s->cols[c];
         int pos = s->field[c];
-        uint64_t t = pos < 0 ? 1 : s->serial[pos];
-        if (t == 0 && pos != s->alias) {
+        uint64_t t = pos < 0 || pos == s->alias ? 1 : s->serial[pos];
+        if (t == 0) {
             if (column_null(col, n, s->cap)) return fail(s, NULL);
             continue;
         }
@@ -287,6 +296,10 @@ static int store_row(Scan *s, const unsigned char *rec, int64_t rowid) {
             } else if (int_field(s, rec, pos, rowid, &x) != V_INT) {
                 if (col->kind == 'i' || t != 7) goto bad_type;
                 uint64_t bits = (uint64_t)int_value(rec + s->offset[pos], 6);
+                if ((bits & 0x7FF0000000000000ULL) == 0x7FF0000000000000ULL && (bits & 0xFFFFFFFFFFFFFULL)) {
+                    if (column_null(col, n, s->cap)) return fail(s, NULL); /* NaN: SQLite reads NULL */
+                    continue;
+                }
                 memcpy(col->vals + n * 8, &bits, 8);
                 break;
             }
@@ -319,8 +332,10 @@ static int store_row(Scan *s, const unsigned char *rec, int64_t rowid) {
 /* A kept record's part in its rowid chunk's figures (chunk_spans). */
 static int chunk_row(Scan *s, const unsigned char *rec, int64_t rowid) {
     Chunks *c = s->chunks;
-    int64_t at = (rowid - c->first) / c->size, v;
-    if (at < 0 || at >= c->n) return SCAN_OK;
+    if (rowid < c->first) return SCAN_OK;
+    uint64_t at = ((uint64_t)rowid - (uint64_t)c->first) / (uint64_t)c->size;
+    int64_t v;
+    if (at >= (uint64_t)c->n) return SCAN_OK;
     int kind = int_field(s, rec, c->start, rowid, &v);
     if (kind == V_OTHER) return c->untyped = 1, s->done = 1, SCAN_OK;
     if (kind == V_NULL) {
@@ -361,22 +376,45 @@ static const unsigned char *payload(Scan *s, const unsigned char *cell, const un
         return NULL;
     }
     if (local == size) return cell;
-    if (native_reserve((char **)&s->payload, &s->payload_cap, (size_t)size, 1 << 16)) {
-        fail(s, NULL);
+    uint64_t chain = (size - local + u - 5) / (u - 4); /* overflow pages the payload needs */
+    if (chain > s->p->pages) {
+        fail(s, "an overflow chain longer than the file");
+        return NULL;
+    }
+    /* Pages of the chain seen so far, hashed: a chain that comes back to a page is damaged. */
+    size_t slots = 16;
+    while (slots < 2 * chain) slots *= 2;
+    uint32_t *seen = calloc(slots, sizeof(uint32_t));
+    if (!seen || native_reserve((char **)&s->payload, &s->payload_cap, (size_t)size, 1 << 16)) {
+        free(seen);
+        fail(s, "a record too large to read");
         return NULL;
     }
     memcpy(s->payload, cell, (size_t)local);
     uint64_t have = local;
     uint32_t next = be32(cell + local);
-    while (have < size) {
+    const char *why = NULL;
+    while (have < size && !why) {
+        size_t at = native_mix64(next) & (slots - 1);
+        while (seen[at] && seen[at] != next) at = (at + 1) & (slots - 1);
+        if (seen[at]) {
+            why = "an overflow chain that loops";
+            break;
+        }
+        seen[at] = next;
         if (!next || read_page(s, next, s->overflow)) {
-            fail(s, "an overflow chain shorter than its payload");
-            return NULL;
+            why = "an overflow chain shorter than its payload";
+            break;
         }
         uint64_t take = size - have < u - 4 ? size - have : u - 4;
         memcpy(s->payload + have, s->overflow + 4, (size_t)take);
         have += take;
         next = be32(s->overflow);
+    }
+    free(seen);
+    if (why) {
+        fail(s, why);
+        return NULL;
     }
     return s->payload;
 }
@@ -384,18 +422,21 @@ static const unsigned char *payload(Scan *s, const unsigned char *cell, const un
 static int visit(Scan *s, uint32_t pgno, int depth, int64_t lo_excl, int has_lo, int64_t hi_incl,
                  int has_hi);
 
-/* Cell ``i``'s payload size and rowid (lengths in *a, *b); 0, or SCAN_FAIL. */
-static int cell_head(Scan *s, const unsigned char *page, uint32_t head, uint32_t i, const unsigned char **cell,
-                     uint64_t *size, uint64_t *key, int *a, int *b) {
+/* Cell ``i`` of a leaf's ``ncells``: its payload size and rowid (lengths in *a, *b); 0, or
+ * SCAN_FAIL. A cell lies between the cell pointers and the usable end, as SQLite checks. */
+static int cell_head(Scan *s, const unsigned char *page, uint32_t head, uint32_t ncells, uint32_t i,
+                     const unsigned char **cell, uint64_t *size, uint64_t *key, int *a, int *b) {
     uint32_t at = be16(page + head + 8 + 2 * i), u = s->p->usable;
-    if (at < head + 8 || at >= u) return fail(s, "a cell past its page");
+    if (at < head + 8 + 2 * ncells || at > u - 4) return fail(s, "a cell past its page");
     *cell = page + at;
     *a = varint(*cell, page + u, size);
     *b = *a ? varint(*cell + *a, page + u, key) : 0;
     return *a && *b ? SCAN_OK : fail(s, "a cell past its page");
 }
 
-static int visit_leaf(Scan *s, const unsigned char *page, uint32_t pgno) {
+/* A leaf's rows, its keys within its parent's (lo_excl, hi_incl]. */
+static int visit_leaf(Scan *s, const unsigned char *page, uint32_t pgno, int64_t lo_excl, int has_lo,
+                      int64_t hi_incl, int has_hi) {
     uint32_t head = pgno == 1 ? 100 : 0, u = s->p->usable;
     uint32_t ncells = be16(page + head + 3);
     const unsigned char *ptrs = page + head + 8, *end = page + u, *cell;
@@ -405,11 +446,12 @@ static int visit_leaf(Scan *s, const unsigned char *page, uint32_t pgno) {
     if (s->nth >= (int64_t)ncells && ncells && s->nspans == 1) {
         /* nth_rowid: a leaf wholly past ``first`` and before the row wanted counts whole */
         uint64_t last;
-        if (cell_head(s, page, head, 0, &cell, &size, &key, &a, &b) ||
-            cell_head(s, page, head, ncells - 1, &cell, &size, &last, &a, &b))
+        if (cell_head(s, page, head, ncells, 0, &cell, &size, &key, &a, &b) ||
+            cell_head(s, page, head, ncells, ncells - 1, &cell, &size, &last, &a, &b))
             return SCAN_FAIL;
         if ((int64_t)key >= s->span_lo[0] && (int64_t)last >= (int64_t)key &&
-            (!s->any_row || (int64_t)key > s->last_rowid)) {
+            (!s->any_row || (int64_t)key > s->last_rowid) && (!has_lo || (int64_t)key > lo_excl) &&
+            (!has_hi || (int64_t)last <= hi_incl)) {
             s->nth -= ncells;
             s->any_row = 1;
             s->last_rowid = (int64_t)last;
@@ -417,9 +459,10 @@ static int visit_leaf(Scan *s, const unsigned char *page, uint32_t pgno) {
         }
     }
     for (uint32_t i = 0; i < ncells; i++) {
-        if (cell_head(s, page, head, i, &cell, &size, &key, &a, &b)) return SCAN_FAIL;
+        if (cell_head(s, page, head, ncells, i, &cell, &size, &key, &a, &b)) return SCAN_FAIL;
         int64_t rowid = (int64_t)key;
         if (s->any_row && rowid <= s->last_rowid) return fail(s, "rowids out of order");
+        if ((has_lo && rowid <= lo_excl) || (has_hi && rowid > hi_incl)) return fail(s, "a key outside its parent's range");
         s->any_row = 1;
         s->last_rowid = rowid;
         if (s->span_lo) {
@@ -456,6 +499,7 @@ static int visit_interior(Scan *s, uint32_t pgno, int depth, int64_t lo_excl, in
     uint32_t head = pgno == 1 ? 100 : 0, u = s->p->usable;
     uint32_t ncells = be16(page + head + 3);
     const unsigned char *ptrs = page + head + 12, *end = page + u;
+    if (!ncells) return fail(s, "an interior page without cells");
     if (ptrs + 2 * (size_t)ncells > end) return fail(s, "a cell pointer array past its page");
     int64_t prev = lo_excl;
     int has_prev = has_lo;
@@ -465,7 +509,7 @@ static int visit_interior(Scan *s, uint32_t pgno, int depth, int64_t lo_excl, in
         int has_key = has_hi;
         if (i < ncells) {
             uint32_t at = be16(ptrs + 2 * i);
-            if (at < head + 12 || at + 4 >= u) return fail(s, "a cell past its page");
+            if (at < head + 12 + 2 * ncells || at > u - 5) return fail(s, "a cell past its page");
             uint64_t k;
             if (!varint(page + at + 4, end, &k)) return fail(s, "a cell past its page");
             child = be32(page + at);
@@ -496,7 +540,7 @@ static int visit(Scan *s, uint32_t pgno, int depth, int64_t lo_excl, int has_lo,
     }
     if (page[head] == 0x0D) {
         s->leaf_depth = depth;
-        return visit_leaf(s, page, pgno);
+        return visit_leaf(s, page, pgno, lo_excl, has_lo, hi_incl, has_hi);
     }
     if (page[head] != 0x05) return fail(s, "a page that is not a table b-tree page");
     /* the block cache moves on under the children: the page is kept at its depth */
@@ -516,10 +560,11 @@ static int parse_ints(PyObject *values, int64_t **out, int *count) {
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < n; i++) (*out)[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    for (Py_ssize_t i = 0; i < n && !PyErr_Occurred(); i++)
+        (*out)[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
     Py_DECREF(seq);
     *count = (int)n;
-    return PyErr_Occurred() ? -1 : 0;
+    return PyErr_Occurred() || n > INT_MAX ? -1 : 0;
 }
 
 /* A (position, values, nulls pass) filter, or None. */
@@ -542,7 +587,8 @@ static int parse_bound(PyObject *arg, Scan *s) {
     s->has_lo = lo != Py_None;
     s->has_hi = hi != Py_None;
     if (s->has_lo) s->lo = PyLong_AsLongLong(lo);
-    if (s->has_hi) s->hi = PyLong_AsLongLong(hi);
+    if (s->has_hi && !PyErr_Occurred()) s->hi = PyLong_AsLongLong(hi);
+    if (!s->has_lo && !s->has_hi) s->bound_field = -1; /* no bound: every row, as SQL's (1) */
     return PyErr_Occurred() ? -1 : 0;
 }
 
@@ -582,18 +628,26 @@ static int parse_spans(PyObject *arg, Scan *s, int64_t **buf) {
 
 /* A scan of ``self`` from page ``root`` with the spans and member filter already parsed: check the
  * positions, allocate the per-row buffers. 0, or -1 with an exception set. */
-static int scan_ready(Scan *s, Pages *self, unsigned long root) {
-    s->p = self;
-    s->leaf_depth = MAX_DEPTH;
-    if (self->fd < 0) {
-        PyErr_SetString(native_unreadable, "the page reader is closed");
+/* Widen s->npos to record position ``pos``; -1 (ValueError set) if it is not one. */
+static int position(Scan *s, long pos) {
+    if (pos < -1 || pos > MAX_POSITION) {
+        PyErr_SetString(PyExc_ValueError, "a record position out of range");
         return -1;
     }
-    if (s->member_field + 1 > s->npos) s->npos = s->member_field + 1;
-    if (s->bound_field + 1 > s->npos) s->npos = s->bound_field + 1;
-    if (s->alias + 1 > s->npos) s->npos = s->alias + 1;
-    if (root < 1 || root > UINT32_MAX || s->npos > 32767) {
-        PyErr_SetString(PyExc_ValueError, "a root page or record position out of range");
+    if (pos + 1 > s->npos) s->npos = (int)pos + 1;
+    return 0;
+}
+
+static int scan_ready(Scan *s, Pages *self, long long root) {
+    s->p = self;
+    s->leaf_depth = MAX_DEPTH;
+    if (self->fd < 0 || self->busy) {
+        PyErr_SetString(native_unreadable, self->fd < 0 ? "the page reader is closed" : "the page reader is busy");
+        return -1;
+    }
+    if (position(s, s->member_field) || position(s, s->bound_field) || position(s, s->alias)) return -1;
+    if (root < 1 || root > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a root page out of range");
         return -1;
     }
     s->serial = malloc((size_t)(s->npos + 1) * sizeof(uint64_t));
@@ -607,11 +661,15 @@ static int scan_ready(Scan *s, Pages *self, unsigned long root) {
 }
 
 /* Walk the b-tree from ``root``, the GIL released; 0, or -1 with Unreadable or MemoryError set. */
-static int scan_run(Scan *s, unsigned long root) {
+static int scan_run(Scan *s, long long root) {
     int status;
+    s->p->busy = 1; /* close() and __init__() refuse meanwhile: the scan uses the file and block */
     Py_BEGIN_ALLOW_THREADS
-    status = s->cols && columns_grow(s->cols, s->ncols, s->cap) ? fail(s, NULL) : visit(s, (uint32_t)root, 0, 0, 0, 0, 0);
+    status = unchanged(s->p) ? fail(s, "the file changed since it was opened") : SCAN_OK;
+    if (status == SCAN_OK)
+        status = s->cols && columns_grow(s->cols, s->ncols, s->cap) ? fail(s, NULL) : visit(s, (uint32_t)root, 0, 0, 0, 0, 0);
     Py_END_ALLOW_THREADS
+    s->p->busy = 0;
     if (status == SCAN_OK) return 0;
     if (!s->error)
         PyErr_NoMemory();
@@ -630,12 +688,12 @@ static void scan_free(Scan *s) {
 }
 
 static PyObject *Pages_scan(Pages *self, PyObject *args) {
-    unsigned long root;
+    long long root;
     PyObject *positions, *spans, *member, *bound;
     const char *kinds;
     long long first = 0, count = -1;
     Scan s = {.nth = -1, .limit = -1, .cap = 1 << 16};
-    if (!PyArg_ParseTuple(args, "kOsOiOO|LL", &root, &positions, &kinds, &spans, &s.alias, &member, &bound, &first,
+    if (!PyArg_ParseTuple(args, "LOsOiOO|LL", &root, &positions, &kinds, &spans, &s.alias, &member, &bound, &first,
                           &count))
         return NULL;
     int64_t window_lo = first, window_hi = INT64_MAX;
@@ -655,8 +713,9 @@ static PyObject *Pages_scan(Pages *self, PyObject *args) {
         goto done;
     }
     for (int c = 0; c < s.ncols; c++) {
-        field[c] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, c));
-        if (field[c] + 1 > s.npos) s.npos = field[c] + 1;
+        long pos = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, c));
+        if ((pos == -1 && PyErr_Occurred()) || position(&s, pos)) goto done;
+        field[c] = (int)pos;
     }
     s.field = field;
     if (window) { /* rows from ``first`` on, ``count`` of them: spans are not taken */
@@ -690,9 +749,9 @@ done:
 }
 
 static PyObject *Pages_nth_rowid(Pages *self, PyObject *args) {
-    unsigned long root;
+    long long root;
     long long first, offset;
-    if (!PyArg_ParseTuple(args, "kLL", &root, &first, &offset)) return NULL;
+    if (!PyArg_ParseTuple(args, "LLL", &root, &first, &offset)) return NULL;
     if (offset < 0) {
         PyErr_SetString(PyExc_ValueError, "the offset must not be negative");
         return NULL;
@@ -716,16 +775,16 @@ static PyObject *Pages_nth_rowid(Pages *self, PyObject *args) {
 }
 
 static PyObject *Pages_chunk_spans(Pages *self, PyObject *args) {
-    unsigned long root;
+    long long root;
     long long first, last, size;
     Py_ssize_t n;
     int start, latest_at, gate_at, alias;
     PyObject *gate, *member;
-    if (!PyArg_ParseTuple(args, "kLLLniiiOiO", &root, &first, &last, &size, &n, &start, &latest_at, &gate_at, &gate,
+    if (!PyArg_ParseTuple(args, "LLLLniiiOiO", &root, &first, &last, &size, &n, &start, &latest_at, &gate_at, &gate,
                           &alias, &member))
         return NULL;
-    if (size <= 0 || n < 0 || start < 0) {
-        PyErr_SetString(PyExc_ValueError, "chunk size, count and start position must be positive");
+    if (size <= 0 || n < 0 || n > (PY_SSIZE_T_MAX / 8 - 1) / 5 || start < 0) {
+        PyErr_SetString(PyExc_ValueError, "chunk size, count and start position out of range");
         return NULL;
     }
     Chunks c = {.first = first, .size = size, .n = n, .start = start, .latest_at = latest_at, .gate_at = gate_at};
@@ -734,7 +793,7 @@ static PyObject *Pages_chunk_spans(Pages *self, PyObject *args) {
     s.span_lo = &lo;
     s.span_hi = &hi;
     s.nspans = 1;
-    s.npos = (start > latest_at ? start : latest_at) + 1;
+    if (position(&s, start) || position(&s, latest_at) || position(&s, gate_at)) return NULL;
     int64_t *buf = malloc((size_t)(5 * n + 1) * sizeof(int64_t));
     PyObject *out = NULL;
     if (!buf) return PyErr_NoMemory();
@@ -747,7 +806,6 @@ static PyObject *Pages_chunk_spans(Pages *self, PyObject *args) {
     if (c.gate_at >= 0) {
         if (parse_ints(gate, &gates, &c.ngates)) goto done;
         c.gates = gates;
-        if (c.gate_at + 1 > s.npos) s.npos = c.gate_at + 1;
     }
     if (parse_member(member, &s, &members) || scan_ready(&s, self, root) || scan_run(&s, root)) goto done;
     if (c.untyped) {
@@ -765,9 +823,21 @@ done:
     return out;
 }
 
-static PyObject *Pages_close(Pages *self, PyObject *Py_UNUSED(ignored)) {
+/* Forget the file: its descriptor, its geometry and the block cache. */
+static void forget(Pages *self) {
     if (self->fd >= 0) close(self->fd);
     self->fd = -1;
+    free(self->block);
+    self->block = NULL;
+    self->block_count = self->page_size = self->usable = self->pages = self->changes = 0;
+}
+
+static PyObject *Pages_close(Pages *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->busy) {
+        PyErr_SetString(native_unreadable, "the page reader is busy");
+        return NULL;
+    }
+    forget(self);
     Py_RETURN_NONE;
 }
 
@@ -775,10 +845,12 @@ static int Pages_init(Pages *self, PyObject *args, PyObject *kwds) {
     static char *keywords[] = {"path", NULL};
     PyObject *path_obj;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&", keywords, PyUnicode_FSConverter, &path_obj)) return -1;
-    if (self->fd >= 0) close(self->fd);
-    free(self->block);
-    self->block = NULL;
-    self->block_count = 0;
+    if (self->busy) {
+        Py_DECREF(path_obj);
+        PyErr_SetString(native_unreadable, "the page reader is busy");
+        return -1;
+    }
+    forget(self);
     unsigned char h[100] = {0};
     struct stat st;
     const char *why = NULL;
@@ -789,29 +861,35 @@ static int Pages_init(Pages *self, PyObject *args, PyObject *kwds) {
     else if (fstat(fd, &st) || pread(fd, h, 100, 0) != 100) why = "cannot read the file's header";
     Py_END_ALLOW_THREADS
     Py_DECREF(path_obj);
-    self->fd = fd;
     if (!why && memcmp(h, "SQLite format 3", 16)) why = "not an SQLite file";
     uint32_t page_size = be16(h + 16) == 1 ? 65536 : be16(h + 16);
     if (!why && (page_size < 512 || (page_size & (page_size - 1)))) why = "a page size SQLite does not write";
     if (!why && (h[18] != 1 || h[19] != 1)) why = "a file in WAL mode (its pages may be in the -wal file)";
     if (!why && be32(h + 56) != 1) why = "text that is not UTF-8";
     if (!why && page_size - h[20] < 480) why = "a reserved area SQLite does not write";
+    if (!why && (h[21] != 64 || h[22] != 32 || h[23] != 32)) why = "payload fractions SQLite does not write";
+    /* The header's page count holds if the last writer was a current SQLite (it then matches the
+     * change counter); past the file's end, the file is cut short. */
+    uint64_t in_file = why ? 0 : (uint64_t)st.st_size / page_size, pages = be32(h + 28);
+    int counted = pages && be32(h + 92) == be32(h + 24);
+    if (!why && counted && pages > in_file) why = "a file shorter than its header says";
     if (why) {
+        if (fd >= 0) close(fd);
         PyErr_Format(native_unreadable, "%s", why);
         return -1;
     }
-    /* The header's page count holds only if the last writer was a current SQLite; the file's
-     * size bounds it either way. */
-    uint64_t in_file = (uint64_t)st.st_size / page_size, pages = be32(h + 28);
-    if (!pages || be32(h + 92) != be32(h + 24) || pages > in_file) pages = in_file;
-    self->page_size = page_size;
-    self->usable = page_size - h[20];
-    self->pages = pages > UINT32_MAX ? UINT32_MAX : (uint32_t)pages;
+    if (!counted) pages = in_file;
     self->block = malloc((size_t)BLOCK_PAGES * page_size);
     if (!self->block) {
+        close(fd);
         PyErr_NoMemory();
         return -1;
     }
+    self->fd = fd;
+    self->page_size = page_size;
+    self->usable = page_size - h[20];
+    self->pages = pages > UINT32_MAX ? UINT32_MAX : (uint32_t)pages;
+    self->changes = be32(h + 24);
     return 0;
 }
 
@@ -822,8 +900,7 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 }
 
 static void Pages_dealloc(Pages *self) {
-    if (self->fd >= 0) close(self->fd);
-    free(self->block);
+    forget(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -294,8 +294,11 @@ def test_windows_read_in_one_pass_as_through_sqlite(tmp_path: Path) -> None:
     con.commit()
     con.close()
     from nvbridge.readers._db import Column
+    from nvbridge.readers._pages import Member
 
-    cases = [(path, "t", [Column("k", "k"), Column("v", "v", "str"), Column("rowid", "rowid")], ("k", (1, 3), True))]
+    cases: list[tuple[Path, str, list[Column], Member]] = [
+        (path, "t", [Column("k", "k"), Column("v", "v", "str"), Column("rowid", "rowid")], ("k", (1, 3), True))
+    ]
     fsdp = REAL_DB / "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
     if fsdp.exists():
         from nvbridge.readers.nsys_tables import NVTX
@@ -313,3 +316,126 @@ def test_windows_read_in_one_pass_as_through_sqlite(tmp_path: Path) -> None:
                     assert stop == want_stop and got.equals(want), (table, first, count)
                     windows += 1
     assert windows >= 66
+
+
+def _small(
+    path: Path, rows: list[tuple[object, ...]], schema: str = "CREATE TABLE t (id INTEGER PRIMARY KEY, a, f)"
+) -> int:
+    con = _make(path)
+    con.execute(schema)
+    con.executemany(f"INSERT INTO t VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    con.commit()
+    root = int(con.execute("SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0])
+    con.close()
+    return root
+
+
+def test_arguments_out_of_range_are_refused_not_crashes(tmp_path: Path) -> None:
+    """Record positions past SQLite's column limit, a chunk count whose buffer size overflows, a
+    root page past 32 bits: ValueError, never a read out of bounds (found by review)."""
+    assert native is not None
+    path = tmp_path / "t.sqlite"
+    root = _small(path, [(1, 2, 3.0)])
+    pages = native.Pages(path)
+    huge = 2**31 - 1
+    calls: list[Callable[[], object]] = [
+        lambda: pages.scan(root, [huge], "i", None, -1, None, None),
+        lambda: pages.scan(root, [1], "i", None, -1, (huge, [1], False), None),
+        lambda: pages.scan(root, [1], "i", None, huge, None, None),
+        lambda: pages.scan(root, [-2], "i", None, -1, None, None),
+        lambda: pages.chunk_spans(root, 0, 100, 1, 10, huge, -1, -1, (), -1, None),
+        lambda: pages.chunk_spans(root, 0, 100, 1, 2**61, 0, -1, -1, (), -1, None),
+        lambda: pages.nth_rowid(2**40, 0, 1),
+    ]
+    for call in calls:
+        with pytest.raises((ValueError, OverflowError)):
+            call()
+    assert _array("i", pages.scan(root, [1], "i", None, -1, None, None)[0]).to_pylist() == [2]
+
+
+def test_damaged_overflow_chains_and_nan_read_as_sqlite_would(tmp_path: Path) -> None:
+    """An overflow chain that loops or claims more pages than the file has is refused (SQLite then
+    names the damage); a REAL whose bits are NaN reads as NULL, as SQLite reads it."""
+    import struct
+
+    assert native is not None
+    path = tmp_path / "loop.sqlite"
+    root = _small(path, [(1, b"\x01" * 20000, 1.25)])
+    data = bytearray(path.read_bytes())
+    # The first overflow page of the 20,000-byte blob points back at itself.
+    cell = struct.unpack(">H", data[(root - 1) * 4096 + 8 : (root - 1) * 4096 + 10])[0]
+    u, size = 4096, None
+    start = (root - 1) * 4096 + cell
+    size, _ = _varint(data, start)
+    x, m = u - 35, (u - 12) * 32 // 255 - 23
+    k = m + (size - m) % (u - 4)
+    local = size if size <= x else (k if k <= x else m)
+    header = len(_encode(size)) + len(_encode(1))
+    first = struct.unpack(">I", data[start + header + local : start + header + local + 4])[0]
+    data[(first - 1) * 4096 : (first - 1) * 4096 + 4] = struct.pack(">I", first)
+    path.write_bytes(bytes(data))
+    with pytest.raises(native.Unreadable, match="loops|shorter"):
+        native.Pages(path).scan(root, [1], "b", None, 0, None, None)
+
+    nan = tmp_path / "nan.sqlite"
+    root = _small(nan, [(1, 1, 3.5), (2, 2, 1.25), (3, 3, 7.0)])
+    data = bytearray(nan.read_bytes())
+    at = data.find(struct.pack(">d", 1.25))
+    data[at : at + 8] = struct.pack(">Q", 0x7FF8000000000001)
+    nan.write_bytes(bytes(data))
+    _same(_page_read(nan, "t", ["f"], "f"), _sqlite_read(nan, "t", ["f"], "f"))
+    assert _page_read(nan, "t", ["f"], "f")[0].to_pylist() == [3.5, None, 7.0]  # type: ignore[index]
+
+
+def _encode(v: int) -> bytes:
+    out = [v & 0x7F]
+    v >>= 7
+    while v:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    return bytes(reversed(out))
+
+
+def _varint(data: bytes | bytearray, at: int) -> tuple[int, int]:
+    v = 0
+    for k in range(9):
+        c = data[at + k]
+        if k == 8:
+            return (v << 8) | c, 9
+        v = (v << 7) | (c & 0x7F)
+        if not c & 0x80:
+            return v, k + 1
+    raise AssertionError
+
+
+def test_an_unbounded_bound_keeps_nulls_as_its_sql_does(tmp_path: Path) -> None:
+    path = tmp_path / "b.sqlite"
+    _small(path, [(1, None, 1.0), (2, 5, 2.0)])
+    rows = RowFilter(bound=("a", None, None, False))
+    _same(_page_read(path, "t", ["id"], "i", rows), _sqlite_read(path, "t", ["id"], "i", rows.sql()))
+
+
+def test_a_refused_file_leaves_the_reader_closed_and_a_changed_file_is_refused(tmp_path: Path) -> None:
+    """__init__ on a file it refuses forgets the file it had; a file written since it was opened
+    is not read from stale pages."""
+    assert native is not None
+    good = tmp_path / "good.sqlite"
+    root = _small(good, [(1, 2, 3.0)])
+    pages = native.Pages(good)
+    wal = tmp_path / "wal.sqlite"
+    con = _make(wal)
+    con.execute("PRAGMA journal_mode = WAL")
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.commit()
+    con.close()
+    with pytest.raises(native.Unreadable):
+        pages.__init__(wal)
+    with pytest.raises(native.Unreadable, match="closed"):
+        pages.scan(root, [1], "i", None, -1, None, None)
+    pages = native.Pages(good)
+    con = sqlite3.connect(good)
+    con.execute("INSERT INTO t VALUES (2, 3, 4.0)")
+    con.commit()
+    con.close()
+    with pytest.raises(native.Unreadable, match="changed"):
+        pages.scan(root, [1], "i", None, -1, None, None)
