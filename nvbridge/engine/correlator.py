@@ -91,6 +91,12 @@ class Correlator:
         # Position of each sync's API call (-1 none).
         self.sync_api = np.full(syncs.num_rows, -1, np.int64)
         self._sync_key = self._keys.of(np_col(syncs, "process_key", fill=0), np_col(syncs, "correlation_id", fill=-1))
+        # The syncs with a key, in key order: a window looks its calls' keys up here (its calls
+        # are few, the report's syncs many: looking every open sync up in every window grew as
+        # windows x syncs).
+        keyed = np.flatnonzero(self._sync_key >= 0)
+        self._sync_by_key = keyed[np.argsort(self._sync_key[keyed], kind="stable")]
+        self._sync_keys_sorted = self._sync_key[self._sync_by_key]
         # Some Nsight Systems exporters store a never-closed range's end as the capture end.
         self._open_marker = info.capture_end_ns if info.kind == "nsys" else None
         self._end_thread_mask = 0xFFFFFF if info.kind == "nsys" else 0xFFFFFFFF
@@ -173,15 +179,22 @@ class Correlator:
         return out
 
     def _match_syncs(self, a_key: np.ndarray, a_id: np.ndarray) -> None:
-        """Syncs whose API call is among this window's (the first with the key, as one pass)."""
-        open_ = np.flatnonzero((self.sync_api < 0) & (self._sync_key >= 0))
-        if not len(open_) or not len(a_key):
+        """Syncs whose API call is among this window's: a sync not matched yet takes the first
+        call (lowest id) of the window with its key."""
+        if not len(a_key) or not len(self._sync_keys_sorted):
             return
         order = np.lexsort((a_id, a_key))
         keys = a_key[order]
-        pos = np.minimum(np.searchsorted(keys, self._sync_key[open_]), len(keys) - 1)
-        hit = keys[pos] == self._sync_key[open_]
-        self.sync_api[open_[hit]] = a_id[order[pos[hit]]]
+        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]] & (keys >= 0))
+        lo = np.searchsorted(self._sync_keys_sorted, keys[first], "left")
+        count = np.searchsorted(self._sync_keys_sorted, keys[first], "right") - lo
+        if not count.any():
+            return
+        call = np.repeat(a_id[order[first]], count)
+        at = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+        sync = self._sync_by_key[at]
+        still = self.sync_api[sync] < 0
+        self.sync_api[sync[still]] = call[still]
 
     def _accept(self, ranges: pa.Table, cut: int | None) -> tuple[pa.Table, pa.Table | None]:
         """The window's ranges in output order, with their parsed names if they came with them."""
