@@ -129,6 +129,16 @@ def _make(path: Path, page_size: int = 4096) -> sqlite3.Connection:
     return con
 
 
+def _wal_file(path: Path) -> Path:
+    """A database in WAL mode (its pages may live in the -wal file: the page reader refuses it)."""
+    con = _make(path)
+    con.execute("PRAGMA journal_mode = WAL")
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.commit()
+    con.close()
+    return path
+
+
 @pytest.mark.parametrize("page_size", [512, 4096, 65536])
 def test_storage_cases_read_as_sqlite_reads_them(tmp_path: Path, page_size: int) -> None:
     """Multi-level b-trees, payloads spilling over overflow pages, integers of every stored width
@@ -219,12 +229,7 @@ def test_tables_and_files_it_cannot_be_sure_of_go_to_sqlite(tmp_path: Path) -> N
     assert mixed.scan_args(["a"], None) is None and mixed.scan_args(["c", "rowid"], None) is not None
     con.close()
 
-    wal = tmp_path / "wal.sqlite"
-    con = _make(wal)
-    con.execute("PRAGMA journal_mode = WAL")
-    con.execute("CREATE TABLE t (a INTEGER)")
-    con.commit()
-    con.close()
+    wal = _wal_file(tmp_path / "wal.sqlite")
     utf16 = tmp_path / "utf16.sqlite"
     con = sqlite3.connect(utf16)
     con.execute("PRAGMA encoding = 'UTF-16le'")
@@ -422,12 +427,7 @@ def test_a_refused_file_leaves_the_reader_closed_and_a_changed_file_is_refused(t
     good = tmp_path / "good.sqlite"
     root = _small(good, [(1, 2, 3.0)])
     pages = native.Pages(good)
-    wal = tmp_path / "wal.sqlite"
-    con = _make(wal)
-    con.execute("PRAGMA journal_mode = WAL")
-    con.execute("CREATE TABLE t (a INTEGER)")
-    con.commit()
-    con.close()
+    wal = _wal_file(tmp_path / "wal.sqlite")
     with pytest.raises(native.Unreadable):
         pages.__init__(wal)
     with pytest.raises(native.Unreadable, match="closed"):
