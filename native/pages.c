@@ -78,7 +78,6 @@ typedef struct {
     unsigned char *overflow;          /* one overflow page */
     const char *error;                /* why the scan stopped; NULL: out of memory */
     int bad_column;
-    int64_t nth;     /* nth_rowid: rows still to pass before the one wanted; -1 otherwise */
     int64_t limit;   /* scan_window: rows still to read before stopping; -1 otherwise */
     int64_t next;    /* scan_window: the rowid it stopped at, if has_next */
     int has_next;
@@ -443,21 +442,6 @@ static int visit_leaf(Scan *s, const unsigned char *page, uint32_t pgno, int64_t
     uint64_t size, key;
     int a, b;
     if (ptrs + 2 * (size_t)ncells > end) return fail(s, "a cell pointer array past its page");
-    if (s->nth >= (int64_t)ncells && ncells && s->nspans == 1) {
-        /* nth_rowid: a leaf wholly past ``first`` and before the row wanted counts whole */
-        uint64_t last;
-        if (cell_head(s, page, head, ncells, 0, &cell, &size, &key, &a, &b) ||
-            cell_head(s, page, head, ncells, ncells - 1, &cell, &size, &last, &a, &b))
-            return SCAN_FAIL;
-        if ((int64_t)key >= s->span_lo[0] && (int64_t)last >= (int64_t)key &&
-            (!s->any_row || (int64_t)key > s->last_rowid) && (!has_lo || (int64_t)key > lo_excl) &&
-            (!has_hi || (int64_t)last <= hi_incl)) {
-            s->nth -= ncells;
-            s->any_row = 1;
-            s->last_rowid = (int64_t)last;
-            return SCAN_OK;
-        }
-    }
     for (uint32_t i = 0; i < ncells; i++) {
         if (cell_head(s, page, head, ncells, i, &cell, &size, &key, &a, &b)) return SCAN_FAIL;
         int64_t rowid = (int64_t)key;
@@ -477,11 +461,6 @@ static int visit_leaf(Scan *s, const unsigned char *page, uint32_t pgno, int64_t
             s->next = rowid;
             s->has_next = s->done = 1;
             return SCAN_OK;
-        }
-        if (s->nth >= 0) { /* nth_rowid: rows counted, not read */
-            if (s->nth-- == 0) s->done = 1;
-            if (s->done) return SCAN_OK;
-            continue;
         }
         if (size > (uint64_t)INT32_MAX) return fail(s, "a record past 2 GB");
         const unsigned char *rec = payload(s, cell + a + b, end, size);
@@ -692,7 +671,7 @@ static PyObject *Pages_scan(Pages *self, PyObject *args) {
     PyObject *positions, *spans, *member, *bound;
     const char *kinds;
     long long first = 0, count = -1;
-    Scan s = {.nth = -1, .limit = -1, .cap = 1 << 16};
+    Scan s = {.limit = -1, .cap = 1 << 16};
     if (!PyArg_ParseTuple(args, "LOsOiOO|LL", &root, &positions, &kinds, &spans, &s.alias, &member, &bound, &first,
                           &count))
         return NULL;
@@ -748,32 +727,6 @@ done:
     return out;
 }
 
-static PyObject *Pages_nth_rowid(Pages *self, PyObject *args) {
-    long long root;
-    long long first, offset;
-    if (!PyArg_ParseTuple(args, "LLL", &root, &first, &offset)) return NULL;
-    if (offset < 0) {
-        PyErr_SetString(PyExc_ValueError, "the offset must not be negative");
-        return NULL;
-    }
-    int64_t lo = first, hi = INT64_MAX;
-    Scan s = {.nth = offset, .limit = -1, .alias = -1, .member_field = -1, .bound_field = -1};
-    s.span_lo = &lo;
-    s.span_hi = &hi;
-    s.nspans = 1;
-    PyObject *out = NULL;
-    if (!scan_ready(&s, self, root) && !scan_run(&s, root)) {
-        if (s.done && s.nth < 0) {
-            out = PyLong_FromLongLong(s.last_rowid);
-        } else {
-            Py_INCREF(Py_None);
-            out = Py_None;
-        }
-    }
-    scan_free(&s);
-    return out;
-}
-
 static PyObject *Pages_chunk_spans(Pages *self, PyObject *args) {
     long long root;
     long long first, last, size;
@@ -788,7 +741,7 @@ static PyObject *Pages_chunk_spans(Pages *self, PyObject *args) {
         return NULL;
     }
     Chunks c = {.first = first, .size = size, .n = n, .start = start, .latest_at = latest_at, .gate_at = gate_at};
-    Scan s = {.nth = -1, .limit = -1, .alias = alias, .bound_field = -1, .chunks = &c};
+    Scan s = {.limit = -1, .alias = alias, .bound_field = -1, .chunks = &c};
     int64_t lo = first, hi = last, *members = NULL, *gates = NULL;
     s.span_lo = &lo;
     s.span_hi = &hi;
@@ -914,10 +867,6 @@ static PyMethodDef Pages_methods[] = {
      "nulls pass) for lo <= value < hi, or None. With ``first`` and ``count`` (spans None): a window, "
      "the rows from rowid ``first`` on until ``count`` rows (kept or not) were passed, returned as "
      "(columns, the rowid of the next row or None). Raises Unreadable on anything it cannot be sure of."},
-    {"nth_rowid", (PyCFunction)Pages_nth_rowid, METH_VARARGS,
-     "nth_rowid(root, first, offset) -> int or None\n\n"
-     "The rowid ``offset`` rows after the first row with a rowid of at least ``first`` (SQL's "
-     "ORDER BY rowid LIMIT 1 OFFSET), None past the last row; rows are counted, not read."},
     {"chunk_spans", (PyCFunction)Pages_chunk_spans, METH_VARARGS,
      "chunk_spans(root, first, last, size, n, start, latest, gate, gates, alias, member) -> int64 buffer [5][n] or None\n\n"
      "Reader.chunk_spans over rowids first..last of the rows ``member`` keeps (as scan's): ``start``, "

@@ -32,7 +32,6 @@ class Pages:
         first: int = 0,
         count: int = -1,
     ) -> Any: ...
-    def nth_rowid(self, root: int, first: int, offset: int) -> int | None: ...
     def chunk_spans(
         self,
         root: int,

@@ -90,13 +90,13 @@ class Correlator:
         self._api_out = Reorder("api_call_id")
         # Position of each sync's API call (-1 none).
         self.sync_api = np.full(syncs.num_rows, -1, np.int64)
-        self._sync_key = self._keys.of(np_col(syncs, "process_key", fill=0), np_col(syncs, "correlation_id", fill=-1))
         # The syncs with a key, in key order: a window looks its calls' keys up here (its calls
         # are few, the report's syncs many: looking every open sync up in every window grew as
         # windows x syncs).
-        keyed = np.flatnonzero(self._sync_key >= 0)
-        self._sync_by_key = keyed[np.argsort(self._sync_key[keyed], kind="stable")]
-        self._sync_keys_sorted = self._sync_key[self._sync_by_key]
+        sync_key = self._keys.of(np_col(syncs, "process_key", fill=0), np_col(syncs, "correlation_id", fill=-1))
+        keyed = np.flatnonzero(sync_key >= 0)
+        self._sync_by_key = keyed[np.argsort(sync_key[keyed], kind="stable")]
+        self._sync_keys_sorted = sync_key[self._sync_by_key]
         # Some Nsight Systems exporters store a never-closed range's end as the capture end.
         self._open_marker = info.capture_end_ns if info.kind == "nsys" else None
         self._end_thread_mask = 0xFFFFFF if info.kind == "nsys" else 0xFFFFFFFF

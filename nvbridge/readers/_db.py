@@ -331,7 +331,10 @@ class Database:
                 absent = [c.field for c in columns if c.raw not in present and c.raw != ROWID]
                 with self.translate_errors():
                     return mark_absent(_typed(found[0], columns, present), absent), found[1]
-        stop = self.nth_rowid(table, first, count)
+        end = self.scalar_rows(
+            f"SELECT rowid FROM {quote(table)} WHERE rowid >= {first} ORDER BY rowid LIMIT 1 OFFSET {count}"
+        )
+        stop = int(end[0][0]) if end else None
         rows = RowFilter(((first, stop - 1 if stop is not None else _LAST_ROWID),), member)
         return self.read_table(table, columns, rows), stop
 
@@ -447,16 +450,3 @@ class Database:
             except FastPathFailed:
                 pass  # the aggregates below read it, or name what is wrong
         return chunks([row for q in chunk_queries(table, where, figure, first, last) for row in self.scalar_rows(q)])
-
-    def nth_rowid(self, table: str, first: int, offset: int) -> int | None:
-        """The rowid ``offset`` rows after the first with a rowid of at least ``first`` (None:
-        past the last row): rows counted on the table's pages where the page reader takes it."""
-        layout = self._layout(table)
-        if layout is not None and self._fast is not None:
-            found = self._fast.nth_rowid(layout.root, first, offset)
-            if found is not False:
-                return found
-        end = self.scalar_rows(
-            f"SELECT rowid FROM {quote(table)} WHERE rowid >= {first} ORDER BY rowid LIMIT 1 OFFSET {offset}"
-        )
-        return int(end[0][0]) if end else None

@@ -136,16 +136,6 @@ class FastReads:
                 raise FastPathFailed(str(exc)) from exc
         return None if spans is None else np.frombuffer(spans, np.int64)
 
-    def nth_rowid(self, root: int, first: int, offset: int) -> int | None | bool:
-        """Pages.nth_rowid on this thread's page reader; False when it cannot tell."""
-        pages = self._pages() if native is not None else None
-        if pages is None or native is None:
-            return False
-        try:
-            return pages.nth_rowid(root, first, offset)
-        except native.Unreadable:
-            return False
-
     def _reader(self) -> Reader:
         reader: Reader | None = getattr(self._local, "reader", None)
         if reader is None:

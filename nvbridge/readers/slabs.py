@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from nvbridge.readers._pages import RowFilter
+from nvbridge.readers._pages import Member, RowFilter
 
 # Chunks per table the scan aims at: enough to size slabs, few enough to plan in NumPy.
 CHUNKS = 1024
@@ -63,7 +63,7 @@ class Slab:
     spans: list[tuple[int, int]] | None
     nulls: bool
 
-    def rows(self, member: tuple[str, tuple[int, ...], bool] | None = None) -> RowFilter:
+    def rows(self, member: Member | None = None) -> RowFilter:
         """The slab as a row filter on ``start`` and ``rowid`` (and ``member``, if given). Rows
         without a start come from any rowid: a slab that takes them has no spans."""
         spans = None if self.spans is None else tuple(self.spans)
