@@ -1,7 +1,7 @@
 """The page reader (native/pages.c) reads what SQLite reads: every table of every real export and
 sample, hand-made files with each storage case SQLite writes, every filter the readers use; and it
-refuses, for SQLite to read, what it cannot be sure of. SQLite itself (the stdlib driver or the
-compiled SQLite reader) is the reference throughout."""
+refuses, for SQLite to read, what it cannot be sure of. The reference is SQLite through the
+stdlib's sqlite3 driver: raw SQL, none of nvbridge's readers in its loop."""
 
 from __future__ import annotations
 
@@ -34,15 +34,40 @@ def _kind(declared: str) -> str:
     return "i" if "INT" in t else "s" if any(k in t for k in ("CHAR", "CLOB", "TEXT")) else ""
 
 
+_TYPES = {"i": pa.int64(), "f": pa.float64(), "s": pa.string(), "b": pa.binary()}
+
+
 def _sqlite_read(path: Path, table: str, names: list[str], kinds: str, where: str = "1") -> object:
-    """The compiled SQLite reader's columns (or its refusal) as Arrow arrays."""
-    assert native is not None
+    """The rows as the stdlib's sqlite3 driver reads them, as Arrow arrays; "refused" where a value
+    is not of its column's kind (an integer column holding text, a real or a blob; text that is not
+    UTF-8), which nvbridge's readers refuse rather than convert."""
     cols = ", ".join(n if n == "rowid" else f'"{n}"' for n in names)
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    con.text_factory = bytes  # text as its bytes: UTF-8 checked below, as Arrow requires
     try:
-        out = native.Reader(f"file:{path}?mode=ro").read(f'SELECT {cols} FROM "{table}" WHERE {where}', kinds)
-    except native.Unreadable:
-        return "refused"
-    return [_array(k, c) for k, c in zip(kinds, out)]
+        rows = con.execute(f'SELECT {cols} FROM "{table}" WHERE {where}').fetchall()
+        kinds_of = con.execute(
+            f'SELECT {", ".join(f"typeof({c})" for c in cols.split(", "))} FROM "{table}" WHERE {where}'
+        ).fetchall()
+    finally:
+        con.close()
+    out = []
+    for j, kind in enumerate(kinds):
+        typ = _TYPES[kind]
+        values = []
+        for row, types in zip(rows, kinds_of):
+            v, t = row[j], bytes(types[j]).decode()
+            allowed = {"i": ("integer",), "f": ("integer", "real"), "s": ("text",), "b": ("blob",)}[kind]
+            if t != "null" and t not in allowed:
+                return "refused"
+            if t == "text":
+                try:
+                    v = bytes(v).decode("utf-8")
+                except UnicodeDecodeError:
+                    return "refused"
+            values.append(float(v) if kind == "f" and v is not None else v)
+        out.append(pa.array(values, typ))
+    return out
 
 
 def _page_read(path: Path, table: str, names: list[str], kinds: str, rows: RowFilter | None = None) -> object:
