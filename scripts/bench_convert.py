@@ -128,7 +128,7 @@ def floor_queries(db: Path) -> list[str]:
 
     from nvbridge.readers import nsys_tables as nsys
     from nvbridge.readers import nvprof
-    from nvbridge.readers._db import Column
+    from nvbridge.readers._column import Column
 
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     kind = make_large_db.detect_kind(conn)

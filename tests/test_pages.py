@@ -208,7 +208,7 @@ def test_storage_cases_read_as_sqlite_reads_them(tmp_path: Path, page_size: int)
         RowFilter(spans=((-1, 10**12),), bound=("a", -(1 << 40), 1 << 40, True)),
     ):
         _same(_page_read(path, "t", names, kinds, rows_), _sqlite_read(path, "t", names, kinds, rows_.sql()))
-    from nvbridge.readers._db import Column
+    from nvbridge.readers._column import Column
 
     with Database(path) as db:
         for first in (-1000, -900, 0, 5, 11_000, 200_000):
@@ -324,7 +324,7 @@ def test_windows_read_in_one_pass_as_through_sqlite(tmp_path: Path) -> None:
     con.execute("DELETE FROM t WHERE rowid % 7 = 0")
     con.commit()
     con.close()
-    from nvbridge.readers._db import Column
+    from nvbridge.readers._column import Column
     from nvbridge.readers._pages import Member
 
     cases: list[tuple[Path, str, list[Column], Member]] = [

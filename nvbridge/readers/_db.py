@@ -13,18 +13,18 @@ import contextlib
 import os
 import shutil
 import sqlite3
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from nvbridge.columns import one_chunk
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
+from nvbridge.readers._column import ARROW_TYPES, ROWID, Column, lenient_text
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
 from nvbridge.readers._pages import Latest, Member, RowFilter, TableLayout, latest_sql, quote, table_layout
 from nvbridge.readers._sqlite import FastPathFailed, FastReads
@@ -35,45 +35,10 @@ from nvbridge.workers import worker_pool
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-ColumnType = Literal["int", "str", "float", "bytes"]
-ARROW_TYPES: dict[str, pa.DataType] = {
-    "int": pa.int64(),
-    "str": pa.string(),
-    "float": pa.float64(),
-    "bytes": pa.binary(),
-}
 # A read's row filter: SQL text (for a URL, SQLAlchemy wraps it in text()), or a RowFilter the
 # page reader applies itself (its SQL for every other path).
 Where = str | RowFilter | None
-# Every SQLite table's row id, selectable as a column (a slab's rows carry it for their order).
-ROWID = "rowid"
 _LAST_ROWID = (1 << 63) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    """One output field read from one raw column (or SQL expression) of a profiler table.
-
-    ``raw`` absent from the table: ``required`` columns raise MissingTable, the others
-    read as ``default`` (NULL when None), so older exporters load without a crash.
-    """
-
-    field: str
-    raw: str
-    type: ColumnType = "int"
-    required: bool = False
-    default: int | str | None = None
-
-
-def lenient_text(raw: bytes) -> str:
-    """Text that is not UTF-8 (a corrupted NVTX message) reads with U+FFFD, not an error."""
-    return raw.decode("utf-8", "replace")
-
-
-def _database_errors() -> tuple[type[Exception], ...]:
-    """The driver errors to translate: SQLite's, and SQLAlchemy's wrappers once it is loaded."""
-    generic = sys.modules.get("nvbridge.readers._generic")
-    return (sqlite3.DatabaseError,) if generic is None else (sqlite3.DatabaseError, generic.DatabaseError)
 
 
 class _Results(Mapping[str, pa.Table]):
@@ -127,11 +92,12 @@ class Database:
 
     def __init__(self, source: str | os.PathLike[str]) -> None:
         text = os.fspath(source)
+        # The driver errors translated: SQLite's, and SQLAlchemy's once this database used it.
+        self._errors: tuple[type[Exception], ...] = (sqlite3.DatabaseError,)
         self.path: Path | None = None
         self._url: str | None = None
         if "://" in text:
-            from nvbridge.readers import _generic
-
+            _generic = self._sqlalchemy()
             self.name, local = _generic.url_parts(text)
             if local is not None:
                 self.path = Path(local)
@@ -159,8 +125,7 @@ class Database:
         self._columns: dict[str, frozenset[str]] = {}
         with self.translate_errors():
             if self._url is not None:
-                from nvbridge.readers import _generic
-
+                _generic = self._sqlalchemy()
                 names = _generic.table_names(self.engine)
             else:
                 # As SQLAlchemy's inspector lists them: the tables, without SQLite's own.
@@ -172,12 +137,20 @@ class Database:
                 ]
             self.table_names: frozenset[str] = frozenset(names)
 
+    def _sqlalchemy(self) -> ModuleType:
+        """SQLAlchemy's side, imported on first use. Its errors join the translated ones only
+        once the import has completed in this thread: another reader thread may still be
+        initializing the module, and a half-imported module has no error class yet."""
+        from nvbridge.readers import _generic
+
+        self._errors = (sqlite3.DatabaseError, _generic.DatabaseError)
+        return _generic
+
     @property
     def engine(self) -> sa.Engine:
         """SQLAlchemy's engine, made on first use (a URL's reads; a local file's slow path)."""
         if self._engine is None:
-            from nvbridge.readers import _generic
-
+            _generic = self._sqlalchemy()
             self._engine = _generic.engine_for(self._url, self._uri)
         return self._engine
 
@@ -222,7 +195,7 @@ class Database:
             yield
         except BadRows as exc:
             raise DamagedDatabase(f"{self.name}: {exc}") from exc
-        except _database_errors() as exc:
+        except self._errors as exc:
             detail = str(getattr(exc, "orig", exc)).splitlines()[0]
             if "locked" in detail or "busy" in detail or "readonly" in detail or "read-only" in detail:
                 raise DamagedDatabase(
@@ -253,8 +226,7 @@ class Database:
         if table not in self._columns:
             with self.translate_errors():
                 if self._url is not None:
-                    from nvbridge.readers import _generic
-
+                    _generic = self._sqlalchemy()
                     names = _generic.column_names(self.engine, table)
                 else:
                     names = [str(row[1]) for row in self.scalar_rows(f"PRAGMA table_info({quote(table)})")]
@@ -306,8 +278,7 @@ class Database:
                 try:
                     raw = fast.read(sql, [c.field for c in read], [c.type for c in read], scan and (layout, scan))
                 except FastPathFailed:  # rare: the slower cursor path reads it or names the damage
-                    from nvbridge.readers import _generic
-
+                    _generic = self._sqlalchemy()
                     _generic.check_integers(self.engine, table, present, columns, sql_where)
                     return mark_absent(self._read_generic(table, columns, sql_where), absent)
             return mark_absent(_typed(raw, columns, present), absent)
@@ -345,8 +316,7 @@ class Database:
         return self._layouts[table]
 
     def _read_generic(self, table: str, columns: Sequence[Column], where: str | None) -> pa.Table:
-        from nvbridge.readers import _generic
-
+        _generic = self._sqlalchemy()
         with self.translate_errors():
             return _generic.read(self.engine, _generic.select(table, self.columns(table), columns, where), columns)
 
@@ -427,9 +397,8 @@ class Database:
         """A small query (metadata, enums, chunk spans), as SQL text."""
         with self.translate_errors():
             if self._url is not None:
-                from nvbridge.readers import _generic
-
-                return _generic.scalar_rows(self.engine, sql)
+                rows: list[tuple[Any, ...]] = self._sqlalchemy().scalar_rows(self.engine, sql)
+                return rows
             return [tuple(r) for r in self._connection().execute(sql)]
 
     def chunk_spans(self, table: str, rows: RowFilter, latest: Latest, first: int, last: int) -> Chunks | None:

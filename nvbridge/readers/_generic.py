@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import sqlalchemy as sa
 
-from nvbridge.readers._db import ARROW_TYPES, ROWID, Column, lenient_text
+from nvbridge.readers._column import ARROW_TYPES, ROWID, Column, lenient_text
 from nvbridge.readers.validate import non_integers
 
 _SA_TYPES: dict[str, Any] = {

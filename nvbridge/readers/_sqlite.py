@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from nvbridge._native import Buffer, Pages, Reader
     from nvbridge.readers._pages import ScanArgs, TableLayout
-# Column types (readers._db.ColumnType) -> the compiled reader's kinds and Arrow types.
+# Column types (readers._column.ColumnType) -> the compiled reader's kinds and Arrow types.
 _KINDS = {"int": "i", "float": "f", "str": "s", "bytes": "b"}
 _ARROW = {"i": pa.int64(), "f": pa.float64(), "s": pa.string(), "b": pa.binary()}
 

@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
-from nvbridge.readers._db import ROWID, Column, Database
+from nvbridge.readers._column import ROWID, Column
+from nvbridge.readers._db import Database
 from nvbridge.readers._pages import Latest, RowFilter
 from nvbridge.readers.slabs import Chunks, chunks, plan
 

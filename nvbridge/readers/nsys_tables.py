@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 
 from nvbridge.columns import dense_ids, np_col, set_column
 from nvbridge.readers._arrow import align_gpu_ops, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
-from nvbridge.readers._db import Column, Database
+from nvbridge.readers._column import Column
+from nvbridge.readers._db import Database
 from nvbridge.readers.nsys_info import meta_int
 from nvbridge.readers.validate import names_found, no_nulls, raw_names, times, unique
 

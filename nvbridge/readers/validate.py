@@ -23,7 +23,7 @@ from nvbridge.columns import np_col
 from nvbridge.compiled import native
 
 if TYPE_CHECKING:
-    from nvbridge.readers._db import Column
+    from nvbridge.readers._column import Column
 
 # The largest timestamp a profiler writes, with 70 years to spare (epoch ns reach 2^62 in 2116).
 MAX_NS = 1 << 62
