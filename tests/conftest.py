@@ -18,10 +18,12 @@ SAMPLE_DB = ROOT / "sample_db"
 
 NSYS_FILES = [
     "nsys-2021-pre-metadata.sqlite",
+    "nsys-2022.1-dlprof-torch-seq.sqlite",
     "nsys-2023.3-openmp-offload.sqlite",
     "nsys-2024.2-pyprof-markers.sqlite",
     "nsys-2024.6-nvfuser-cpp-nvtx.sqlite",
     "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite",
+    "nsys-2026.2-windows-cs336.sqlite",
 ]
 NVPROF_FILES = [
     "nvprof-2020-empty-capture.sqlite",
