@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 TENSOR = frozenset({"tf32", "fp16", "bf16", "fp8", "fp4", "int8"})  # precisions tensor cores run
 
@@ -37,7 +37,6 @@ class Arch:
     rates: Mapping[str, int]
     geforce_half: frozenset[str] = frozenset()  # precisions a GeForce part runs at half rate
     tensor_clock: float = 1.0  # the datasheets' tensor-core clock / the maximum boost clock
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 _HALF = frozenset({"tf32", "fp16", "bf16", "fp8"})  # FP32-accumulate ops a GeForce halves
