@@ -19,7 +19,8 @@ Columns (see the readers for how each is read):
   registers_per_thread, static_shared_bytes, dynamic_shared_bytes, graph_node_id
 - syncs: start_ns, end_ns, sync_type, device_id, stream_id, process_key, correlation_id
 - threads: process_id, thread_id, thread_key, thread_name, process_name
-- devices: device_id, name[, memory_gbps: the bandwidth the driver reports]
+- devices: DEVICES_SCHEMA (device_id, name, memory_gbps, sm_count, sm_clock_mhz, compute_capability,
+  chip: the facts the driver reports, null where not recorded)
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ import pyarrow as pa
 
 from nvbridge.columns import DICT_STR
 
+# One row per device id: the facts peaks are derived from (nvbridge.gpus), in these units.
+DEVICES_SCHEMA = pa.schema(
+    [
+        ("device_id", pa.int64()),
+        ("name", pa.string()),
+        ("memory_gbps", pa.float64()),  # the memory bandwidth the driver reports
+        ("sm_count", pa.int64()),
+        ("sm_clock_mhz", pa.float64()),  # the maximum SM clock the driver reports (cudaDeviceProp.clockRate)
+        ("compute_capability", pa.string()),  # "8.9"
+        ("chip", pa.string()),  # "AD103" (nsys only)
+    ]
+)
 # The normalized ranges columns the engine takes (the readers may add more).
 RANGES_SCHEMA = pa.schema(
     [

@@ -21,7 +21,7 @@ from nvbridge.columns import np_col
 from nvbridge.dataset import Report
 from nvbridge.errors import ExportError
 from nvbridge.flops import precision
-from nvbridge.gpus import Peaks
+from nvbridge.gpus import Peaks, fmt
 
 COSTS = ["flops", "bytes", "compute_dtype"]  # the ops' cost columns a point sums
 # Roofs drawn when the report's ops use these precisions (and the GPU has a peak for them).
@@ -98,11 +98,53 @@ def render(report: Any, output: Path, peaks: Peaks | None, label_top: int = 8) -
     return draw(points(report.ops, report.gpu_ops, peaks), output, peaks, label_top)
 
 
+def _roofs(ax: Any, rows: pa.Table, peaks: Peaks, grid: np.ndarray) -> None:
+    """One roof per precision the points run at, named for the rate the GPU runs it at (a
+    float32 convolution on Turing, which has no TF32, is under the fp32 roof); the bandwidth
+    slope alone where no compute peak is known."""
+    used = {
+        precision(str(n), d) for n, d in zip(rows.column("name").to_pylist(), rows.column("compute_dtype").to_pylist())
+    }
+    roofs: dict[str, float] = {}
+    for wanted in sorted(used, key=lambda p: list(_ROOF_STYLE).index(p) if p in _ROOF_STYLE else len(_ROOF_STYLE)):
+        kind, peak = peaks.effective(wanted)
+        if peak:
+            roofs[kind] = peak
+    bandwidth = f", {peaks.gbps:.0f} GB/s" if peaks.gbps else " (bandwidth unknown)"
+    for kind, peak in roofs.items():
+        slope = grid * peaks.gbps / 1e3 if peaks.gbps else np.full(len(grid), np.inf)
+        style = _ROOF_STYLE.get(kind, "-")
+        ax.plot(
+            grid, np.minimum(peak, slope), style, color="black", label=f"{kind} roof: {fmt(peak)} TFLOP/s{bandwidth}"
+        )
+    if not roofs and peaks.gbps:
+        ax.plot(grid, grid * peaks.gbps / 1e3, "-", color="black", label=f"memory roof: {peaks.gbps:.0f} GB/s")
+
+
 def draw(rows: pa.Table, output: Path, peaks: Peaks | None, label_top: int = 8) -> int:
     """Draw :func:`points` rows into ``output``; returns the points drawn.
 
     Raises:
         ExportError: no rows, or the output cannot be written.
+    """
+    import matplotlib.pyplot as plt
+
+    fig = figure(rows, peaks, label_top)
+    try:
+        fig.savefig(output, bbox_inches="tight")
+    except OSError as exc:
+        raise ExportError(f"cannot write {output}: {exc.strerror or exc}; choose another output path.") from exc
+    finally:
+        plt.close(fig)
+    return int(rows.num_rows)
+
+
+def figure(rows: pa.Table, peaks: Peaks | None, label_top: int = 8) -> Any:
+    """The roofline of :func:`points` rows as a matplotlib Figure (the caller closes it): the
+    points, a roof per precision they run at where the peaks are known, and a legend.
+
+    Raises:
+        ExportError: no rows.
     """
     import matplotlib
 
@@ -123,23 +165,12 @@ def draw(rows: pa.Table, output: Path, peaks: Peaks | None, label_top: int = 8) 
     colors = ["tab:red" if b == "compute" else "tab:blue" if b == "memory" else "tab:gray" for b in bound]
     ax.scatter(x, y, s=sizes, c=colors, alpha=0.55, edgecolors="black", linewidths=0.4)
     lo, hi = max(x.min() / 4, 1e-3), x.max() * 4
-    if peaks is not None and peaks.gbps:
-        used = {
-            precision(str(n), d)
-            for n, d in zip(rows.column("name").to_pylist(), rows.column("compute_dtype").to_pylist())
-        }
-        grid = np.logspace(np.log10(lo), np.log10(hi), 200)
-        for kind, style in _ROOF_STYLE.items():
-            peak = peaks.tflops(kind)
-            if kind in used and peak:
-                ax.plot(
-                    grid,
-                    np.minimum(peak, grid * peaks.gbps / 1e3),
-                    style,
-                    color="black",
-                    label=f"{kind} roof: {peak:g} TFLOP/s, {peaks.gbps:.0f} GB/s",
-                )
-        ax.legend(loc="lower right", fontsize=8)
+    if peaks is not None:
+        _roofs(ax, rows, peaks, np.logspace(np.log10(lo), np.log10(hi), 200))
+    for color, label in (("tab:red", "compute-bound"), ("tab:blue", "memory-bound"), ("tab:gray", "bound unknown")):
+        if color in colors:  # proxies: the points' legend entries
+            ax.scatter([], [], s=40, c=color, alpha=0.55, edgecolors="black", linewidths=0.4, label=f"op: {label}")
+    ax.legend(loc="lower right", fontsize=8)
     names = rows.column("name").to_pylist()
     for i in np.argsort(-t)[:label_top]:
         ax.annotate(str(names[i])[:40], (x[i], y[i]), fontsize=7, xytext=(4, 4), textcoords="offset points")
@@ -148,16 +179,7 @@ def draw(rows: pa.Table, output: Path, peaks: Peaks | None, label_top: int = 8) 
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("achieved TFLOP/s")
-    gpu = peaks.name if peaks is not None else "unknown GPU (give --peak-tflops/--peak-gbps for roofs)"
-    ax.set_title(
-        f"Roofline: {rows.num_rows} ops (name, shapes), size = GPU time; {gpu}\nred: compute-bound, blue: memory-bound",
-        fontsize=10,
-    )
+    gpu = peaks.name if peaks is not None else "unknown peak: no roof (give --peak-tflops and --peak-gbps)"
+    ax.set_title(f"Roofline: {rows.num_rows} ops (name, shapes), size = GPU time; {gpu}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    try:
-        fig.savefig(output, bbox_inches="tight")
-    except OSError as exc:
-        raise ExportError(f"cannot write {output}: {exc.strerror or exc}; choose another output path.") from exc
-    finally:
-        plt.close(fig)
-    return int(rows.num_rows)
+    return fig

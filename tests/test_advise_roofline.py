@@ -1,8 +1,9 @@
 """advise's below_roofline finding against figures computed here from raw SQL and the datasheets.
 
 Real exports: the PyTorch 1.4 PyProf nvprof report (Tesla V100-SXM2, float32 matmuls whose
-shapes and dtypes are in the markers) and the nsys 2024.2 PyProf capture (A100, float32
-conv2d with recorded stride/padding). Per marker range: the FLOPs formula (2*M*N*K for the
+shapes and dtypes are in the markers), the nsys 2024.2 PyProf capture (A100, float32 conv2d
+with recorded stride/padding) and the nsys 2022.1 DLProf capture (GeForce RTX 2070 SUPER, a
+GPU without a datasheet row: its roof comes from the recorded SM count and clock). Per marker range: the FLOPs formula (2*M*N*K for the
 matmul family, 2*N*C_out*C_in/groups*kh*kw*H_out*W_out for conv2d), the bytes of its tensors
 and the kernels launched inside the range, summed here with sqlite3. The roofline time of a
 call is max(FLOPs / peak FLOP/s, bytes / bandwidth); the time at stake GPU time - that.
@@ -28,6 +29,7 @@ from tests.conftest import SAMPLE_DB, raw, real_db
 
 LM = "nvprof-2020-pytorch14-pyprof-lm.sqlite"
 PYPROF = "nsys-2024.2-pyprof-markers.sqlite"
+DLPROF = "nsys-2022.1-dlprof-torch-seq.sqlite"
 V100_SXM2_FP32 = 15.7  # TFLOP/s, NVIDIA V100 datasheet (2020)
 A100_TF32 = 156.0  # TFLOP/s dense, NVIDIA A100 datasheet (2021): cuDNN runs float32 convs in TF32
 MATMULS = {"linear", "matmul", "bmm", "mm"}
@@ -190,6 +192,45 @@ def test_nsys_pyprof_conv2d_below_the_a100_roofline_equal_raw_sql() -> None:
     expected = _expected(calls, A100_TF32, gbps)
     advice = advise_report(nvbridge.load(db))
     _compare(_found(advice, {"torch.nn.functional.conv2d"}), expected)
+
+
+def test_turing_conv2d_below_the_roofline_derived_from_the_recorded_device_facts() -> None:
+    """The 2022.1 DLProf export (GeForce RTX 2070 SUPER, no datasheet row): the fp32 roof is its
+    recorded SM count x recorded clock x 128 FLOP per SM and clock (Turing whitepaper: 64 FP32
+    lanes, an FMA each); a float32 convolution on Turing (no TF32) runs at that roof."""
+    db = real_db(DLPROF)
+    ((sms, hz, major, bandwidth),) = raw(
+        db, "SELECT smCount, clockRate, computeMajor, memoryBandwidth FROM TARGET_INFO_GPU"
+    )
+    assert major == 7
+    fp32 = int(str(sms)) * int(str(hz)) * 128 / 1e12
+    ranges = raw(db, "SELECT text, start, end, globalTid FROM NVTX_EVENTS WHERE text LIKE '%''op'': ''conv2d''%'")
+    launches = raw(
+        db,
+        "SELECT r.start, r.globalTid, k.start, k.end FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId "
+        "AND k.globalPid = (r.globalTid >> 24) << 24",
+    )
+    calls = []
+    for text, begin, finish, tid in ranges:
+        args = ast.literal_eval(str(text))["args"]
+        assert len(args) == 3  # input, weight, bias: stride 1, padding 0, dilation 1, groups 1
+        (n, _, h, w), (co, cig, kh, kw) = args[0]["shape"], args[1]["shape"]
+        ho, wo = h - kh + 1, w - kw + 1
+        moved = (sum(prod(a["shape"]) for a in args) + n * co * ho * wo) * 4
+        kernels = [
+            (int(str(s)), int(str(e)))
+            for t, g, s, e in launches
+            if g == tid and int(str(begin)) <= int(str(t)) <= int(str(finish))
+        ]
+        calls.append(
+            (("torch.nn.functional.conv2d", _shapes(args)), 2 * n * co * cig * kh * kw * ho * wo, moved, kernels)
+        )
+    assert len(calls) == 2
+    expected = _expected(calls, fp32, int(str(bandwidth)) / 1e9)
+    advice = advise_report(nvbridge.load(db))
+    _compare(_found(advice, {"torch.nn.functional.conv2d"}), expected)
+    assert advice.peaks is not None and "tf32" not in advice.peaks
 
 
 @pytest.mark.parametrize("name", [LM, PYPROF])

@@ -61,6 +61,15 @@ CONTRACT = {
         "end_ns": I64,
     },
     "threads": {"process_id": I64, "thread_id": I64},
+    "devices": {
+        "device_id": I64,
+        "name": STR,
+        "memory_gbps": pa.float64(),
+        "sm_count": I64,
+        "sm_clock_mhz": pa.float64(),
+        "compute_capability": STR,
+        "chip": STR,
+    },
 }
 
 

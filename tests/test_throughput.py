@@ -150,7 +150,7 @@ def test_gpu_table_matches_the_reports_device_names_and_their_recorded_bandwidth
     assert {str(name) for name, _ in recorded} == set(expected)
     for name, gbps in recorded:
         peaks = lookup(str(name))
-        assert peaks is not None and peaks.name == expected[str(name)]
+        assert peaks is not None and peaks.name == expected[str(name)] and peaks.gbps is not None
         assert abs(peaks.gbps - float(gbps)) / float(gbps) < 0.03, name  # datasheet vs what the driver reports
 
 

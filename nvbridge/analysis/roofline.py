@@ -25,7 +25,7 @@ from nvbridge.analysis.findings import Evidence
 from nvbridge.analysis.throughput import device_peaks
 from nvbridge.columns import np_col
 from nvbridge.dataset import Report
-from nvbridge.gpus import Peaks, resolve
+from nvbridge.gpus import Peaks, fmt, resolve
 
 BELOW_SHARE = 0.25  # roofline time under this share of the GPU time: "far below"
 SMALL_CALL_NS = 10_000  # a call the roofline does in under 10 us cannot fill the GPU
@@ -88,7 +88,8 @@ def _call_figures(ctx: Context, ops: pa.Table, call: np.ndarray, peaks: Peaks) -
     return {
         "flops": f.astype(np.int64),
         "bytes": b.astype(np.int64),
-        "roof_ns": np.ceil(np.maximum(compute_ns, memory_ns)).astype(np.int64),
+        # fmax: a call without a compute peak (unpriced, never reported) still gets an integer roof
+        "roof_ns": np.ceil(np.fmax(compute_ns, memory_ns)).astype(np.int64),
         "compute_bound": (compute_ns >= memory_ns).astype(np.int64),
         "fp32_tensor_cores": fp32_tc.astype(np.int64),
         "unpriced": np.isnan(compute_ns),
@@ -156,9 +157,21 @@ def fix(figures: Mapping[str, int], count: int) -> str:
 
 
 def describe(report: Report, peak_tflops: float | None = None, peak_gbps: float | None = None) -> str | None:
-    """The peaks below_roofline compares with, as one line (None: unknown GPU)."""
+    """The peaks below_roofline compares with, as one line of at most 84 characters (None:
+    unknown GPU): fp32 and the rates of the precisions the report's costed ops run at."""
     peaks = _peaks(report, peak_tflops, peak_gbps)
     if peaks is None:
         return None
-    rates = ", ".join(f"{p} {getattr(peaks, p):g}" for p in ("fp32", "tf32", "fp16", "bf16") if getattr(peaks, p))
-    return f"{peaks.name}: {rates} TFLOP/s, {peaks.gbps:.0f} GB/s ({peaks.gbps_source})"
+    used = {"fp32"}
+    if {"flops", "op_name", "compute_dtype"} <= set(report.ops.column_names):
+        ops = report.ops.select(["op_name", "compute_dtype", "flops"]).filter(report.ops.column("flops").is_valid())
+        pairs = pa.table(
+            {"n": ops.column("op_name").cast(pa.string()), "d": ops.column("compute_dtype").cast(pa.string())}
+        )
+        for row in pairs.group_by(["n", "d"]).aggregate([]).to_pylist():
+            used.add(peaks.effective(costs.precision(row["n"] or "", row["d"]))[0])
+    rates = ", ".join(f"{p} {fmt(v)}" for p, v in peaks.rates().items() if p in used)
+    memory = f"{peaks.gbps:.0f} GB/s" if peaks.gbps else "bandwidth unknown"
+    name = peaks.name.removeprefix("NVIDIA ")
+    text = f"{name}: {rates or 'compute peak unknown'}{' TFLOP/s' if rates else ''}, {memory}"
+    return text if len(text) + len(peaks.gbps_source) + 3 > 84 else f"{text} ({peaks.gbps_source})"

@@ -19,6 +19,7 @@ Unknown costs stay unknown: a group's FLOPs sum the calls whose cost is known an
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ import pyarrow as pa
 
 from nvbridge import flops as costs
 from nvbridge.columns import np_col
-from nvbridge.gpus import Peaks, resolve
+from nvbridge.gpus import Peaks, device_facts, resolve
 
 # Ops columns these figures read (beside the summary's own).
 COST_COLUMNS = ["flops", "bytes", "compute_dtype", "dtype_assumed", "step"]
@@ -62,8 +63,8 @@ def device_peaks(
     peak_tflops: float | None = None,
     peak_gbps: float | None = None,
 ) -> Peaks | None:
-    """The peaks of ``device`` (default: the device that ran the most GPU ops), from its name
-    and the user's overrides."""
+    """The peaks of ``device`` (default: the device that ran the most GPU ops), from its
+    recorded facts and name (nvbridge.gpus) and the user's overrides."""
     ids = np_col(gpu_ops, "device_id", fill=-1)
     return peaks_of(devices, np.bincount(ids[ids >= 0]).tolist(), device, peak_tflops, peak_gbps)
 
@@ -78,12 +79,9 @@ def peaks_of(
     """:func:`device_peaks` from the count of GPU ops on each device id (0, 1, ...)."""
     if device is None and gpu_ops_by_device:
         device = gpu_ops_by_device.index(max(gpu_ops_by_device))
-    ids = np_col(devices, "device_id", fill=-1).tolist()
-    names = dict(zip(ids, devices.column("name").to_pylist()))
-    recorded = (
-        dict(zip(ids, devices.column("memory_gbps").to_pylist())) if "memory_gbps" in devices.column_names else {}
-    )
-    return resolve(names.get(device), peak_tflops, peak_gbps, recorded.get(device))
+    elif device is None and devices.num_rows:  # no GPU op ran: the device the report describes
+        device = int(np_col(devices, "device_id")[0])
+    return resolve(peak_tflops=peak_tflops, peak_gbps=peak_gbps, facts=device_facts(devices, device))
 
 
 def rates(rows: pa.Table, peaks: Peaks | None) -> pa.Table:
@@ -106,7 +104,8 @@ def rates(rows: pa.Table, peaks: Peaks | None) -> pa.Table:
         peak_f = np.array([peaks.tflops(costs.precision(str(n), d)) or np.nan for n, d in kinds])
         ridge = peak_f * 1e3 / peaks.gbps if peaks.gbps else np.full(len(f), np.nan)
         with np.errstate(invalid="ignore"):
-            roof = np.minimum(peak_f, intensity * peaks.gbps / 1e3)
+            # no bandwidth known (--peak-tflops alone): the share of the compute peak
+            roof = np.minimum(peak_f, intensity * peaks.gbps / 1e3) if peaks.gbps else peak_f
             pct = 100 * tflops / roof
             ok = ~np.isnan(intensity) & ~np.isnan(ridge)
         bound[ok] = np.where(intensity[ok] >= ridge[ok], "compute", "memory")
@@ -175,18 +174,21 @@ def cost_table(rows: pa.Table, keys: tuple[str, ...]) -> str:
     return "\n".join([rule, line(headers), rule, *(line(b) for b in body), rule]) + "\n"
 
 
+def _runs_at(peaks: Peaks | None, precision: str | None) -> str:
+    """The precision the model FLOPs run at on this GPU (fp32 for TF32 on a Turing card)."""
+    if precision is None:
+        return "no known"
+    return peaks.effective(precision)[0] if peaks is not None else precision
+
+
 def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """The summary's FLOPs header: the peaks used, then model FLOPs and MFU per step per report."""
     lines = []
     if peaks is None:
         lines.append("Peaks: unknown GPU; give --peak-tflops and --peak-gbps for % of peak and MFU")
     else:
-        rates_text = ", ".join(
-            f"{p} {getattr(peaks, p):g}"
-            for p in ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
-            if getattr(peaks, p) is not None
-        )
-        lines.append(f"Peaks ({peaks.name}): {rates_text} TFLOP/s; {peaks.gbps:.0f} GB/s ({peaks.gbps_source})")
+        source = f" TFLOP/s: {peaks.flops_source}." if peaks.rates() else ""  # (else text() says why)
+        lines += textwrap.wrap(f"Peaks ({peaks.name}): {peaks.text()}.{source}", 100, subsequent_indent="  ")
     for label, fig in figures:
         where = f"{label}: " if label else ""
         if fig["flops"] is None:
@@ -198,9 +200,14 @@ def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]])
             else ""
         )
         lines.append(
-            f"{where}model FLOPs {_si(fig['flops'], 'FLOP')} ({fig['precision'] or 'no known'} precision, "
+            f"{where}model FLOPs {_si(fig['flops'], 'FLOP')} ({_runs_at(peaks, fig['precision'])} precision, "
             f"{fig['gpus']} GPU){assumed}"
         )
+        if peaks is None:
+            continue  # the peaks line says what MFU needs: not once per step
+        if fig["steps"] and all(st["mfu_pct"] is None for st in fig["steps"]):
+            lines.append(f"{where}  MFU unknown peak ({peaks.name} gives no {fig['precision']} TFLOP/s)")
+            continue
         for st in fig["steps"]:
             value = "unknown peak" if st["mfu_pct"] is None else f"{st['mfu_pct']:.3g}%"
             lines.append(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from nvbridge.columns import np_col
+from nvbridge.profile import DEVICES_SCHEMA
 
 if TYPE_CHECKING:
     from nvbridge.engine.correlator import Correlator
@@ -15,19 +16,21 @@ if TYPE_CHECKING:
 
 def devices_table(used: Iterable[int], devices: pa.Table) -> pa.Table:
     """The devices the report names, plus any device a GPU op ran on (``used``) that it does
-    not name."""
+    not name; every column of DEVICES_SCHEMA (null where a reader knows no such fact)."""
     seen = set(np_col(devices, "device_id", fill=-1).tolist())
     extra = sorted({int(d) for d in used if d >= 0} - seen)
-    if "memory_gbps" not in devices.column_names:  # a reader that knows no bandwidth
-        devices = devices.append_column("memory_gbps", pa.nulls(devices.num_rows, pa.float64()))
+    for field in DEVICES_SCHEMA:
+        if field.name not in devices.column_names:
+            devices = devices.append_column(field.name, pa.nulls(devices.num_rows, field.type))
     extra_t = pa.table(
         {
-            "device_id": pa.array(extra, pa.int64()),
-            "name": pa.nulls(len(extra), pa.string()),
-            "memory_gbps": pa.nulls(len(extra), pa.float64()),
-        }
+            f.name: pa.array(extra, f.type) if f.name == "device_id" else pa.nulls(len(extra), f.type)
+            for f in DEVICES_SCHEMA
+        },
+        schema=DEVICES_SCHEMA,
     )
-    return pa.concat_tables([devices.cast(extra_t.schema), extra_t]).sort_by([("device_id", "ascending")])
+    named = devices.select(DEVICES_SCHEMA.names).cast(DEVICES_SCHEMA)
+    return pa.concat_tables([named, extra_t]).sort_by([("device_id", "ascending")])
 
 
 def other_tables(engine: Correlator, marks: pa.Table, threads: pa.Table, devices: pa.Table) -> dict[str, pa.Table]:

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from nvbridge.profile import SourceInfo
 from nvbridge.readers._db import Database
+from nvbridge.readers.devices import clock_mhz, compute_capability, devices_table, gbps, sm_count
 from nvbridge.readers.validate import BadRows
 
 
@@ -85,30 +86,63 @@ def _rank(db: Database) -> int | None:
     return None
 
 
+# The device facts of each table that describes GPUs, newest first, by the column names each
+# version uses: (table, id column, SM count, SM clock, major, minor, bandwidth, bytes per unit).
+_DEVICE_TABLES = (
+    ("TARGET_INFO_GPU", "id", "smCount", "clockRate", "computeMajor", "computeMinor", "memoryBandwidth", 1),
+    ("TARGET_INFO_GPU", "deviceId", "smCount", "clockRate", "computeMajor", "computeMinor", "memoryBandwidth", 1),
+    # about 2021: CUPTI's device record (bandwidth in KB/s, clock in kHz)
+    (
+        "TARGET_INFO_CUDA_GPU",
+        "deviceId",
+        "numMultiprocessors",
+        "coreClockRate",
+        "computeCapabilityMajor",
+        "computeCapabilityMinor",
+        "globalMemoryBandwidth",
+        1000,
+    ),
+)
+
+
 def device_table(db: Database) -> pa.Table:
-    for table, id_col in (
-        ("TARGET_INFO_GPU", "id"),
-        ("TARGET_INFO_GPU", "deviceId"),
-        ("TARGET_INFO_CUDA_GPU", "deviceId"),
-    ):
-        if id_col in db.columns(table) and "name" in db.columns(table):
-            # memoryBandwidth: bytes/s as the driver reports it (for % of peak, nvbridge.gpus).
-            bw = "memoryBandwidth" if "memoryBandwidth" in db.columns(table) else "NULL"
-            rows = db.scalar_rows(f"SELECT DISTINCT {id_col}, name, {bw} FROM {table} ORDER BY {id_col}")
-            return pa.table(
-                {
-                    "device_id": pa.array([meta_int([r], f"{table}.{id_col}") for r in rows], pa.int64()),
-                    "name": pa.array([None if r[1] is None else str(r[1]) for r in rows], pa.string()),
-                    "memory_gbps": pa.array(
-                        [float(r[2]) / 1e9 if isinstance(r[2], (int, float)) and r[2] else None for r in rows],
-                        pa.float64(),
-                    ),
-                }
+    """One row per device id (nvbridge.readers.devices), from the first table that names devices
+    and records their facts (a 2021-era TARGET_INFO_GPU has names only: a TARGET_INFO_CUDA_GPU
+    beside it is preferred), else from the first that names them."""
+    named = [t for t in _DEVICE_TABLES if {t[1], "name"} <= db.columns(t[0])]
+    if not named:
+        return devices_table([])
+    table, id_col, sm, clock, major, minor, bw, unit = next((t for t in named if t[2] in db.columns(t[0])), named[0])
+    have = db.columns(table)
+    wanted = [c if c in have else "NULL" for c in (bw, sm, clock, major, minor, "chipName", "uuid")]
+    rows = db.scalar_rows(f"SELECT DISTINCT {id_col}, name, {', '.join(wanted)} FROM {table} ORDER BY {id_col}")
+    sms = _cuda_device_sms(db) if sm not in have else {}
+    return devices_table(
+        [
+            (
+                meta_int([r], f"{table}.{id_col}"),
+                None if r[1] is None else str(r[1]),
+                gbps(r[2], unit),
+                sm_count(r[3]) or sms.get(r[8], sms.get(r[0])),
+                clock_mhz(r[4]),
+                compute_capability(r[5], r[6]),
+                str(r[7]) if isinstance(r[7], str) and r[7] else None,
             )
-    return pa.table(
-        {
-            "device_id": pa.array([], pa.int64()),
-            "name": pa.array([], pa.string()),
-            "memory_gbps": pa.array([], pa.float64()),
-        }
+            for r in rows
+        ]
     )
+
+
+def _cuda_device_sms(db: Database) -> dict[Any, int]:
+    """SM counts from TARGET_INFO_CUDA_DEVICE (2025+), by GPU uuid and by GPU id, for a
+    TARGET_INFO_GPU without them."""
+    have = db.columns("TARGET_INFO_CUDA_DEVICE")
+    if not {"gpuId", "numMultiprocessors"} <= have:
+        return {}
+    uuid = "uuid" if "uuid" in have else "NULL"
+    rows = db.scalar_rows(f"SELECT gpuId, {uuid}, numMultiprocessors FROM TARGET_INFO_CUDA_DEVICE")
+    out: dict[Any, int] = {}
+    for gpu, key, n in rows:
+        if sm_count(n):
+            out.update({gpu: n} if key is None else {gpu: n, key: n})
+    return out

@@ -21,6 +21,7 @@ from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import align_gpu_ops, blob_u32, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
 from nvbridge.readers._column import Column
 from nvbridge.readers._db import Database
+from nvbridge.readers.devices import clock_mhz, compute_capability, devices_table, gbps, sm_count
 from nvbridge.readers.nsys_tables import COPY_KINDS, MEM_KINDS, SYNC_TYPES, checked_strings
 from nvbridge.readers.validate import BadRows, names_found, no_nulls, raw_names, unique
 from nvbridge.readers.validate import times as check_times
@@ -363,14 +364,27 @@ def _threads(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Table) -
 
 
 def _devices(db: Database, strings: pa.Table) -> pa.Table:
+    """CUPTI's device records: bandwidth in KB/s, SM clock in kHz (nvbridge.readers.devices)."""
     t = db.read_table(
         K + "DEVICE",
-        [Column("device_id", "id"), Column("name_id", "name"), Column("bandwidth_kbps", "globalMemoryBandwidth")],
-    )  # KB/s
-    return pa.table(
-        {
-            "device_id": t.column("device_id"),
-            "name": resolve_strings(strings, np_col(t, "name_id", fill=0)).cast(pa.string()),
-            "memory_gbps": pc.divide(t.column("bandwidth_kbps").cast(pa.float64()), 1e6),
-        }
+        [
+            Column("device_id", "id"),
+            Column("name_id", "name"),
+            Column("bandwidth_kbps", "globalMemoryBandwidth"),
+            Column("sm_count", "numMultiprocessors"),
+            Column("clock_khz", "coreClockRate"),
+            Column("major", "computeCapabilityMajor"),
+            Column("minor", "computeCapabilityMinor"),
+        ],
+    )
+    names = resolve_strings(strings, np_col(t, "name_id", fill=0)).cast(pa.string()).to_pylist()
+    return devices_table(
+        [
+            (d, n, gbps(b, 1000), sm_count(sm), clock_mhz(c), compute_capability(ma, mi), None)
+            for d, n, b, sm, c, ma, mi in zip(
+                t.column("device_id").to_pylist(),
+                names,
+                *(t.column(f).to_pylist() for f in ("bandwidth_kbps", "sm_count", "clock_khz", "major", "minor")),
+            )
+        ]
     )
