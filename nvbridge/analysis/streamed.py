@@ -84,14 +84,15 @@ def report_figures(report: Report, grouping: Grouping, device: int | None = None
             steps[step] = steps.get(step, 0) + ns
     if device is None:
         _gpu_pass(report, tally, None, 0)
-    for _ in report.chunks("api_calls", ["start_ns", "end_ns"]):
-        pass  # read for the check only: no API call ends before it starts
+    startup = tally.startup()  # the CUDA calls before each process's first GPU op (nvbridge.timeline)
+    for chunk in report.chunks("api_calls", startup.COLUMNS):
+        startup.add(chunk)
     averages = finish(parts, grouping, cpu_total, gpu_total, tally.no_op(device))
     counts = {d: c[0] for d, c in tally.counts.items() if d >= 0}
     by_device = [counts.get(d, 0) for d in range(max(counts) + 1)] if counts else []
     return ReportFigures(
         averages,
-        tally.headers(report.devices, report.meta.get("source")),
+        tally.headers(report.devices, report.meta.get("source"), startup.result()),
         report.rows("ops"),
         open_at_end,
         steps,

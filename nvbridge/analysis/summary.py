@@ -58,9 +58,10 @@ SUMMARY_COLUMNS: dict[str, list[str]] = {
         "flags",
         *COST_COLUMNS,
     ],
-    "gpu_ops": ["op_id", "kind", "device_id", "start_ns", "end_ns", "bytes", "copy_kind"],
-    # API calls only for the check that no interval ends before it starts (dataset.load)
-    "api_calls": ["start_ns", "end_ns"],
+    "gpu_ops": ["op_id", "kind", "device_id", "process_id", "start_ns", "end_ns", "bytes", "copy_kind"],
+    # API calls: the start-up before each process's first GPU op (nvbridge.timeline), and the
+    # check that no interval ends before it starts (dataset.load)
+    "api_calls": ["process_id", "name", "start_ns", "end_ns"],
     "marks": [],
     "syncs": [],
     "threads": [],
