@@ -1,6 +1,6 @@
 """The one timeline (nvbridge.timeline): the capture window, each GPU's timeline, busy and idle
 time and the start-up before it, read from raw SQL and compared with every place that shows
-them: summary --json (``gpu[]``), MFU
+them: summary --json (``gpu[]``), advise --json (``span_ns``, ``timeline``, ``startup_ns``), MFU
 (summary's ``flops.span_ns``) and plot's idle shading. On every real export and sample.
 """
 
@@ -18,9 +18,13 @@ from nvbridge import plot
 from nvbridge.cli import cli
 from nvbridge.plot_window import extent
 from tests import raw_gpu
+from tests.conftest import real_db
 from tests.raw_gpu import EVERY, path_of
 
 LM = "nvprof-2020-pytorch14-pyprof-lm.sqlite"
+# Given peaks: the GPU table leaves some exports' peaks empty (the 2022.1 Turing export fails on
+# them, issue 25 item 7, fixed elsewhere); nothing here depends on the roofline.
+PEAKS = ("--peak-tflops", "100", "--peak-gbps", "1000")
 
 
 def _json(*args: str) -> object:
@@ -67,6 +71,30 @@ def test_summary_header_is_the_raw_gpu_timeline(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", EVERY)
+def test_advise_timeline_is_the_raw_gpu_timeline(name: str) -> None:
+    path = path_of(name)
+    raw = raw_gpu.read(path)
+    advice = _json("advise", str(path), "--json", "--limit", "-1", *PEAKS)
+    assert isinstance(advice, dict)
+    lanes = raw_gpu.lanes(raw)
+    startup = raw_gpu.startup_before(raw)
+    want = {
+        (p, d): (min(g.start for g in ops), max(g.end for g in ops), raw_gpu.length([(g.start, g.end) for g in ops]))
+        for (p, d), ops in lanes.items()
+    }
+    got = {(t["process_id"], t["device_id"]): (t["start_ns"], t["end_ns"], t["busy_ns"]) for t in advice["timeline"]}
+    assert got == want
+    assert advice["span_ns"] == sum(e - s for s, e, _ in want.values())
+    assert {t["process_id"]: t["startup_ns"] for t in advice["timeline"]} == {p: startup.get(p, 0) for p, _ in want}
+    assert advice["startup_ns"] == sum(startup.get(p, 0) for p in {p for p, _ in want})
+    # the capture window: first to last of the ranges, calls and GPU ops the report holds
+    times = [(r.start, r.end) for r in raw.ranges] + [(c.start, c.end) for c in raw.calls]
+    times += [(g.start, g.end) for g in raw.gpu]
+    assert advice["capture_ns"] == (max(e for _, e in times) - min(s for s, _ in times) if times else 0)
+    assert sum(f["time_ns"] for f in advice["findings"]) <= advice["span_ns"]
+
+
+@pytest.mark.parametrize("name", EVERY)
 def test_plot_shades_idle_time_only_inside_each_gpu_timeline(name: str) -> None:
     path = path_of(name)
     report = nvbridge.load(path)
@@ -82,3 +110,21 @@ def test_plot_shades_idle_time_only_inside_each_gpu_timeline(name: str) -> None:
     for d, v in want.items():
         gaps = plot.gpu_idle(s[dev == d], e[dev == d], win, found.gpus[d])
         assert sum(b - a for a, b in gaps) == v["span_ns"] - v["busy_ns"]
+
+
+def test_nvprof_first_launch_start_up_stays_out_of_the_shares() -> None:
+    """The PyTorch 1.4 nvprof report's first cudaLaunchKernel took 2.31 s (context creation and
+    module loading): advise's timeline started there, and every share was 40x too small."""
+    path = real_db(LM)
+    raw = raw_gpu.read(path)
+    launch = min((c for c in raw.calls if c.name == "cudaLaunchKernel"), key=lambda c: c.start)
+    first = min(g.start for g in raw.gpu)
+    assert launch.dur > 2_000_000_000 and launch.start < first <= launch.end
+    advice = nvbridge.analysis.advise.advise_report(nvbridge.load(path))
+    assert advice.span_ns == max(g.end for g in raw.gpu) - first  # 53.5 ms, not 2.37 s
+    assert advice.startup_ns >= first - launch.start  # the launch until the GPU's first op
+    summary = nvbridge.summarize(path)
+    assert [g.span_ns for g in summary.gpus] == [advice.span_ns]
+    assert summary.gpus[0].startup_ns == advice.startup_ns
+    text = CliRunner().invoke(cli, ["advise", str(path)]).output
+    assert "Start-up: 2.314s" in text and "GPU timeline 53.451ms" in text

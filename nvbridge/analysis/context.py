@@ -16,6 +16,7 @@ from nvbridge.analysis import spans
 from nvbridge.columns import np_col, one_chunk
 from nvbridge.dataset import Report
 from nvbridge.errors import InputError
+from nvbridge.timeline import owning_process
 
 
 def codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str | None]]:
@@ -68,6 +69,14 @@ class Context:
         out: np.ndarray = np.where(key[pos] == want, pos, -1).astype(np.int64)
         return out
 
+    def main_lane(self, process: np.ndarray) -> np.ndarray:
+        """Per process, its lane that ran the most GPU ops (-1: the process ran none)."""
+        ops = np.bincount(self.gpu_lane, minlength=len(self.lane_process))
+        out = np.full(len(process), -1, np.int64)
+        for k in np.argsort(ops, kind="stable").tolist():  # the busiest lane of a process last: it wins
+            out[process == self.lane_process[k]] = k
+        return out
+
     def lane_label(self, lane: int) -> str:
         """``pid 148 GPU 0``, or ``rank R GPU d`` when the report names its rank."""
         rank = self.report.rank
@@ -84,7 +93,8 @@ def build(report: Report) -> Context:
     t0 = min((int(s.min()) for s in starts if len(s)), default=0)
     op_name, op_names = codes(ops.column("op_name"))
     module, modules = codes(ops.column("module_path"))
-    g_proc, g_dev = np_col(gpu, "process_id", fill=-1), np_col(gpu, "device_id", fill=-1)
+    g_dev = np_col(gpu, "device_id", fill=-1)
+    g_proc = owning_process(np_col(gpu, "process_id", fill=-1), g_dev)  # the one timeline's lanes
     pairs = np.unique(np.stack([g_proc, g_dev], axis=1), axis=0) if len(g_proc) else np.zeros((0, 2), np.int64)
     lane_process, lane_device = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
     key = lane_process * (1 << 20) + lane_device
