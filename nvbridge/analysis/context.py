@@ -7,6 +7,7 @@ time at stake is wall time on a lane. Steps are ``ProfilerStep#N`` ranges, per p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,10 @@ from nvbridge.columns import np_col, one_chunk
 from nvbridge.dataset import Report
 from nvbridge.errors import InputError
 from nvbridge.timeline import owning_process
+
+# Copy directions as small codes: a finding's group, so a .cuda() and a .cpu() in one op are
+# two findings with two fixes.
+HTOD, DTOH, DTOD, OTHER_COPY = 1, 2, 3, 4
 
 
 def codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str | None]]:
@@ -67,6 +72,36 @@ class Context:
             return np.full(len(want), -1, np.int64)
         pos = np.clip(np.searchsorted(key, want), 0, len(key) - 1)
         out: np.ndarray = np.where(key[pos] == want, pos, -1).astype(np.int64)
+        return out
+
+    @cached_property
+    def gpu_kind(self) -> np.ndarray:
+        """Each GPU op's kind (kernel, memcpy, memset, ...) as strings."""
+        idx, values = codes(self.report.gpu_ops.column("kind"))
+        out: np.ndarray = np.asarray(values, dtype=object)[idx]
+        return out
+
+    @cached_property
+    def nccl(self) -> np.ndarray:
+        """GPU ops that are NCCL kernels (communication: the name contains ``nccl``), each
+        distinct name matched once."""
+        idx, values = codes(self.report.gpu_ops.column("name"))
+        named = np.array(["nccl" in (v or "").lower() for v in values], bool)
+        out: np.ndarray = (self.gpu_kind == "kernel") & named[idx]
+        return out
+
+    @cached_property
+    def compute(self) -> np.ndarray:
+        """GPU ops that compute: kernels (but NCCL's) and memsets; what hides other GPU time."""
+        out: np.ndarray = ((self.gpu_kind == "kernel") | (self.gpu_kind == "memset")) & ~self.nccl
+        return out
+
+    @cached_property
+    def direction(self) -> np.ndarray:
+        """HTOD, DTOH, DTOD or OTHER_COPY per GPU op (0: not a copy)."""
+        idx, values = codes(self.report.gpu_ops.column("copy_kind"))
+        by_value = np.array([{"HtoD": HTOD, "DtoH": DTOH, "DtoD": DTOD}.get(v or "", OTHER_COPY) for v in values])
+        out: np.ndarray = np.where(self.gpu_kind == "memcpy", by_value[idx], 0)
         return out
 
     def main_lane(self, process: np.ndarray) -> np.ndarray:

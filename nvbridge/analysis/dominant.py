@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from nvbridge.analysis import spans
-from nvbridge.analysis.context import Context
-from nvbridge.analysis.findings import DTOD, DTOH, HTOD, Evidence, compute_ops, direction_codes, nccl_kernels
+from nvbridge.analysis.context import DTOD, DTOH, HTOD, Context
+from nvbridge.analysis.findings import Evidence
 from nvbridge.columns import np_col
 
 CATEGORIES = ("compute", "communication", "copies", "startup", "syncs", "idle")
@@ -86,9 +86,9 @@ def _within(a: spans.Spans, b: spans.Spans) -> spans.Spans:
 def categorize(ctx: Context, timeline: spans.Spans, evidence: list[Evidence]) -> Dominant:
     """The timeline's categories (module docstring) from the GPU ops and advise's evidence."""
     g = ctx.report.gpu_ops
-    compute = _within(_gpu_union(ctx, compute_ops(g)), timeline)
-    comm = spans.minus(_within(_gpu_union(ctx, nccl_kernels(g)), timeline), compute)
-    memcpy = _within(_gpu_union(ctx, direction_codes(g) > 0), timeline)
+    compute = _within(_gpu_union(ctx, ctx.compute), timeline)
+    comm = spans.minus(_within(_gpu_union(ctx, ctx.nccl), timeline), compute)
+    memcpy = _within(_gpu_union(ctx, ctx.direction > 0), timeline)
     copies = spans.minus(spans.minus(memcpy, compute), comm)
     idle = spans.minus(timeline, ctx.busy)
     startup = _within(idle, _evidence_union(ctx, evidence, ("startup",)))
@@ -96,7 +96,7 @@ def categorize(ctx: Context, timeline: spans.Spans, evidence: list[Evidence]) ->
     rest = spans.minus(spans.minus(idle, startup), syncs)
     by = dict(zip(CATEGORIES, (spans.length(x) for x in (compute, comm, copies, startup, syncs, rest))))
     top = max(CATEGORIES, key=lambda c: by[c])  # ties: the earlier category
-    way = direction_codes(g)
+    way = ctx.direction
     nbytes = np_col(g, "bytes", fill=0)
     first, last = timeline if len(timeline[0]) else (np.zeros(0, np.int64),) * 2
     lane_s = ctx.enc(ctx.gpu_lane, np_col(g, "start_ns"))

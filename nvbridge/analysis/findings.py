@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from nvbridge import cuda_api
 from nvbridge.analysis import spans
-from nvbridge.analysis.context import Context, codes
+from nvbridge.analysis.context import DTOH, HTOD, Context, codes
 from nvbridge.columns import np_col
 
 SMALL_COPY_BYTES = 64 << 10
@@ -163,11 +162,13 @@ def gpu_time(
     :func:`uncovered`), with each row's ``figures`` on a row of its own that holds no time (so
     a copy hidden under kernels still counts its bytes). ``event``/``group`` per row: what
     the pieces of a row inherit (default: one occurrence per row)."""
-    event = rows if event is None else event
+    order = np.argsort(rows, kind="stable")  # by row, to find each piece's row by a search
+    rows = rows[order]
+    event = rows if event is None else event[order]
+    group = None if group is None else group[order]
+    figures = {k: v[order] for k, v in figures.items()}
     owner, start, end = uncovered(ctx, rows, cover)
-    at = np.searchsorted(rows, owner) if len(rows) and np.all(np.diff(rows) > 0) else np.zeros(len(owner), np.int64)
-    if len(owner) and not np.array_equal(rows[at], owner):
-        at = np.array([int(np.flatnonzero(rows == o)[0]) for o in owner.tolist()], np.int64)
+    at = np.searchsorted(rows, owner)
     g = ctx.report.gpu_ops
     op = np_col(g, "op_id", fill=-1)
     s0 = np_col(g, "start_ns")[rows]
@@ -183,12 +184,6 @@ def gpu_time(
     )
 
 
-def compute_ops(gpu_ops: pa.Table) -> np.ndarray:
-    """GPU ops that compute: kernels (but NCCL's) and memsets; what hides other GPU time."""
-    compute: np.ndarray = np.isin(strings(gpu_ops.column("kind")), ("kernel", "memset")) & ~nccl_kernels(gpu_ops)
-    return compute
-
-
 def copies(ctx: Context, blocking: np.ndarray) -> list[Evidence]:
     """Host<->device copies whose host side is pageable memory, then every other copy, each
     for its GPU time that no kernel hides, and many small copies from one op (the time of
@@ -197,16 +192,16 @@ def copies(ctx: Context, blocking: np.ndarray) -> list[Evidence]:
     src, dst = memory_kind(g, "src_kind"), memory_kind(g, "dst_kind")
     nbytes = np_col(g, "bytes", fill=0)
     op = np_col(g, "op_id", fill=-1)
-    memcpy = strings(g.column("kind")) == "memcpy"
+    memcpy = ctx.gpu_kind == "memcpy"
     memcpy[blocking] = False
-    hide = compute_ops(g) | nccl_kernels(g)
+    hide = ctx.compute | ctx.nccl
     pageable = memcpy & ((src == "pageable") | (dst == "pageable"))
     out = []
     for name, rows in (
         ("pageable_copy", np.flatnonzero(pageable)),
         ("exposed_copies", np.flatnonzero(memcpy & ~pageable)),
     ):
-        out.append(gpu_time(ctx, name, rows, hide, copy_figures(g, rows), group=direction_codes(g)[rows]))
+        out.append(gpu_time(ctx, name, rows, hide, copy_figures(ctx, rows), group=ctx.direction[rows]))
     call = np_col(g, "api_call_id", fill=-1)
     small = memcpy & ~pageable & (nbytes < SMALL_COPY_BYTES) & (call >= 0) & (op >= 0)
     if small.any():
@@ -226,24 +221,11 @@ def copies(ctx: Context, blocking: np.ndarray) -> list[Evidence]:
     return out
 
 
-# Copy directions as small codes: a finding's group, so a .cuda() and a .cpu() in one op are
-# two findings with two fixes.
-HTOD, DTOH, DTOD, OTHER_COPY = 1, 2, 3, 4
-
-
-def direction_codes(gpu_ops: pa.Table) -> np.ndarray:
-    """HTOD, DTOH, DTOD or OTHER_COPY per GPU op (0 for what is not a copy)."""
-    kind = strings(gpu_ops.column("copy_kind"))
-    out = np.where(strings(gpu_ops.column("kind")) == "memcpy", OTHER_COPY, 0)
-    for code, name in ((HTOD, "HtoD"), (DTOH, "DtoH"), (DTOD, "DtoD")):
-        out[kind == name] = code
-    return out
-
-
-def copy_figures(gpu_ops: pa.Table, rows: np.ndarray) -> dict[str, np.ndarray]:
+def copy_figures(ctx: Context, rows: np.ndarray) -> dict[str, np.ndarray]:
     """Per copy: bytes (and by direction), one copy, its GPU time, whether host memory was pageable."""
+    gpu_ops = ctx.report.gpu_ops
     nbytes = np_col(gpu_ops, "bytes", fill=0)[rows]
-    way = direction_codes(gpu_ops)[rows]
+    way = ctx.direction[rows]
     src, dst = memory_kind(gpu_ops, "src_kind")[rows], memory_kind(gpu_ops, "dst_kind")[rows]
     host = np.where(way == HTOD, src, np.where(way == DTOH, dst, None))
     return {
@@ -265,7 +247,7 @@ def startup(ctx: Context) -> Evidence:
     cls = cuda_api.classes(api.column("name"))
     a_s, a_e = np_col(api, "start_ns"), np_col(api, "end_ns")
     call = np_col(g, "api_call_id", fill=-1)
-    kernel = (strings(g.column("kind")) == "kernel") & (call >= 0)
+    kernel = (ctx.gpu_kind == "kernel") & (call >= 0)
     name_code, _ = codes(g.column("name"))
     rows = np.flatnonzero(kernel)
     rows = rows[np.lexsort((np_col(g, "start_ns")[rows], name_code[rows], ctx.gpu_lane[rows]))]
@@ -293,7 +275,7 @@ def launch_bound(ctx: Context) -> Evidence:
     that launched many tiny ones: launching is the bottleneck (fewer, larger kernels:
     torch.compile, CUDA graphs). Only ops (by name and module) with LAUNCH_BOUND_MIN of them."""
     g, api = ctx.report.gpu_ops, ctx.report.api_calls
-    kernel = strings(g.column("kind")) == "kernel"
+    kernel = ctx.gpu_kind == "kernel"
     call = np_col(g, "api_call_id", fill=-1)
     op = np_col(g, "op_id", fill=-1)
     k_ns = np_col(g, "end_ns") - np_col(g, "start_ns")
@@ -322,22 +304,11 @@ def launch_bound(ctx: Context) -> Evidence:
     )
 
 
-def nccl_kernels(gpu_ops: pa.Table) -> np.ndarray:
-    """GPU ops that are NCCL kernels (communication: the name contains ``nccl``)."""
-    name = pc.match_substring(gpu_ops.column("name").cast("string"), "nccl", ignore_case=True)
-    nccl: np.ndarray = (strings(gpu_ops.column("kind")) == "kernel") & np.asarray(
-        name.fill_null(False).to_numpy(zero_copy_only=False)
-    )
-    return nccl
-
-
 def nccl_exposed(ctx: Context) -> Evidence:
     """NCCL kernel time on a lane not overlapped by any other kernel (or memset) of that lane;
     each exposed piece belongs to the NCCL kernel running at its start."""
     g = ctx.report.gpu_ops
-    nccl = nccl_kernels(g)
-    compute = np.isin(strings(g.column("kind")), ("kernel", "memset")) & ~nccl
-    owner, start, end = uncovered(ctx, np.flatnonzero(nccl), compute)
+    owner, start, end = uncovered(ctx, np.flatnonzero(ctx.nccl), ctx.compute)
     return Evidence("nccl_exposed", np_col(g, "op_id", fill=-1)[owner], ctx.gpu_lane[owner], start, end, per_lane=True)
 
 

@@ -22,22 +22,13 @@ after each wait, capped at the wait (docs/advise.md), plus a blocking copy's own
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from nvbridge import cuda_api
-from nvbridge.analysis.context import Context
-from nvbridge.analysis.findings import (
-    DTOH,
-    HTOD,
-    Evidence,
-    compute_ops,
-    copy_figures,
-    direction_codes,
-    gpu_time,
-    idle_after,
-    memory_kind,
-    nccl_kernels,
-)
+from nvbridge.analysis.context import DTOH, HTOD, Context
+from nvbridge.analysis.findings import Evidence, copy_figures, gpu_time, idle_after, memory_kind
 from nvbridge.columns import np_col
 
 BLOCKING_COPY = "blocking_copy_sync"
@@ -106,7 +97,7 @@ def waits(ctx: Context) -> tuple[list[Evidence], np.ndarray]:
     dur = a_e - np_col(api, "start_ns")
     api_op = np_col(api, "op_id", fill=-1)
     gcall = np_col(g, "api_call_id", fill=-1)
-    way = direction_codes(g)
+    way = ctx.direction
     copy = np.flatnonzero(((way == HTOD) | (way == DTOH)) & (gcall >= 0))  # host-side copies
     c = gcall[copy]
     after = _next_barrier(ctx, cls)[c]
@@ -135,11 +126,11 @@ def _blocking_copies(ctx: Context, rows: np.ndarray, event: np.ndarray, cls: np.
     (``event``, the call the host waited in last) the GPU idle time after it, capped at the
     time the host was blocked: that call and the async copy calls before it."""
     g, api = ctx.report.gpu_ops, ctx.report.api_calls
+    order = np.argsort(rows, kind="stable")
+    rows, event = rows[order], event[order]
     gcall = np_col(g, "api_call_id", fill=-1)[rows]
-    order = np.argsort(rows)
-    rows, event, gcall = rows[order], event[order], gcall[order]
-    way = direction_codes(g)[rows]
-    parts = gpu_time(ctx, BLOCKING_COPY, rows, compute_ops(g) | nccl_kernels(g), copy_figures(g, rows), event, way)
+    way = ctx.direction[rows]
+    parts = gpu_time(ctx, BLOCKING_COPY, rows, ctx.compute | ctx.nccl, copy_figures(ctx, rows), event, way)
     ev, first = np.unique(event, return_index=True)
     calls, at = np.unique(gcall, return_index=True)
     is_async = cls[calls] == cuda_api.ASYNC_COPY  # pageable copies block in these calls
@@ -154,7 +145,6 @@ def _blocking_copies(ctx: Context, rows: np.ndarray, event: np.ndarray, cls: np.
     n = len(parts.op_row)
     figures["wait_ns"] = np.concatenate([np.zeros(n, np.int64), by_name])
     figures["call_ns"] = np.concatenate([np.zeros(n, np.int64), async_ns])
-    assert parts.event is not None and parts.group is not None  # gpu_time sets both
     return Evidence(
         BLOCKING_COPY,
         np.concatenate([parts.op_row, np_col(api, "op_id", fill=-1)[gcall[first]]]),
@@ -162,8 +152,8 @@ def _blocking_copies(ctx: Context, rows: np.ndarray, event: np.ndarray, cls: np.
         np.concatenate([parts.start_ns, w_end]),
         np.concatenate([parts.end_ns, idle_end]),
         figures,
-        event=np.concatenate([parts.event, ev]),
-        group=np.concatenate([parts.group, way[first]]),
+        event=np.concatenate([cast(np.ndarray, parts.event), ev]),  # gpu_time sets both
+        group=np.concatenate([cast(np.ndarray, parts.group), way[first]]),
     )
 
 
