@@ -288,14 +288,14 @@ class StartupTally:
     def __init__(self, first: Mapping[int, int]) -> None:
         self.first = dict(first)
         self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._last = max(self.first.values(), default=None)
+        self.until = max(self.first.values(), default=None)  # no later call counts
 
     def add(self, calls: pa.Table) -> None:
         """One part of the API calls (columns COLUMNS)."""
-        if self._last is None or not calls.num_rows:
+        if self.until is None or not calls.num_rows:
             return
         start = np_col(calls, "start_ns")
-        keep = start < self._last
+        keep = start < self.until
         if not keep.any():
             return
         keep &= startup_calls(calls.column("name"))

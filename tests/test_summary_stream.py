@@ -148,8 +148,8 @@ def test_each_summary_mode_reads_only_its_columns(
         result = CliRunner().invoke(cli, ["summary", str(fsdp), *flags, *form])
         assert result.exit_code == 0, result.output
         assert reads["ops"] == NEEDED[" ".join(flags)], flags
-        # the start-up before each process's first GPU op (nvbridge.timeline), and the check
-        # that no call ends before it starts
+        # the check that no call ends before it starts, then the start-up before each process's
+        # first GPU op (nvbridge.timeline) from the row groups before it
         assert reads["api_calls"] == {"process_id", "name", "start_ns", "end_ns"}
 
 
