@@ -75,7 +75,7 @@ def test_waits_per_op_and_blocking_copies_match_raw_sql(name: str) -> None:
     r = raw_gpu.read(path)
     waits = raw_waits.waits(r)
     ops = nvbridge.load(path).ops.to_pandas() if r.ranges else None
-    want: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    want: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * 6)
     for w in waits:
         kind = "blocking_copy_sync" if w.copies else "host_sync"
         row = want[(kind, _label(ops, w.op))]
@@ -84,12 +84,13 @@ def test_waits_per_op_and_blocking_copies_match_raw_sql(name: str) -> None:
         row[2] += sum(g.nbytes for g in w.copies)
         row[3] += len(w.copies)
         row[4] += sum(g.host_pageable for g in w.copies)
-    got: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+        row[5] += sum(g.end - g.start for g in w.copies)  # the copies' GPU seconds
+    got: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * 6)
     for f in _advice(path)["findings"]:
         if f["kind"] in WAIT_KINDS:
             fig = f["figures"]
             row = got[(f["kind"], f["op"])]
-            for i, k in enumerate(("wait_ns", "call_ns", "bytes", "copies", "pageable")):
+            for i, k in enumerate(("wait_ns", "call_ns", "bytes", "copies", "pageable", "copy_ns")):
                 row[i] += fig.get(k, 0)
     assert dict(got) == dict(want)
 
