@@ -171,6 +171,9 @@ def _read_nsys(con: sqlite3.Connection, tables: set[str]) -> Raw:
         for s, e, d, p, c, ck, src, dst, b, st in rows:
             host = src if ck == 1 else dst if ck == 2 else None
             gpu.append(GpuOp("memcpy", s, e, d, p, c, "", ck, host == 0, b, st))  # ENUM_CUDA_MEM_KIND 0 pageable
+    if K + "GRAPH_TRACE" in tables:  # graph launches traced as one row each (--cuda-graph-trace=graph)
+        rows = con.execute(f"SELECT start, end, deviceId, {gpid}, correlationId, streamId FROM {K}GRAPH_TRACE")
+        gpu += [GpuOp("graph", s, e, d, p, c, "", 0, False, 0, st) for s, e, d, p, c, st in rows]
     if K + "MEMSET" in tables:
         rows = con.execute(f"SELECT start, end, deviceId, {gpid}, correlationId, streamId FROM {K}MEMSET")
         gpu += [GpuOp("memset", s, e, d, p, c, "", 0, False, 0, st) for s, e, d, p, c, st in rows]

@@ -92,8 +92,9 @@ class Context:
 
     @cached_property
     def compute(self) -> np.ndarray:
-        """GPU ops that compute: kernels (but NCCL's) and memsets; what hides other GPU time."""
-        out: np.ndarray = ((self.gpu_kind == "kernel") | (self.gpu_kind == "memset")) & ~self.nccl
+        """GPU ops that compute: every GPU op but copies and NCCL kernels (kernels, memsets,
+        graph launches); what hides other GPU time."""
+        out: np.ndarray = (self.gpu_kind != "memcpy") & ~self.nccl
         return out
 
     @cached_property

@@ -3,7 +3,7 @@
 Each lane's GPU timeline (nvbridge.timeline: first to last GPU op) is cut into categories that
 never overlap, in this order:
 
-- ``compute``: kernels (but NCCL's) and memsets running;
+- ``compute``: kernels (but NCCL's), memsets and graph launches running;
 - ``communication``: NCCL kernels running, no compute;
 - ``copies``: memcpys running, neither of the above;
 - ``startup``: nothing running, inside a start-up call (advise's ``startup`` evidence);
