@@ -305,7 +305,7 @@ def launch_bound(ctx: Context) -> Evidence:
 
 
 def nccl_exposed(ctx: Context) -> Evidence:
-    """NCCL kernel time on a lane not overlapped by any other kernel (or memset) of that lane;
+    """NCCL kernel time on a lane not overlapped by any compute (kernels, memsets, graph launches) of that lane;
     each exposed piece belongs to the NCCL kernel running at its start."""
     g = ctx.report.gpu_ops
     owner, start, end = uncovered(ctx, np.flatnonzero(ctx.nccl), ctx.compute)
