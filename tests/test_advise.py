@@ -517,3 +517,12 @@ def test_every_real_export_advises_within_100_columns(name: str) -> None:
     result = CliRunner().invoke(cli, ["advise", str(real_db(name)), "--limit", "-1", "--steps", "-1"])
     assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.output.splitlines()) <= 100
+
+
+def test_a_report_with_cuda_calls_but_no_gpu_ops_advises_nothing() -> None:
+    """API calls traced without their GPU activity (the FSDP export with its GPU ops removed):
+    its 30 stream syncs have no GPU timeline to cost; before, advise failed on them."""
+    report = nvbridge.load(real_db(FSDP))
+    tables = {name: getattr(report, name) for name in ("ops", "api_calls", "marks", "syncs", "threads", "devices")}
+    advice = advise_report(nvbridge.Report(report.meta, {**tables, "gpu_ops": report.gpu_ops.slice(0, 0)}))
+    assert (advice.span_ns, advice.findings, advice.lanes, advice.waits) == (0, (), (), ())

@@ -61,6 +61,8 @@ def idle_after(ctx: Context, lane: np.ndarray, t: np.ndarray) -> np.ndarray:
     at t, or where no GPU work follows)."""
     enc = ctx.enc(lane, t)
     s, e = ctx.busy
+    if not len(s):  # no GPU work at all (API calls traced without their GPU activity)
+        return t
     i = np.searchsorted(s, enc, "right") - 1
     busy_now = (i >= 0) & (e[np.maximum(i, 0)] > enc)
     nxt = np.minimum(i + 1, len(s) - 1)
