@@ -7,9 +7,10 @@ annotates a PyTorch run for the profiler.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Arrow's allocator (mimalloc) hands freed pages back to the system only after a delay: a
 # streamed conversion frees a window's buffers every few milliseconds, and at 10M NVTX rows the
@@ -18,9 +19,6 @@ if "pyarrow" not in sys.modules:
     os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
 
 from nvbridge._version import __version__
-from nvbridge.analysis import Summary, summarize
-from nvbridge.conversion import ConversionResult, convert
-from nvbridge.dataset import Report, load
 from nvbridge.errors import (
     CorrelationError,
     DamagedDatabase,
@@ -32,7 +30,25 @@ from nvbridge.errors import (
     NotAProfileDatabase,
     NvbridgeError,
 )
-from nvbridge.export.trace import export_chrome_trace
+
+if TYPE_CHECKING:
+    from nvbridge.analysis.summarize import Summary, summarize
+    from nvbridge.conversion import ConversionResult, convert
+    from nvbridge.dataset import Report, load
+    from nvbridge.export.trace import export_chrome_trace
+
+# Loaded at first use (PEP 562): `import nvbridge` stays cheap, so a training script that only
+# annotates does not load pyarrow, and the command line can take Ctrl-C quietly from its first
+# instant (nvbridge/__main__.py) instead of printing a traceback from inside an import.
+_LAZY = {
+    "Summary": "nvbridge.analysis.summarize",
+    "summarize": "nvbridge.analysis.summarize",
+    "ConversionResult": "nvbridge.conversion",
+    "convert": "nvbridge.conversion",
+    "Report": "nvbridge.dataset",
+    "load": "nvbridge.dataset",
+    "export_chrome_trace": "nvbridge.export.trace",
+}
 
 __all__ = [
     "ConversionResult",
@@ -58,6 +74,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     # emit_nvtx imports torch; keep `import nvbridge` free of it (PEP 562).
     if name == "load_nvprof":
         try:

@@ -154,7 +154,7 @@ class Report:
         """Per device: busy and idle time, kernel count, copy volume by direction."""
         from nvbridge.analysis import gpu_header
 
-        return gpu_header(self.gpu_ops, self.devices)
+        return gpu_header(self.gpu_ops, self.devices, api_calls=self.api_calls)
 
     @cached_property
     def _event_index(self) -> EventIndex:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ LABELS = 12  # longest ops labelled
 GPU_COLORS = {"kernel": "#2b8cbe", "memcpy": "#e6550d", "memset": "#fdae6b", "graph": "#756bb1"}
 HOST_COLORS = ["#31a354", "#74c476", "#a1d99b", "#c7e9c0", "#d9f0d3", "#edf8e9"]
 IDLE_COLOR = "#de2d26"
+STARTUP_COLOR = "#969696"  # hatched: a GPU's time before its first op (nvbridge.timeline)
 SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -123,11 +125,14 @@ def lanes(report: Report, win: Window) -> list[Lane]:
     return out
 
 
-def _idle(starts: np.ndarray, ends: np.ndarray, win: Window) -> list[tuple[int, int]]:
-    """Gaps in the window where none of the given GPU ops runs."""
-    s, e = merged_intervals(np.maximum(starts, win.start_ns), np.minimum(ends, win.end_ns))
-    edges = [win.start_ns, *np.column_stack([s, e]).ravel().tolist(), win.end_ns]
-    return [(lo, hi) for lo, hi in zip(edges[::2], edges[1::2]) if hi > lo]
+def gpu_idle(starts: np.ndarray, ends: np.ndarray, win: Window, bounds: tuple[int, int]) -> list[tuple[int, int]]:
+    """Gaps where none of a GPU's ops runs, inside the window and the GPU's timeline
+    (``bounds``: its first GPU op start and last GPU op end, nvbridge.timeline): before the
+    first GPU op the GPU is not idle, it has not started (start-up, shown apart)."""
+    lo, hi = max(win.start_ns, bounds[0]), min(win.end_ns, bounds[1])
+    s, e = merged_intervals(np.maximum(starts, lo), np.minimum(ends, hi))
+    edges = [lo, *np.column_stack([s, e]).ravel().tolist(), hi]
+    return [(a, b) for a, b in zip(edges[::2], edges[1::2]) if b > a]
 
 
 def output_path(dest: str | os.PathLike[str]) -> Path:
@@ -152,6 +157,7 @@ class _Drawn:
     ops: dict[str, np.ndarray]
     api: dict[str, np.ndarray]
     gpu: dict[str, np.ndarray]
+    gpu_bounds: Mapping[int, tuple[int, int]]  # device -> its GPU timeline (nvbridge.timeline)
 
     @property
     def span_ms(self) -> float:
@@ -161,7 +167,7 @@ class _Drawn:
         return (np.asarray(ns, np.float64) - self.win.start_ns) / 1e6
 
 
-def _select(report: Report, win: Window, lane_list: list[Lane]) -> _Drawn:
+def _select(report: Report, win: Window, lane_list: list[Lane], bounds: Mapping[int, tuple[int, int]]) -> _Drawn:
     ops, api, gpu = report.ops, report.api_calls, report.gpu_ops
     o, a, g = _overlaps(ops, win), _overlaps(api, win), _overlaps(gpu, win)
     return _Drawn(
@@ -190,6 +196,7 @@ def _select(report: Report, win: Window, lane_list: list[Lane]) -> _Drawn:
             "kind": np.asarray(gpu.column("kind").cast(pa.string()).filter(pa.array(g)).to_numpy(zero_copy_only=False)),
             "name": np.asarray(gpu.column("name").cast(pa.string()).filter(pa.array(g)).to_pylist(), object),
         },
+        gpu_bounds=bounds,
     )
 
 
@@ -218,12 +225,18 @@ def _draw_lanes(ax: Axes, d: _Drawn) -> None:
             bars(y1 - 0.4, 0.28, a["start"][sel], a["end"][sel], "#636363")
         else:
             busy = g["dev"] == lane.pid
-            for lo, hi in _idle(g["start"][busy], g["end"][busy], d.win):
+            bounds = d.gpu_bounds.get(lane.pid, (d.win.start_ns, d.win.end_ns))
+            for lo, hi in gpu_idle(g["start"][busy], g["end"][busy], d.win, bounds):
                 x0, x1 = float(d.ms(lo)), float(d.ms(hi))
                 ax.add_patch(
                     Rectangle(
                         (x0, y0 + 0.05), x1 - x0, y1 - y0 - 0.1, facecolor=IDLE_COLOR, alpha=0.18, edgecolor="none"
                     )
+                )
+            if bounds[0] > d.win.start_ns:  # before the GPU's first op: start-up, not idle time
+                x1 = float(d.ms(min(bounds[0], d.win.end_ns)))
+                ax.add_patch(
+                    Rectangle((0, y0 + 0.05), x1, y1 - y0 - 0.1, facecolor="none", hatch="//", ec=STARTUP_COLOR, lw=0)
                 )
             sel = busy & (g["stream"] == lane.tid)
             bars(
@@ -283,6 +296,8 @@ def _decorate(ax: Axes, d: _Drawn, source: str) -> None:
     if n_gpu:
         legend += [Patch(color=GPU_COLORS[k], label=k) for k in ("kernel", "memcpy", "memset")]
         legend.append(Patch(color=IDLE_COLOR, alpha=0.18, label="GPU idle"))
+        if any(b[0] > d.win.start_ns for b in d.gpu_bounds.values()):
+            legend.append(Patch(facecolor="none", hatch="//", edgecolor=STARTUP_COLOR, label="before the first GPU op"))
     ax.legend(
         handles=legend,
         loc="lower right",
@@ -327,7 +342,7 @@ def render(
     lane_list = lanes(report, win)
     if not lane_list:
         raise ExportError(f"nothing was recorded in {win.label}; pick another --step or window.")
-    drawn = _select(report, win, lane_list)
+    drawn = _select(report, win, lane_list, found.gpus)
     dpi = 100
     fig, ax = plt.subplots(figsize=(width_px / dpi, max(3.0, 1.2 + 0.42 * drawn.tops[-1])), dpi=dpi)
     try:

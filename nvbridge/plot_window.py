@@ -10,14 +10,15 @@ report holds all of them (and would draw millions of bars).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
 from nvbridge.dataset import Report
-from nvbridge.timeline import in_window, step_spans
+from nvbridge.timeline import CaptureWindow, GpuBounds, in_window, step_spans
 
 TIMED = ("ops", "gpu_ops", "api_calls")  # dataset_check's order: the first damaged table is named
 DRAWN = {
@@ -35,25 +36,26 @@ class Extent:
     first_ns: int | None
     last_ns: int | None
     steps: tuple[np.ndarray, np.ndarray, np.ndarray]
+    gpus: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # device -> its GPU timeline
 
 
 def extent(report: Report) -> Extent:
     """The first pass: time columns only."""
-    first: int | None = None
-    last: int | None = None
+    capture = CaptureWindow()  # the one timeline's capture window and GPU bounds (nvbridge.timeline)
+    gpus = GpuBounds()
     spans: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for name in TIMED:
-        columns = ["op_name", "start_ns", "end_ns"] if name == "ops" else ["start_ns", "end_ns"]
+        columns = {"ops": ["op_name", "start_ns", "end_ns"], "gpu_ops": GpuBounds.COLUMNS}.get(
+            name, ["start_ns", "end_ns"]
+        )
         for chunk in report.chunks(name, columns):
             if name == "ops":
                 spans.append(step_spans(chunk))
-            if not chunk.num_rows:
-                continue
-            low, high = int(np_col(chunk, "start_ns").min()), int(np_col(chunk, "end_ns").max())
-            first = low if first is None else min(first, low)
-            last = high if last is None else max(last, high)
+            elif name == "gpu_ops":
+                gpus.add(chunk)
+            capture = capture.add(chunk)
     steps = tuple(np.concatenate([s[i] for s in spans]) if spans else np.zeros(0, np.int64) for i in range(3))
-    return Extent(first, last, (steps[0], steps[1], steps[2]))
+    return Extent(capture.start_ns, capture.end_ns, (steps[0], steps[1], steps[2]), gpus.bounds)
 
 
 def rows_in(report: Report, start_ns: int, end_ns: int) -> Report:

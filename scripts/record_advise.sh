@@ -16,3 +16,5 @@ for name in advise diff_base diff_extra ranks; do
   record "${name}_cpu" nvtx,osrt "$PYTHON" scripts/advise_workloads.py "$name"
   "$PYTHON" scripts/advise_gpu.py "$OUT/${name}_cpu.sqlite"
 done
+# The pinned-copies layer over the same CPU recording (copies dominate its GPU timeline).
+"$PYTHON" scripts/copies_gpu.py "$OUT/diff_base_cpu.sqlite"

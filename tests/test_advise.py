@@ -25,6 +25,7 @@ import nvbridge
 from nvbridge.analysis import spans
 from nvbridge.analysis.advise import Advice, Finding, advise, advise_report
 from nvbridge.cli import cli
+from tests import raw_gpu, raw_waits
 from tests.conftest import ALL_FILES, SAMPLE_DB, real_db
 from tests.conftest import raw as raw_sql
 
@@ -86,37 +87,41 @@ def _of(advice: Advice, kind: str) -> list[Finding]:
     return [f for f in advice.findings if f.kind == kind]
 
 
-def test_fsdp_stream_syncs_wait_and_idle_after_match_raw_sql(fsdp: Advice) -> None:
+def test_fsdp_copy_syncs_are_blocking_copies_with_waits_and_idle_after_from_raw_sql(fsdp: Advice) -> None:
+    """The 30 cudaStreamSynchronize right after an 8-byte pageable cudaMemcpyAsync under
+    aten::copy_: torch's own blocking .to(device), not a synchronize the user wrote."""
     path = real_db(FSDP)
-    syncs = raw(
+    rows = raw(
         path,
-        f"""
-        SELECT y.start, y.end, y.streamId, {PID.replace("globalPid", "y.globalPid")}
-        FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION AS y
+        """SELECT m.bytes, r.end - r.start, y.end - y.start FROM CUPTI_ACTIVITY_KIND_MEMCPY AS m
         JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r
-          ON r.correlationId = y.correlationId AND (r.globalTid >> 24) = (y.globalPid >> 24)
-        JOIN StringIds AS s ON s.id = r.nameId
-        WHERE y.syncType IN (1, 3, 4) AND s.value NOT LIKE '%Query%'""",
+          ON r.correlationId = m.correlationId AND (r.globalTid >> 24) = (m.globalPid >> 24)
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS y ON y.globalTid = r.globalTid AND y.start = (
+            SELECT min(x.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME AS x
+            WHERE x.globalTid = r.globalTid AND x.start > r.start)
+        JOIN StringIds AS s ON s.id = y.nameId
+        WHERE m.copyKind = 1 AND m.srcKind = 0 AND s.value LIKE 'cudaStreamSynchronize%'""",
     )
-    assert len(syncs) == 30  # cudaStreamSynchronize; cudaEventQuery polls and Stream waits excluded
-    stream_dev = {
-        (int(p), int(st)): int(d)
-        for p, st, d in raw(path, f"SELECT DISTINCT {PID}, streamId, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL")
-    }
-    busy = {k: union(v) for k, v in _gpu_by_lane(path).items()}
-    after: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)  # per lane: lanes overlap in time
-    for s, e, stream, pid in syncs:
-        key = (int(pid), stream_dev[(int(pid), int(stream))])
-        lane = busy[key]
-        if any(a <= e < b for a, b in lane):
-            continue
-        nxt = min((a for a, _ in lane if a >= e), default=None)
-        if nxt is not None:
-            after[key].append((e, min(nxt, e + (e - s))))
-    found = _of(fsdp, "host_sync")
-    assert [(f.op, f.count) for f in found] == [("aten::copy_", 30)]
-    assert dict(found[0].figures)["wait_ns"] == sum(e - s for s, e, _, _ in syncs) == 289_711_450
-    assert found[0].own_ns == sum(length(v) for v in after.values()) > 0
+    assert len(rows) == 30
+    (found,) = _of(fsdp, "blocking_copy_sync")
+    figures = dict(found.figures)
+    assert (found.op, found.count, figures["copies"], figures["pageable"]) == ("aten::copy_", 30, 30, 30)
+    assert figures["wait_ns"] == sum(w for _, _, w in rows) == 289_752_725  # the calls, not the records
+    assert figures["call_ns"] == sum(c for _, c, _ in rows)
+    assert figures["htod_bytes"] == figures["bytes"] == sum(b for b, _, _ in rows)
+    assert "non_blocking=True" in found.fix and "Remove the explicit synchronize" not in found.fix
+    # time at stake: the copies' GPU time no kernel hides, and the GPU idle time after each wait,
+    # capped at the time the host was blocked (raw side: tests/raw_gpu.py)
+    r = raw_gpu.read(path)
+    waits = [w for w in raw_waits.waits(r) if w.copies]
+    lanes = raw_gpu.lanes(r)
+    own = 0
+    for lane, ops in lanes.items():
+        hide = [(g.start, g.end) for g in ops if g.kind != "memcpy"]
+        copies = [(g.start, g.end) for w in waits if w.lane == lane for g in w.copies]
+        after = [w.after for w in waits if w.lane == lane]
+        own += raw_gpu.length(raw_gpu.subtract(copies, hide) + after)
+    assert found.own_ns == own > 0
 
 
 def test_fsdp_gpu_idle_is_the_span_minus_busy_time_per_lane(fsdp: Advice) -> None:
@@ -148,13 +153,14 @@ def test_fsdp_pageable_copies_match_memory_kinds_in_raw_sql(fsdp: Advice) -> Non
     rows = raw(
         real_db(FSDP), "SELECT start, end, bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE srcKind = 0 OR dstKind = 0"
     )  # ENUM_CUDA_MEM_KIND 0: pageable
-    found = _of(fsdp, "pageable_copy")
-    assert sum(f.count for f in found) == len(rows) == 32
+    found = _of(fsdp, "pageable_copy") + _of(fsdp, "blocking_copy_sync")
+    assert sum(dict(f.figures)["pageable"] for f in found) == len(rows) == 32
     assert sum(dict(f.figures)["bytes"] for f in found) == sum(int(b) for _, _, b in rows)
-    assert "aten::copy_" in {f.op for f in found}
+    # 30 are blocking copies (a sync follows); the 2 whose calls precede the capture are not
+    assert sum(dict(f.figures)["copies"] for f in _of(fsdp, "pageable_copy")) == 2
 
 
-def test_lm_item_is_a_host_sync_under_local_scalar_dense() -> None:
+def test_lm_item_is_a_blocking_copy_under_local_scalar_dense() -> None:
     path = real_db(LM)
     copies = raw(
         path,
@@ -162,12 +168,13 @@ def test_lm_item_is_a_host_sync_under_local_scalar_dense() -> None:
         JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = m.correlationId
         WHERE m.copyKind = 2 AND m.dstKind = 1""",
     )  # DtoH into pageable memory (CUPTI kinds)
-    syncs = raw(path, "SELECT end - start FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE type = 3")
-    found = _of(advise_report(nvbridge.load(path)), "host_sync")
-    assert sum(f.count for f in found) == len(copies) + len(syncs) == 42
-    assert sum(dict(f.figures)["wait_ns"] for f in found) == sum(int(d) for (d,) in copies + syncs)
+    syncs = raw(path, "SELECT end - start FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE cbid = 131")  # StreamSynchronize
+    found = _of(advise_report(nvbridge.load(path)), "blocking_copy_sync")
+    assert sum(dict(f.figures)["copies"] for f in found) == len(copies) == len(syncs) == 21
+    assert sum(dict(f.figures)["wait_ns"] for f in found) == sum(int(d) for (d,) in syncs)
+    assert sum(dict(f.figures)["call_ns"] for f in found) == sum(int(d) for (d,) in copies)
     top = found[0]
-    assert top.op == "_local_scalar_dense" and top.count == 38 and ".item()" in top.fix
+    assert top.op == "_local_scalar_dense" and top.count == 19 and ".item()" in top.fix
 
 
 def test_pyprof_launch_bound_kernels_match_raw_sql() -> None:
@@ -223,7 +230,9 @@ def test_own_recording_names_the_slow_dataloader_the_item_sync_and_the_pageable_
         for s, e in in_steps
         for p in subtract([(s, e)], [(a, b) for a, b in ranges if s <= a and b <= e and (a, b) != (s, e)])
     ]
-    assert top.own_ns == length(subtract(own, gpu)) >= 0.9 * sum(e - s for s, e in in_steps)
+    timeline = [(min(s for s, _ in gpu), max(e for _, e in gpu))]  # the GPU's: first to last op
+    assert top.own_ns == length(raw_gpu.intersect(subtract(own, gpu), timeline))
+    assert top.own_ns >= 0.9 * sum(e - s for s, e in in_steps)
     assert top.step in {0, 1, 2} and len(in_steps) == 4  # the one in step 3 ends the loop (StopIteration)
 
     item = raw(
@@ -231,10 +240,10 @@ def test_own_recording_names_the_slow_dataloader_the_item_sync_and_the_pageable_
         """SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_MEMCPY AS m
         JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.correlationId = m.correlationId WHERE m.copyKind = 2""",
     )
-    (sync,) = _of(advice, "host_sync")
+    (sync,) = _of(advice, "blocking_copy_sync")  # a DtoH copy into pageable memory returns when done
     assert sync.op == "aten::_local_scalar_dense" and sync.count == len(item) == 5
-    assert dict(sync.figures)["wait_ns"] == sum(int(d) for (d,) in item)
-    assert {s for s, _ in sync.by_step} <= {0, 1, 2, 3} and sync.step is not None
+    assert dict(sync.figures)["call_ns"] == sum(int(d) for (d,) in item) and dict(sync.figures)["wait_ns"] == 0
+    assert {s for s, _ in sync.by_step} <= {0, 1, 2, 3} and sync.step is not None and ".item()" in sync.fix
 
     copies = raw(ADVISE, "SELECT bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 AND srcKind = 0")
     (pageable,) = _of(advice, "pageable_copy")
@@ -257,7 +266,7 @@ def test_findings_add_up_honestly(name: str) -> None:
     # every moment is counted once: the findings' times add up to the union of all evidence
     assert sum(f.time_ns for f in advice.findings) == advice.at_stake_ns <= advice.span_ns
     for f in advice.findings:
-        assert 0 < f.time_ns <= f.own_ns
+        assert 0 < f.time_ns <= f.own_ns or (f.time_ns == 0 and dict(f.figures)["wait_ns"] > 0)
         assert sum(t for _, t in f.by_step) <= f.time_ns
     # within a step, the time at stake never exceeds the step (summed over the lanes that ran it)
     at_stake: dict[int, int] = defaultdict(int)
@@ -302,9 +311,23 @@ def test_own_multi_process_recording_names_the_straggler_rank() -> None:
         steps[text][pid] = dur
     slow = {max(by_pid, key=by_pid.__getitem__) for by_pid in steps.values()}
     (found,) = _of(advise_report(nvbridge.load(path)), "rank_skew")
-    assert len(slow) == 1 and found.lanes == (f"pid {slow.pop()} GPU 0",)
+    assert len(slow) == 1 and found.lanes == (f"pid {(pid := slow.pop())} GPU 0",)
     assert found.count == len(steps) == 3
-    assert found.own_ns == sum(max(v.values()) - min(v.values()) for v in steps.values())
+    # the slowest rank's extra time at the end of each of its steps, inside its GPU timeline
+    ends = dict(
+        raw(
+            path,
+            f"SELECT text, end FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%' AND "
+            f"{PID.replace('globalPid', 'globalTid')} = {pid}",
+        )
+    )
+    ((first, last),) = raw(
+        path,
+        f"""SELECT min(start), max(end) FROM (SELECT start, end, globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL
+        UNION ALL SELECT start, end, globalPid FROM CUPTI_ACTIVITY_KIND_MEMCPY) WHERE {PID} = {pid}""",
+    )
+    skew = [(ends[t] - (max(v.values()) - min(v.values())), ends[t]) for t, v in steps.items()]
+    assert found.own_ns == length(raw_gpu.intersect(skew, [(first, last)])) > 0
     assert found.step == 0 and "straggler" in found.fix
 
 
@@ -386,9 +409,13 @@ def _built_report(copies: int) -> nvbridge.Report:
 
 def test_small_copies_in_a_loop_on_built_tables() -> None:
     # no real export has them: 10+ sub-64 KiB copies from one op; time at stake = their calls
-    (found,) = _of(advise_report(_built_report(12)), "small_copies")
+    report = _built_report(12)
+    (found,) = _of(advise_report(report), "small_copies")
     assert (found.op, found.count, dict(found.figures)["bytes"]) == ("aten::index", 12, 12 * 256)
-    assert found.own_ns == 12 * 4_000
+    g = report.gpu_ops.to_pydict()
+    timeline = [(min(g["start_ns"]), max(g["end_ns"]))]  # the lane's: first to last GPU op
+    calls = [(1_000 + 10_000 * i, 5_000 + 10_000 * i) for i in range(12)]
+    assert found.own_ns == length(raw_gpu.intersect(calls, timeline)) == 12 * 4_000 - (timeline[0][0] - 1_000)
     assert _of(advise_report(_built_report(9)), "small_copies") == []
 
 
@@ -397,7 +424,8 @@ def test_a_dataset_written_before_memory_kinds_still_advises() -> None:
     tables = {name: getattr(report, name) for name in ("ops", "api_calls", "marks", "syncs", "threads", "devices")}
     old = nvbridge.Report(report.meta, {**tables, "gpu_ops": report.gpu_ops.drop_columns(["src_kind", "dst_kind"])})
     advice = advise_report(old)
-    assert _of(advice, "pageable_copy") == [] and len(_of(advice, "host_sync")) == 1
+    # a copy followed by a sync is still a blocking copy: the calls say so, not the memory kinds
+    assert _of(advice, "pageable_copy") == [] and len(_of(advice, "blocking_copy_sync")) == 1
 
 
 def test_partitioned_dataset_is_advised_report_by_report(tmp_path: Path) -> None:
@@ -451,13 +479,25 @@ def test_partitioned_dataset_names_the_slowest_rank_per_step(tmp_path: Path) -> 
     out = tmp_path / "ds"
     nvbridge.convert(ranks, out)
     steps = [
-        {t: d for t, d in raw(f, "SELECT text, end - start FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'")}
+        {t: (d, e) for t, d, e in raw(f, "SELECT text, end - start, end FROM NVTX_EVENTS WHERE text LIKE 'Prof%'")}
         for f in files
     ]
-    expected: dict[int, int] = defaultdict(int)  # per rank: summed lead over the other rank
+    timelines = [
+        raw(
+            f,
+            "SELECT min(start), max(end) FROM (SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL "
+            "UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY)",
+        )
+        for f in files
+    ]
+    # per rank: its lead over the other rank at the end of the steps it was slowest in, inside
+    # its GPU timeline (first to last GPU op)
+    expected: dict[int, int] = defaultdict(int)
     for text in steps[0]:
-        slow = 0 if steps[0][text] > steps[1][text] else 1
-        expected[slow] += abs(steps[0][text] - steps[1][text])
+        slow = 0 if steps[0][text][0] > steps[1][text][0] else 1
+        end = steps[slow][text][1]
+        lead = [(end - abs(steps[0][text][0] - steps[1][text][0]), end)]
+        expected[slow] += length(raw_gpu.intersect(lead, timelines[slow]))
     advice = advise(out)
     for r, a in enumerate(advice):
         found = _of(a, "rank_skew")
@@ -477,3 +517,12 @@ def test_every_real_export_advises_within_100_columns(name: str) -> None:
     result = CliRunner().invoke(cli, ["advise", str(real_db(name)), "--limit", "-1", "--steps", "-1"])
     assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.output.splitlines()) <= 100
+
+
+def test_a_report_with_cuda_calls_but_no_gpu_ops_advises_nothing() -> None:
+    """API calls traced without their GPU activity (the FSDP export with its GPU ops removed):
+    its 30 stream syncs have no GPU timeline to cost; before, advise failed on them."""
+    report = nvbridge.load(real_db(FSDP))
+    tables = {name: getattr(report, name) for name in ("ops", "api_calls", "marks", "syncs", "threads", "devices")}
+    advice = advise_report(nvbridge.Report(report.meta, {**tables, "gpu_ops": report.gpu_ops.slice(0, 0)}))
+    assert (advice.span_ns, advice.findings, advice.lanes, advice.waits) == (0, (), (), ())

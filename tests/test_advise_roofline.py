@@ -3,9 +3,10 @@
 Real exports: the PyTorch 1.4 PyProf nvprof report (Tesla V100-SXM2, float32 matmuls whose
 shapes and dtypes are in the markers), the nsys 2024.2 PyProf capture (A100, float32 conv2d
 with recorded stride/padding) and the nsys 2022.1 DLProf capture (GeForce RTX 2070 SUPER, a
-GPU without a datasheet row: its roof comes from the recorded SM count and clock). Per marker range: the FLOPs formula (2*M*N*K for the
-matmul family, 2*N*C_out*C_in/groups*kh*kw*H_out*W_out for conv2d), the bytes of its tensors
-and the kernels launched inside the range, summed here with sqlite3. The roofline time of a
+GPU without a datasheet row: its roof comes from the recorded SM count and clock). Per marker
+range: the FLOPs formula (2*M*N*K for the matmul family, 2*N*C_out*C_in/groups*kh*kw*H_out*W_out
+for conv2d), the bytes of its tensors and the kernels launched inside the range, summed here with
+sqlite3. The roofline time of a
 call is max(FLOPs / peak FLOP/s, bytes / bandwidth); the time at stake GPU time - that.
 """
 

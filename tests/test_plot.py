@@ -67,9 +67,11 @@ def test_gpu_lanes_sit_below_host_lanes(tmp_path: Path) -> None:
 
 def test_idle_gaps_cover_what_the_gpu_does_not() -> None:
     win = plot.Window(0, 100, "w")
-    gaps = plot._idle(np.array([10, 20, 60]), np.array([30, 25, 70]), win)
+    gaps = plot.gpu_idle(np.array([10, 20, 60]), np.array([30, 25, 70]), win, (0, 100))
     assert gaps == [(0, 10), (30, 60), (70, 100)]
-    assert plot._idle(np.array([], np.int64), np.array([], np.int64), win) == [(0, 100)]
+    assert plot.gpu_idle(np.array([], np.int64), np.array([], np.int64), win, (0, 100)) == [(0, 100)]
+    # only inside the GPU's timeline (first to last op): before it the GPU had not started
+    assert plot.gpu_idle(np.array([10, 60]), np.array([30, 70]), win, (10, 70)) == [(30, 60)]
 
 
 def test_cli_plot(tmp_path: Path) -> None:

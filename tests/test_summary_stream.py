@@ -83,7 +83,7 @@ def test_row_groups_give_the_figures_of_whole_tables(fsdp: Path) -> None:
             expected.self_gpu_total_ns,
         )
     summary = nvbridge.summarize(fsdp)
-    assert list(summary.gpus) == gpu_header(whole.gpu_ops, whole.devices, whole.meta.get("source"))
+    assert list(summary.gpus) == gpu_header(whole.gpu_ops, whole.devices, whole.meta.get("source"), whole.api_calls)
     # Busy time against the raw export's kernels, copies and sets, device by device.
     rows: dict[int, list[tuple[int, int]]] = {}
     for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
@@ -148,7 +148,9 @@ def test_each_summary_mode_reads_only_its_columns(
         result = CliRunner().invoke(cli, ["summary", str(fsdp), *flags, *form])
         assert result.exit_code == 0, result.output
         assert reads["ops"] == NEEDED[" ".join(flags)], flags
-        assert reads["api_calls"] == {"start_ns", "end_ns"}  # the check that no call ends before it starts
+        # the check that no call ends before it starts, then the start-up before each process's
+        # first GPU op (nvbridge.timeline) from the row groups before it
+        assert reads["api_calls"] == {"process_id", "name", "start_ns", "end_ns"}
 
 
 def test_plot_reads_no_event_table_whole(fsdp: Path, tmp_path: Path, reads: dict[str, set[str]]) -> None:

@@ -278,3 +278,27 @@ def test_float32_convolutions_compare_with_tf32_and_matmuls_with_fp32() -> None:
     )
     (row,) = throughput.rates(rows, a100).to_pylist()
     assert math.isclose(row["pct_of_peak"], 100 * 10 / 156)  # 10 TFLOP/s at intensity 1000: compute-bound
+
+
+def test_csv_and_json_write_null_flops_for_ops_of_unknown_cost() -> None:
+    """An op whose cost is unknown on every call has null FLOPs and bytes, as the dataset's
+    ops rows do, not 0 (issue 25, item 15); an op with known calls sums them."""
+    import csv
+    import io
+    import json
+
+    path = real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite")
+    ops = nvbridge.load(path).ops
+    flops = ops.column("flops").to_pylist()
+    names = ops.column("op_name").to_pylist()
+    unknown = {n for n in set(names) if all(f is None for f, m in zip(flops, names) if m == n)}
+    known = {n for n in set(names) if any(f is not None for f, m in zip(flops, names) if m == n)}
+    assert unknown and known
+    rows = json.loads(CliRunner().invoke(cli, ["summary", str(path), "--json", "--limit", "-1"]).stdout)["rows"]
+    text = CliRunner().invoke(cli, ["summary", str(path), "--csv", "--limit", "-1"]).stdout
+    for row, line in zip(rows, csv.DictReader(io.StringIO(text))):
+        if row["name"] in unknown:
+            assert row["flops"] is None and row["bytes"] is None and line["flops"] == line["bytes"] == ""
+        elif row["name"] in known:
+            want = sum(f or 0 for f, m in zip(flops, names) if m == row["name"])
+            assert row["flops"] == want and int(line["flops"]) == want

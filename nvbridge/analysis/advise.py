@@ -11,21 +11,26 @@ and within a step never exceeds the step (docs/advise.md gives the arithmetic).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from nvbridge.analysis import context, findings, roofline, spans
+from nvbridge.analysis import context, dominant, findings, roofline, spans, waits
 from nvbridge.analysis.context import Context
+from nvbridge.analysis.dominant import Dominant
+from nvbridge.analysis.fixes import BETWEEN_OPS, NO_OP, fix_for
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
 from nvbridge.dataset import Report, is_partitioned, load, report_dirs
+from nvbridge.timeline import timeline
 
 KIND_ORDER = (
+    "startup",
+    "blocking_copy_sync",
     "host_sync",
     "pageable_copy",
+    "exposed_copies",
     "small_copies",
     "launch_bound",
     "nccl_exposed",
@@ -33,8 +38,6 @@ KIND_ORDER = (
     "rank_skew",
     "gpu_idle",
 )
-NO_OP = "(no op range)"
-BETWEEN_OPS = "(Python between ops)"
 IN_STEP = "ProfilerStep (outside ops)"
 
 
@@ -75,46 +78,36 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class LaneFigures:
+    """One lane's GPU timeline (nvbridge.timeline.LaneTimeline) as advise reports it."""
+
+    lane: str
+    process_id: int
+    device_id: int
+    start_ns: int
+    end_ns: int
+    span_ns: int
+    busy_ns: int
+    startup_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class Advice:
-    """Findings ranked by time at stake, the steps' idle shares, and the totals they add up to."""
+    """Findings ranked by time at stake (the dominant cost first), the steps' idle shares, and
+    the totals they add up to."""
 
     source: str
     findings: tuple[Finding, ...]
     steps: tuple[StepTime, ...]
-    span_ns: int  # summed over lanes: first to last GPU op (or the steps) of each lane
+    span_ns: int  # the GPU timelines summed over lanes: first to last GPU op of each (nvbridge.timeline)
     at_stake_ns: int  # union of every finding's intervals == sum of their time_ns
     lanes: tuple[str, ...]  # every (process, GPU) pair with GPU work
     peaks: str | None = None  # the GPU peaks below_roofline compared with (None: unknown GPU)
-
-
-def fix_for(kind: str, op: str, figures: Mapping[str, int] | None = None, count: int = 1) -> str:
-    """One sentence: what to change."""
-    if kind == roofline.KIND:
-        return roofline.fix(figures or {}, count)
-    if kind == "host_sync":
-        if re.search(r"item|_local_scalar_dense|tolist", op):
-            return "Keep the value on the GPU (no .item()/.tolist() in the loop), or read it every N steps."
-        if re.search(r"nonzero|unique|masked_select|where", op):
-            return "Avoid data-dependent shapes here (nonzero/unique/masked_select sync); use fixed-size masks."
-        if re.search(r"copy_|_to_copy|\bto\b|cpu", op):
-            return "Copy with non_blocking=True into pinned memory, and read the result later."
-        return "Remove the explicit synchronize (or move it out of the step): the GPU drains while the host waits."
-    return {
-        "pageable_copy": "Pin the host tensor (pin_memory=True in the DataLoader) and copy with non_blocking=True.",
-        "small_copies": "Batch the small copies into one tensor (or keep the values on the GPU).",
-        "launch_bound": "Kernels are shorter than their launches: fuse with torch.compile or use CUDA graphs.",
-        "nccl_exposed": "Overlap communication with compute (FSDP/DDP prefetch, bucket sizes, async ops).",
-        "rank_skew": "This rank is the straggler: balance its data or work, check its host and input pipeline.",
-    }.get(kind) or _idle_fix(op)
-
-
-def _idle_fix(op: str) -> str:
-    """What to do about GPU idle time, by what the host was doing meanwhile."""
-    if re.search(r"DataLoader|__next__|collate|dataset", op, re.I):
-        return "The GPU waits for input: more DataLoader workers, prefetch_factor, pin_memory, lighter transforms."
-    if op in (BETWEEN_OPS, NO_OP):
-        return "The GPU waits for Python outside any torch op: move that work off the step or overlap it."
-    return "The GPU waits for the host in this op (CPU-bound dispatch): torch.compile, CUDA graphs or larger batches."
+    startup_ns: int = 0  # CUDA calls before each process's first GPU op: beside span_ns, not in it
+    capture_ns: int = 0  # the capture window: first to last event of the report
+    timeline: tuple[LaneFigures, ...] = ()
+    dominant: Dominant | None = None
+    waits: tuple[tuple[str, int, int], ...] = ()  # (API name, calls, ns) the host blocked in, by name
 
 
 @dataclass
@@ -179,7 +172,7 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
         lanes = tuple(ctx.lane_label(int(x)) for x in spans.distinct(np.sort(ev.lane[rows])))
         figs = tuple((k, int(v[rows].sum())) for k, v in ev.figures.items())
         count = len(rows) if ev.event is None else len(spans.distinct(np.sort(ev.event[rows])))
-        shapes = _shapes(ctx, int(row[rows[0]])) if ev.group is not None else None
+        shapes = _shapes(ctx, int(row[rows[0]])) if ev.kind == roofline.KIND else None
         out.append(_Draft(ev.kind, op, module, lanes, count, spans.union(enc_s[rows], enc_e[rows]), figs, shapes))
     return out
 
@@ -203,19 +196,6 @@ def _steps(ctx: Context) -> tuple[StepTime, ...]:
     )
 
 
-def _timeline(ctx: Context) -> spans.Spans:
-    """Per lane, from the first launch call, GPU op or step start to the last GPU op or step end."""
-    s, e = ctx.busy
-    call = np_col(ctx.report.gpu_ops, "api_call_id", fill=-1)
-    launched = ctx.enc(ctx.gpu_lane[call >= 0], np_col(ctx.report.api_calls, "start_ns")[call[call >= 0]])
-    starts = np.concatenate([s, ctx.step_start, launched])
-    ends = np.concatenate([e, ctx.step_end])
-    lanes = spans.distinct(np.sort(s // spans.LANE_NS))
-    first = np.array([starts[starts // spans.LANE_NS == k].min() for k in lanes.tolist()], np.int64)
-    last = np.array([ends[ends // spans.LANE_NS == k].max() for k in lanes.tolist()], np.int64)
-    return spans.union(first, last)
-
-
 def advise_report(
     report: Report,
     min_share: float = 0.0,
@@ -236,22 +216,22 @@ def advise_report(
         The findings, largest time at stake first, and the per-step idle shares.
     """
     ctx = context.build(report)
+    evidence = _evidence(ctx, skew_by_step, peak_tflops, peak_gbps)
     drafts: list[_Draft] = []
-    evidence: list[findings.Evidence] = []
-    for detect in findings.DETECTORS:
-        result = detect(ctx)
-        evidence += result if isinstance(result, list) else [result]
-    if skew_by_step:
-        evidence.append(findings.report_skew(ctx, skew_by_step))
-    evidence.append(roofline.below_roofline(ctx, peak_tflops, peak_gbps))
     for ev in evidence:
         drafts += _drafts(ctx, ev)
-    timeline = _timeline(ctx)
+    lanes = timeline(report.ops, report.api_calls, report.gpu_ops)
+    # the GPU timelines (nvbridge.timeline) on advise's time axis: one interval per lane
+    at = ctx.lane_of(*(np.array([getattr(t, k) for t in lanes.lanes], np.int64) for k in ("process_id", "device_id")))
+    on_gpu = spans.union(
+        ctx.enc(at, np.array([t.start_ns for t in lanes.lanes], np.int64)),
+        ctx.enc(at, np.array([t.end_ns for t in lanes.lanes], np.int64)),
+    )
     drafts.sort(key=lambda d: (KIND_ORDER.index(d.kind), -spans.length(d.own)))
     claimed = spans.empty()
     out = []
     for d in drafts:
-        own = spans.minus(d.own, spans.minus(d.own, timeline))  # a launch call may precede the lane's first GPU op
+        own = spans.minus(d.own, spans.minus(d.own, on_gpu))  # a launch call may precede the lane's first GPU op
         mine = spans.minus(own, claimed)
         claimed = spans.add_disjoint(claimed, mine)
         totals: dict[int, int] = {}
@@ -275,18 +255,54 @@ def advise_report(
                 d.shapes,
             )
         )
-    span = spans.length(timeline)
-    kept = [f for f in out if f.time_ns > 0 and f.time_ns >= min_share * span]
+    span = spans.length(on_gpu)
+    # a wait whose GPU stayed busy after it has no time at stake, but the host did wait: kept,
+    # so the findings' wait_ns add up to the blocking calls' time
+    kept = [f for f in out if (f.time_ns > 0 or dict(f.figures).get("wait_ns")) and f.time_ns >= min_share * span]
     kept.sort(key=lambda f: (-f.time_ns, KIND_ORDER.index(f.kind), f.op))
+    top = dominant.categorize(ctx, on_gpu, evidence)
     return Advice(
         str(report.meta.get("source")),
-        tuple(kept),
+        tuple(_first_of(kept, top)),
         _steps(ctx),
         span,
         spans.length(claimed),
         tuple(ctx.lane_label(i) for i in range(len(ctx.lane_process))),
         roofline.describe(report, peak_tflops, peak_gbps),
+        lanes.startup_ns,
+        lanes.capture.span_ns,
+        tuple(
+            LaneFigures(
+                ctx.lane_label(i), t.process_id, t.device_id, t.start_ns, t.end_ns, t.span_ns, t.busy_ns, t.startup_ns
+            )
+            for i, t in enumerate(lanes.lanes)
+        ),
+        top,
+        waits.by_api(ctx),
     )
+
+
+def _evidence(
+    ctx: Context, skew_by_step: Mapping[int, int] | None, peak_tflops: float | None, peak_gbps: float | None
+) -> list[findings.Evidence]:
+    """Every detector's evidence, in the order of KIND_ORDER's kinds."""
+    found, blocking = waits.waits(ctx)
+    found = [findings.startup(ctx), *found, *findings.copies(ctx, blocking), findings.launch_bound(ctx)]
+    found += [findings.nccl_exposed(ctx), findings.rank_skew(ctx), findings.gpu_idle(ctx)]
+    if skew_by_step:
+        found.append(findings.report_skew(ctx, skew_by_step))
+    found.append(roofline.below_roofline(ctx, peak_tflops, peak_gbps))
+    return found
+
+
+def _first_of(ranked: list[Finding], top: dominant.Dominant) -> list[Finding]:
+    """The findings, the largest of the dominant category's kinds first (unless compute
+    dominates: then by time at stake alone)."""
+    if top.category == "compute":
+        return ranked
+    kinds = dominant.CATEGORY_KINDS[top.category]
+    at = next((i for i, f in enumerate(ranked) if f.kind in kinds), None)
+    return ranked if at is None else [ranked[at], *ranked[:at], *ranked[at + 1 :]]
 
 
 def advise(

@@ -7,6 +7,7 @@ time at stake is wall time on a lane. Steps are ``ProfilerStep#N`` ranges, per p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +17,11 @@ from nvbridge.analysis import spans
 from nvbridge.columns import np_col, one_chunk
 from nvbridge.dataset import Report
 from nvbridge.errors import InputError
+from nvbridge.timeline import owning_process
+
+# Copy directions as small codes: a finding's group, so a .cuda() and a .cpu() in one op are
+# two findings with two fixes.
+HTOD, DTOH, DTOD, OTHER_COPY = 1, 2, 3, 4
 
 
 def codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str | None]]:
@@ -68,6 +74,45 @@ class Context:
         out: np.ndarray = np.where(key[pos] == want, pos, -1).astype(np.int64)
         return out
 
+    @cached_property
+    def gpu_kind(self) -> np.ndarray:
+        """Each GPU op's kind (kernel, memcpy, memset, ...) as strings."""
+        idx, values = codes(self.report.gpu_ops.column("kind"))
+        out: np.ndarray = np.asarray(values, dtype=object)[idx]
+        return out
+
+    @cached_property
+    def nccl(self) -> np.ndarray:
+        """GPU ops that are NCCL kernels (communication: the name contains ``nccl``), each
+        distinct name matched once."""
+        idx, values = codes(self.report.gpu_ops.column("name"))
+        named = np.array(["nccl" in (v or "").lower() for v in values], bool)
+        out: np.ndarray = (self.gpu_kind == "kernel") & named[idx]
+        return out
+
+    @cached_property
+    def compute(self) -> np.ndarray:
+        """GPU ops that compute: every GPU op but copies and NCCL kernels (kernels, memsets,
+        graph launches); what hides other GPU time."""
+        out: np.ndarray = (self.gpu_kind != "memcpy") & ~self.nccl
+        return out
+
+    @cached_property
+    def direction(self) -> np.ndarray:
+        """HTOD, DTOH, DTOD or OTHER_COPY per GPU op (0: not a copy)."""
+        idx, values = codes(self.report.gpu_ops.column("copy_kind"))
+        by_value = np.array([{"HtoD": HTOD, "DtoH": DTOH, "DtoD": DTOD}.get(v or "", OTHER_COPY) for v in values])
+        out: np.ndarray = np.where(self.gpu_kind == "memcpy", by_value[idx], 0)
+        return out
+
+    def main_lane(self, process: np.ndarray) -> np.ndarray:
+        """Per process, its lane that ran the most GPU ops (-1: the process ran none)."""
+        ops = np.bincount(self.gpu_lane, minlength=len(self.lane_process))
+        out = np.full(len(process), -1, np.int64)
+        for k in np.argsort(ops, kind="stable").tolist():  # the busiest lane of a process last: it wins
+            out[process == self.lane_process[k]] = k
+        return out
+
     def lane_label(self, lane: int) -> str:
         """``pid 148 GPU 0``, or ``rank R GPU d`` when the report names its rank."""
         rank = self.report.rank
@@ -84,7 +129,8 @@ def build(report: Report) -> Context:
     t0 = min((int(s.min()) for s in starts if len(s)), default=0)
     op_name, op_names = codes(ops.column("op_name"))
     module, modules = codes(ops.column("module_path"))
-    g_proc, g_dev = np_col(gpu, "process_id", fill=-1), np_col(gpu, "device_id", fill=-1)
+    g_dev = np_col(gpu, "device_id", fill=-1)
+    g_proc = owning_process(np_col(gpu, "process_id", fill=-1), g_dev)  # the one timeline's lanes
     pairs = np.unique(np.stack([g_proc, g_dev], axis=1), axis=0) if len(g_proc) else np.zeros((0, 2), np.int64)
     lane_process, lane_device = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
     key = lane_process * (1 << 20) + lane_device

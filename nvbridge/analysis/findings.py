@@ -8,20 +8,17 @@ op they belong to; advise groups them into findings and counts overlapping time 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from nvbridge import cuda_api
 from nvbridge.analysis import spans
-from nvbridge.analysis.context import Context, codes
+from nvbridge.analysis.context import DTOH, HTOD, Context, codes
 from nvbridge.columns import np_col
 
-# Host syncs that block the calling thread (``Stream wait`` makes a stream wait, not the host;
-# cudaEventQuery only polls).
-BLOCKING_SYNCS = ("Event sync", "Stream sync", "Context sync")
 SMALL_COPY_BYTES = 64 << 10
 SMALL_COPIES_MIN = 10  # copies of one op before "small copies in a loop" is worth a finding
 LAUNCH_BOUND_MIN = 10  # launch-bound kernels of one op (name and module) before it is a finding
@@ -44,82 +41,33 @@ class Evidence:
     group: np.ndarray | None = None  # a further grouping key (below_roofline: shapes and dtype)
 
 
-def _strings(column: pa.ChunkedArray) -> np.ndarray:
+def strings(column: pa.ChunkedArray) -> np.ndarray:
     """A string column as a NumPy object array (built from its few distinct values)."""
     idx, values = codes(column)
     out: np.ndarray = np.asarray(values, dtype=object)[idx]
     return out
 
 
-def _memory_kind(gpu_ops: pa.Table, side: str) -> np.ndarray:
+def memory_kind(gpu_ops: pa.Table, side: str) -> np.ndarray:
     """``src_kind``/``dst_kind`` as strings; all None for a dataset written before they existed
     (its copies are then never called pageable)."""
     if side not in gpu_ops.column_names:
         return np.full(gpu_ops.num_rows, None, dtype=object)
-    return _strings(gpu_ops.column(side))
+    return strings(gpu_ops.column(side))
 
 
-def _idle_after(ctx: Context, lane: np.ndarray, t: np.ndarray) -> np.ndarray:
+def idle_after(ctx: Context, lane: np.ndarray, t: np.ndarray) -> np.ndarray:
     """End of the GPU idle time that starts at t on each lane (t itself where the lane is busy
     at t, or where no GPU work follows)."""
     enc = ctx.enc(lane, t)
     s, e = ctx.busy
+    if not len(s):  # no GPU work at all (API calls traced without their GPU activity)
+        return t
     i = np.searchsorted(s, enc, "right") - 1
     busy_now = (i >= 0) & (e[np.maximum(i, 0)] > enc)
     nxt = np.minimum(i + 1, len(s) - 1)
     has_next = (i + 1 < len(s)) & (s[nxt] // spans.LANE_NS == lane)
     return np.where(busy_now | ~has_next | (lane < 0), t, t + (s[nxt] - enc))
-
-
-def _sync_device(ctx: Context, process: np.ndarray, stream: np.ndarray, device: np.ndarray) -> np.ndarray:
-    """The device whose GPU ops ran on the synced stream of that process: a sync's own device id
-    can be the process's CUDA ordinal, not the global id its kernels carry (real FSDP export)."""
-    g = ctx.report.gpu_ops
-    key = np_col(g, "process_id", fill=-1) * (1 << 32) + np_col(g, "stream_id", fill=-1)
-    uniq, first = np.unique(key, return_index=True)
-    if not len(uniq):
-        return device
-    want = process * (1 << 32) + stream
-    pos = np.clip(np.searchsorted(uniq, want), 0, len(uniq) - 1)
-    dev = np_col(g, "device_id", fill=-1)[first[pos]]
-    return np.where(uniq[pos] == want, dev, device)
-
-
-def host_syncs(ctx: Context) -> Evidence:
-    """Blocking syncs and blocking device-to-host copies: the GPU idle time after each wait, up
-    to the length of the wait."""
-    r = ctx.report
-    sy, api = r.syncs, r.api_calls
-    api_op = np_col(api, "op_id", fill=-1)
-    api_proc = np_col(api, "process_id", fill=-1)
-    api_name = _strings(api.column("name"))
-    call = np_col(sy, "api_call_id", fill=-1)
-    kind = _strings(sy.column("sync_type"))
-    ok = np.isin(kind, BLOCKING_SYNCS) & (call >= 0)
-    ok[ok] = np.char.find(api_name[call[ok]].astype(str), "Query") < 0
-    call = call[ok]
-    w_start, w_end = np_col(sy, "start_ns")[ok], np_col(sy, "end_ns")[ok]
-    lane = ctx.lane_of(
-        api_proc[call],
-        _sync_device(ctx, api_proc[call], np_col(sy, "stream_id", fill=-1)[ok], np_col(sy, "device_id", fill=-1)[ok]),
-    )
-    # A device-to-host copy into pageable memory, or by a synchronous cudaMemcpy, returns only
-    # when the copy is done: the host waited for the GPU through the whole call.
-    g = r.gpu_ops
-    gcall = np_col(g, "api_call_id", fill=-1)
-    copy_kind = _strings(g.column("copy_kind"))
-    dst = _memory_kind(g, "dst_kind")
-    d2h = (copy_kind == "DtoH") & (gcall >= 0) & ~np.isin(gcall, call)
-    d2h[d2h] = (dst[d2h] == "pageable") | (np.char.find(api_name[gcall[d2h]].astype(str), "Async") < 0)
-    c = gcall[d2h]
-    lane = np.concatenate([lane, ctx.gpu_lane[d2h]])
-    call = np.concatenate([call, c])
-    w_start = np.concatenate([w_start, np_col(api, "start_ns")[c]])
-    w_end = np.concatenate([w_end, np_col(api, "end_ns")[c]])
-    # Without the wait the host would have gone on that much earlier, so at most the wait of
-    # the GPU's idle time after it can be won back.
-    idle_end = np.minimum(_idle_after(ctx, lane, w_end), w_end + (w_end - w_start))
-    return Evidence("host_sync", api_op[call], lane, w_end, idle_end, {"wait_ns": w_end - w_start})
 
 
 def _innermost_at(ctx: Context, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -190,26 +138,74 @@ def _launch_threads(ctx: Context) -> np.ndarray:
     return main
 
 
-def copies(ctx: Context) -> list[Evidence]:
-    """Pageable host<->device copies (their GPU time), and many small copies from one op (the
-    time of their API calls)."""
+def uncovered(ctx: Context, rows: np.ndarray, cover: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The time of GPU op ``rows`` on their lanes that no GPU op of ``cover`` (a mask) runs in:
+    (owner row, start, end) of each piece, absolute times. A piece belongs to the op of
+    ``rows`` that started last before it (the one running at its start)."""
+    g = ctx.report.gpu_ops
+    s, e = ctx.enc(ctx.gpu_lane, np_col(g, "start_ns")), ctx.enc(ctx.gpu_lane, np_col(g, "end_ns"))
+    pieces = spans.minus(spans.union(s[rows], e[rows]), spans.union(s[cover], e[cover]))
+    order = rows[np.argsort(s[rows], kind="stable")]
+    owner = order[np.maximum(np.searchsorted(s[order], pieces[0], "right") - 1, 0)] if len(order) else order
+    lane = pieces[0] // spans.LANE_NS
+    return owner, pieces[0] - lane * spans.LANE_NS + ctx.t0, pieces[1] - lane * spans.LANE_NS + ctx.t0
+
+
+def gpu_time(
+    ctx: Context,
+    kind: str,
+    rows: np.ndarray,
+    cover: np.ndarray,
+    figures: Mapping[str, np.ndarray],
+    event: np.ndarray | None = None,
+    group: np.ndarray | None = None,
+) -> Evidence:
+    """Evidence of GPU op ``rows`` for their time that no op of ``cover`` hides (pieces, see
+    :func:`uncovered`), with each row's ``figures`` on a row of its own that holds no time (so
+    a copy hidden under kernels still counts its bytes). ``event``/``group`` per row: what
+    the pieces of a row inherit (default: one occurrence per row)."""
+    order = np.argsort(rows, kind="stable")  # by row, to find each piece's row by a search
+    rows = rows[order]
+    event = rows if event is None else event[order]
+    group = None if group is None else group[order]
+    figures = {k: v[order] for k, v in figures.items()}
+    owner, start, end = uncovered(ctx, rows, cover)
+    at = np.searchsorted(rows, owner)
+    g = ctx.report.gpu_ops
+    op = np_col(g, "op_id", fill=-1)
+    s0 = np_col(g, "start_ns")[rows]
+    return Evidence(
+        kind,
+        np.concatenate([op[rows], op[owner]]),
+        np.concatenate([ctx.gpu_lane[rows], ctx.gpu_lane[owner]]),
+        np.concatenate([s0, start]),
+        np.concatenate([s0, end]),
+        {k: np.concatenate([v, np.zeros(len(owner), np.int64)]) for k, v in figures.items()},
+        event=np.concatenate([event, event[at]]),
+        group=None if group is None else np.concatenate([group, group[at]]),
+    )
+
+
+def copies(ctx: Context, blocking: np.ndarray) -> list[Evidence]:
+    """Host<->device copies whose host side is pageable memory, then every other copy, each
+    for its GPU time that no kernel hides, and many small copies from one op (the time of
+    their API calls). ``blocking``: GPU op rows of blocking copies, counted elsewhere."""
     g, api = ctx.report.gpu_ops, ctx.report.api_calls
-    kind = _strings(g.column("kind"))
-    src, dst = _memory_kind(g, "src_kind"), _memory_kind(g, "dst_kind")
-    copy_kind = _strings(g.column("copy_kind"))
+    src, dst = memory_kind(g, "src_kind"), memory_kind(g, "dst_kind")
     nbytes = np_col(g, "bytes", fill=0)
     op = np_col(g, "op_id", fill=-1)
-    s, e = np_col(g, "start_ns"), np_col(g, "end_ns")
-    memcpy = kind == "memcpy"
-    blocking = (copy_kind == "DtoH") & (dst == "pageable")  # a host sync: host_syncs has it
-    pageable = memcpy & ((src == "pageable") | (dst == "pageable")) & ~blocking
-    out = [
-        Evidence(
-            "pageable_copy", op[pageable], ctx.gpu_lane[pageable], s[pageable], e[pageable], {"bytes": nbytes[pageable]}
-        )
-    ]
+    memcpy = ctx.gpu_kind == "memcpy"
+    memcpy[blocking] = False
+    hide = ctx.compute | ctx.nccl
+    pageable = memcpy & ((src == "pageable") | (dst == "pageable"))
+    out = []
+    for name, rows in (
+        ("pageable_copy", np.flatnonzero(pageable)),
+        ("exposed_copies", np.flatnonzero(memcpy & ~pageable)),
+    ):
+        out.append(gpu_time(ctx, name, rows, hide, copy_figures(ctx, rows), group=ctx.direction[rows]))
     call = np_col(g, "api_call_id", fill=-1)
-    small = memcpy & ~pageable & ~blocking & (nbytes < SMALL_COPY_BYTES) & (call >= 0) & (op >= 0)
+    small = memcpy & ~pageable & (nbytes < SMALL_COPY_BYTES) & (call >= 0) & (op >= 0)
     if small.any():
         per_op = np.bincount(op[small], minlength=len(ctx.op_name))
         small &= per_op[np.maximum(op, 0)] >= SMALL_COPIES_MIN
@@ -227,12 +223,61 @@ def copies(ctx: Context) -> list[Evidence]:
     return out
 
 
+def copy_figures(ctx: Context, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Per copy: bytes (and by direction), one copy, its GPU time, whether host memory was pageable."""
+    gpu_ops = ctx.report.gpu_ops
+    nbytes = np_col(gpu_ops, "bytes", fill=0)[rows]
+    way = ctx.direction[rows]
+    src, dst = memory_kind(gpu_ops, "src_kind")[rows], memory_kind(gpu_ops, "dst_kind")[rows]
+    host = np.where(way == HTOD, src, np.where(way == DTOH, dst, None))
+    return {
+        "bytes": nbytes,
+        "htod_bytes": np.where(way == HTOD, nbytes, 0),
+        "dtoh_bytes": np.where(way == DTOH, nbytes, 0),
+        "copies": np.ones(len(rows), np.int64),
+        "pageable": (host == "pageable").astype(np.int64),
+        "copy_ns": (np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns"))[rows],
+    }
+
+
+def startup(ctx: Context) -> Evidence:
+    """Start-up inside the GPU timeline: calls that create a context or load code (by name),
+    and a kernel's first launch in its process when it takes over LAUNCH_SLOW_NS (lazy module
+    loading), for the GPU idle time they cover. Start-up before a lane's first GPU op is the
+    timeline's ``startup_ns`` (nvbridge.timeline), outside every finding."""
+    g, api = ctx.report.gpu_ops, ctx.report.api_calls
+    cls = cuda_api.classes(api.column("name"))
+    a_s, a_e = np_col(api, "start_ns"), np_col(api, "end_ns")
+    call = np_col(g, "api_call_id", fill=-1)
+    kernel = (ctx.gpu_kind == "kernel") & (call >= 0)
+    name_code, _ = codes(g.column("name"))
+    rows = np.flatnonzero(kernel)
+    rows = rows[np.lexsort((np_col(g, "start_ns")[rows], name_code[rows], ctx.gpu_lane[rows]))]
+    first = np.ones(len(rows), bool)  # the first launch of each kernel name on each lane
+    first[1:] = (name_code[rows][1:] != name_code[rows][:-1]) | (ctx.gpu_lane[rows][1:] != ctx.gpu_lane[rows][:-1])
+    rows = rows[first]
+    rows = rows[(a_e - a_s)[call[rows]] > LAUNCH_SLOW_NS]
+    setup = np.flatnonzero(cls == cuda_api.SETUP)
+    lane = np.concatenate([ctx.gpu_lane[rows], ctx.main_lane(np_col(api, "process_id", fill=-1)[setup])])
+    calls = np.concatenate([call[rows], setup])
+    keep = lane >= 0
+    lane, calls = lane[keep], calls[keep]
+    s, e = ctx.enc(lane, a_s[calls]), ctx.enc(lane, a_e[calls])
+    pieces = spans.minus(spans.union(s, e), ctx.busy)  # only the time the GPU waited
+    order = np.argsort(s, kind="stable")
+    at = order[np.maximum(np.searchsorted(s[order], pieces[0], "right") - 1, 0)] if len(order) else order
+    p_lane = pieces[0] // spans.LANE_NS
+    start, end = pieces[0] - p_lane * spans.LANE_NS + ctx.t0, pieces[1] - p_lane * spans.LANE_NS + ctx.t0
+    op = np_col(api, "op_id", fill=-1)[calls[at]] if len(at) else np.zeros(0, np.int64)
+    return Evidence("startup", op, p_lane, start, end, {"call_ns": end - start}, event=calls[at] if len(at) else at)
+
+
 def launch_bound(ctx: Context) -> Evidence:
     """Kernels that ran shorter than the API call that launched them, and kernels of op calls
     that launched many tiny ones: launching is the bottleneck (fewer, larger kernels:
     torch.compile, CUDA graphs). Only ops (by name and module) with LAUNCH_BOUND_MIN of them."""
     g, api = ctx.report.gpu_ops, ctx.report.api_calls
-    kernel = _strings(g.column("kind")) == "kernel"
+    kernel = ctx.gpu_kind == "kernel"
     call = np_col(g, "api_call_id", fill=-1)
     op = np_col(g, "op_id", fill=-1)
     k_ns = np_col(g, "end_ns") - np_col(g, "start_ns")
@@ -262,31 +307,11 @@ def launch_bound(ctx: Context) -> Evidence:
 
 
 def nccl_exposed(ctx: Context) -> Evidence:
-    """NCCL kernel time on a lane not overlapped by any other kernel of that lane."""
+    """NCCL kernel time on a lane not overlapped by any compute (kernels, memsets, graph launches) of that lane;
+    each exposed piece belongs to the NCCL kernel running at its start."""
     g = ctx.report.gpu_ops
-    kernel = _strings(g.column("kind")) == "kernel"
-    nccl = kernel & np.asarray(
-        pc.match_substring(g.column("name").cast("string"), "nccl", ignore_case=True)
-        .fill_null(False)
-        .to_numpy(zero_copy_only=False)
-    )
-    s, e = ctx.enc(ctx.gpu_lane, np_col(g, "start_ns")), ctx.enc(ctx.gpu_lane, np_col(g, "end_ns"))
-    exposed = spans.minus(spans.union(s[nccl], e[nccl]), spans.union(s[kernel & ~nccl], e[kernel & ~nccl]))
-    rows = np.flatnonzero(nccl)
-    rows = rows[np.argsort(s[rows], kind="stable")]
-    # each exposed piece lies inside the NCCL kernels' union: name it after the kernel that
-    # started last before the piece (the one running at its start)
-    k = rows[np.maximum(np.searchsorted(s[rows], exposed[0], "right") - 1, 0)] if len(rows) else rows
-    lane = exposed[0] // spans.LANE_NS
-    op = np_col(g, "op_id", fill=-1)[k] if len(k) else np.zeros(0, np.int64)
-    return Evidence(
-        "nccl_exposed",
-        op,
-        lane,
-        exposed[0] - lane * spans.LANE_NS + ctx.t0,
-        exposed[1] - lane * spans.LANE_NS + ctx.t0,
-        per_lane=True,
-    )
+    owner, start, end = uncovered(ctx, np.flatnonzero(ctx.nccl), ctx.compute)
+    return Evidence("nccl_exposed", np_col(g, "op_id", fill=-1)[owner], ctx.gpu_lane[owner], start, end, per_lane=True)
 
 
 def rank_skew(ctx: Context) -> Evidence:
@@ -319,13 +344,3 @@ def report_skew(ctx: Context, skew_by_step: Mapping[int, int]) -> Evidence:
     end = ctx.step_end[m] - lane * spans.LANE_NS + ctx.t0
     start = np.maximum(end - want[m], ctx.step_start[m] - lane * spans.LANE_NS + ctx.t0)
     return Evidence("rank_skew", np.full(len(lane), -1, np.int64), lane, start, end, per_lane=True)
-
-
-DETECTORS: tuple[Callable[[Context], Evidence | list[Evidence]], ...] = (
-    host_syncs,
-    copies,
-    launch_bound,
-    nccl_exposed,
-    rank_skew,
-    gpu_idle,
-)

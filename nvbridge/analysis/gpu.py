@@ -1,4 +1,9 @@
-"""The GPU header of a summary: per device, busy time, idle share, kernels and copy volume."""
+"""The GPU header of a summary: per device, busy time, idle share, kernels and copy volume.
+
+The figures follow the one timeline (nvbridge.timeline): a device's span runs from its first
+GPU op start to its last GPU op end, busy time is the union of its GPU ops, and the start-up
+its processes spent in CUDA calls before their first GPU op is reported beside the span.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import merged_intervals, np_col
+from nvbridge.timeline import GpuBounds, StartupTally
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +27,7 @@ class GpuHeader:
     device_id: int
     name: str | None
     busy_ns: int
-    span_ns: int
+    span_ns: int  # first GPU op start to last GPU op end (nvbridge.timeline)
     idle_share: float
     kernels: int
     gpu_ops: int
@@ -29,6 +35,9 @@ class GpuHeader:
     attributed_ns: int
     memcpy_bytes: Mapping[str, int]  # by copy direction (HtoD, DtoH, ...)
     report: str | None = None  # the report's source, where the header covers several reports
+    start_ns: int = 0  # the span's start and end
+    end_ns: int = 0
+    startup_ns: int = 0  # CUDA calls of its processes before their first GPU op: not in the span
 
 
 def _is(kind: pa.ChunkedArray | pa.Array, value: str) -> np.ndarray:
@@ -43,11 +52,16 @@ def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((e - s).sum())
 
 
-def gpu_header(gpu_ops: pa.Table, devices: pa.Table, report: str | None = None) -> list[GpuHeader]:
-    """Per device with GPU ops, in device order."""
+def gpu_header(
+    gpu_ops: pa.Table, devices: pa.Table, report: str | None = None, api_calls: pa.Table | None = None
+) -> list[GpuHeader]:
+    """Per device with GPU ops, in device order (start-up from ``api_calls``, 0 without)."""
     tally = GpuTally()
     tally.add(gpu_ops)
-    return tally.headers(devices, report)
+    startup = tally.startup()
+    if api_calls is not None:
+        startup.add(api_calls)
+    return tally.headers(devices, report, startup.result())
 
 
 class GpuTally:
@@ -55,10 +69,13 @@ class GpuTally:
     groups), so the GPU ops are never held whole; also what ``[no op]``, the peaks' device and
     MFU need of them."""
 
-    COLUMNS = ["op_id", "kind", "device_id", "start_ns", "end_ns", "bytes", "copy_kind"]
+    COLUMNS = ["op_id", "kind", "device_id", "process_id", "start_ns", "end_ns", "bytes", "copy_kind"]
 
     def __init__(self) -> None:
-        self.counts: dict[int, list[int]] = {}  # device -> [GPU ops, kernels, summed, attributed, first, last]
+        self.first_launched: dict[int, int] = {}  # process -> its first GPU op's start
+        self.bounds = GpuBounds()  # device -> (first GPU op start, last GPU op end)
+        self.processes: dict[int, set[int]] = {}  # device -> processes with GPU ops on it
+        self.counts: dict[int, list[int]] = {}  # device -> [GPU ops, kernels, summed, attributed]
         self.unattributed: dict[int, list[int]] = {}  # device -> [GPU ops no op launched, their ns]
         self._copies: dict[int, dict[str, int]] = {}
         # Busy time: the union of the intervals seen, kept as disjoint intervals; those ending
@@ -78,19 +95,24 @@ class GpuTally:
         )
         nbytes = np_col(gpu_ops, "bytes", fill=0)[memcpy]
         attributed = np_col(gpu_ops, "op_id", fill=-1) >= 0
+        self.bounds.add(gpu_ops)
+        proc = np_col(gpu_ops, "process_id", fill=-1)
+        for p in np.unique(proc[proc >= 0]).tolist():
+            low = int(s[proc == p].min())
+            self.first_launched[p] = min(self.first_launched.get(p, low), low)
         for d in np.unique(dev).tolist():
             m = dev == d
             dur = e[m] - s[m]
-            c = self.counts.setdefault(d, [0, 0, 0, 0, int(s[m].min()), int(e[m].max())])
+            c = self.counts.setdefault(d, [0, 0, 0, 0])
             c[0] += int(m.sum())
             c[1] += int((m & kernel).sum())
             c[2] += int(dur.sum())
             c[3] += int(dur[attributed[m]].sum())
-            c[4], c[5] = min(c[4], int(s[m].min())), max(c[5], int(e[m].max()))
             outside = self.unattributed.setdefault(d, [0, 0])
             outside[0] += int((~attributed[m]).sum())
             outside[1] += int(dur[~attributed[m]].sum())
             self._add_busy(d, s[m], e[m])
+            self.processes.setdefault(d, set()).update(np.unique(proc[m & (proc >= 0)]).tolist())
             mine = m[memcpy]
             copies = self._copies.setdefault(d, {})
             for k in set(copy[mine].tolist()):
@@ -106,12 +128,20 @@ class GpuTally:
             start, end = np.concatenate([self._busy[device][0], start]), np.concatenate([self._busy[device][1], end])
         self._busy[device] = merged_intervals(start, end)
 
-    def headers(self, devices: pa.Table, report: str | None = None) -> list[GpuHeader]:
-        """Per device with GPU ops, in device order."""
+    def startup(self) -> StartupTally:
+        """What counts the start-up, from the API calls, once every GPU op was added."""
+        return StartupTally(self.first_launched)
+
+    def headers(
+        self, devices: pa.Table, report: str | None = None, startup: Mapping[int, int] | None = None
+    ) -> list[GpuHeader]:
+        """Per device with GPU ops, in device order; ``startup``: ns per process
+        (:meth:`startup`)."""
         names = dict(zip(np_col(devices, "device_id", fill=-1).tolist(), devices.column("name").to_pylist()))
         out = []
         for d in sorted(self.counts):
-            n, kernels, summed, attributed, first, last = self.counts[d]
+            n, kernels, summed, attributed = self.counts[d][:4]
+            first, last = self.bounds.bounds[d]
             busy = self._busy_done.get(d, 0) + busy_ns(*self._busy[d])
             span = last - first
             out.append(
@@ -127,6 +157,9 @@ class GpuTally:
                     attributed_ns=attributed,
                     memcpy_bytes=dict(sorted(self._copies[d].items())),
                     report=report,
+                    start_ns=first,
+                    end_ns=last,
+                    startup_ns=sum((startup or {}).get(p, 0) for p in self.processes.get(d, ())),
                 )
             )
         return out

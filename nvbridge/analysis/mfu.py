@@ -75,9 +75,11 @@ def counted_once(report: Report) -> np.ndarray | None:
     return once
 
 
-def model_flops(report: Report, peaks: Peaks | None, gpus: int) -> dict[str, Any]:
+def model_flops(report: Report, peaks: Peaks | None, gpus: int, span_ns: int | None = None) -> dict[str, Any]:
     """Model FLOPs, their precision and MFU per ``ProfilerStep#N`` of ``report``, on ``gpus``
-    GPUs (those that ran GPU ops; at least 1)."""
+    GPUs (those that ran GPU ops; at least 1), and over the whole GPU timeline: ``span_ns``,
+    the GPU timelines summed over GPUs (nvbridge.timeline: first to last GPU op of each, the
+    start-up before it left out), so MFU = FLOPs / (span_ns x peak)."""
     if "flops" not in report.column_names("ops"):
         return {"flops": None, "unknown": "the dataset has no cost columns; convert the report again", "steps": []}
     once = counted_once(report)
@@ -121,11 +123,14 @@ def model_flops(report: Report, peaks: Peaks | None, gpus: int) -> dict[str, Any
         model = by_step.get(n, 0)
         value = 100 * model / (wall * 1e-9 * peak * 1e12 * gpus) if peak and wall > 0 else None
         steps.append({"step": n, "flops": model, "wall_ns": wall, "mfu_pct": value})
+    whole = 100 * total / (span_ns * 1e-9 * peak * 1e12) if peak and span_ns else None
     return {
         "flops": total,
         "precision": precision,
         "peak_tflops": peak,
         "gpus": gpus,
+        "span_ns": span_ns,
+        "mfu_pct": whole,
         "assumed_dtype_ops": assumed,
         "steps": sorted(steps, key=lambda s: s["step"]),
     }

@@ -86,12 +86,18 @@ def report_figures(report: Report, grouping: Grouping, device: int | None = None
         _gpu_pass(report, tally, None, 0)
     for _ in report.chunks("api_calls", ["start_ns", "end_ns"]):
         pass  # read for the check only: no API call ends before it starts
+    # the start-up: CUDA calls before each process's first GPU op (nvbridge.timeline), from the
+    # few row groups that start before the last of those (the rest are skipped unread)
+    startup = tally.startup()
+    if startup.until is not None:
+        for chunk in report.chunks("api_calls", startup.COLUMNS, (None, startup.until)):
+            startup.add(chunk)
     averages = finish(parts, grouping, cpu_total, gpu_total, tally.no_op(device))
     counts = {d: c[0] for d, c in tally.counts.items() if d >= 0}
     by_device = [counts.get(d, 0) for d in range(max(counts) + 1)] if counts else []
     return ReportFigures(
         averages,
-        tally.headers(report.devices, report.meta.get("source")),
+        tally.headers(report.devices, report.meta.get("source"), startup.result()),
         report.rows("ops"),
         open_at_end,
         steps,

@@ -98,7 +98,12 @@ def summarize(
         gpus += header
         # FLOPs figures (nvbridge.analysis.throughput): the peaks, then MFU per step of this report.
         peaks = peaks or figures.peaks(report.devices, device, peak_tflops, peak_gbps)
-        flops.append((facts[-1].label if len(sources) > 1 else "", model_flops(report, peaks, figures.gpus_used)))
+        flops.append(
+            (
+                facts[-1].label if len(sources) > 1 else "",
+                model_flops(report, peaks, figures.gpus_used, sum(d.span_ns for d in header)),
+            )
+        )
         devices.update(d.device_id for d in header)
         ops += figures.ops
         open_at_end += figures.open_at_end

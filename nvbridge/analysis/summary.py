@@ -58,9 +58,10 @@ SUMMARY_COLUMNS: dict[str, list[str]] = {
         "flags",
         *COST_COLUMNS,
     ],
-    "gpu_ops": ["op_id", "kind", "device_id", "start_ns", "end_ns", "bytes", "copy_kind"],
-    # API calls only for the check that no interval ends before it starts (dataset.load)
-    "api_calls": ["start_ns", "end_ns"],
+    "gpu_ops": ["op_id", "kind", "device_id", "process_id", "start_ns", "end_ns", "bytes", "copy_kind"],
+    # API calls: the start-up before each process's first GPU op (nvbridge.timeline), and the
+    # check that no interval ends before it starts (dataset.load)
+    "api_calls": ["process_id", "name", "start_ns", "end_ns"],
     "marks": [],
     "syncs": [],
     "threads": [],
@@ -375,6 +376,12 @@ def _no_op_row(schema: pa.Schema, calls: int, ns: int) -> pa.Table:
 
 
 def _with_averages(agg: pa.Table) -> pa.Table:
+    # unknown cost on every call: FLOPs and bytes null, as in the dataset (not the 0 summed)
+    if "flops" in agg.column_names:
+        unknown = np_col(agg, "unknown_calls", fill=0) >= np_col(agg, "calls", fill=0)
+        for name in ("flops", "bytes"):
+            values = pa.array(np_col(agg, name, fill=0), pa.int64(), mask=unknown)
+            agg = agg.set_column(agg.column_names.index(name), name, values)
     calls = agg.column("calls")
     agg = agg.append_column("cpu_avg_ns", pc.divide(agg.column("cpu_total_ns").cast(pa.float64()), calls))
     return agg.append_column("gpu_avg_ns", pc.divide(agg.column("gpu_total_ns").cast(pa.float64()), calls))

@@ -121,11 +121,14 @@ def rates(rows: pa.Table, peaks: Peaks | None) -> pa.Table:
 
 def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]:
     """Model FLOPs, their precision and MFU per ``ProfilerStep#N`` (docs/flops.md)."""
+    from nvbridge.analysis.gpu import gpu_header
     from nvbridge.analysis.mfu import model_flops
     from nvbridge.dataset import Report
 
     gpus = max(len(set(np_col(gpu_ops, "device_id", fill=-1).tolist()) - {-1}), 1)
-    return model_flops(Report({}, {"ops": ops}), peaks, gpus)
+    no_names = pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
+    span = sum(d.span_ns for d in gpu_header(gpu_ops, no_names))  # the summary header's spans
+    return model_flops(Report({}, {"ops": ops}), peaks, gpus, span)
 
 
 def _si(value: float | None, unit: str) -> str:
@@ -199,9 +202,10 @@ def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]])
             if fig["assumed_dtype_ops"]
             else ""
         )
+        whole = "" if fig.get("mfu_pct") is None else f", MFU {fig['mfu_pct']:.3g}% over the GPU timeline"
         lines.append(
             f"{where}model FLOPs {_si(fig['flops'], 'FLOP')} ({_runs_at(peaks, fig['precision'])} precision, "
-            f"{fig['gpus']} GPU){assumed}"
+            f"{fig['gpus']} GPU){whole}{assumed}"
         )
         if peaks is None:
             continue  # the peaks line says what MFU needs: not once per step

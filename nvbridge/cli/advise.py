@@ -17,7 +17,7 @@ from nvbridge.analysis.throughput import _si as si
 from nvbridge.cli._common import errors
 
 WIDTH = 100
-HEADER = f"{'#':>3}  {'finding':<14}  {'op (module)':<38}  {'step':>5}  {'count':>7}  {'at stake':>10}  {'share':>6}"
+HEADER = f"{'#':>3}  {'finding':<18}  {'op (module)':<36}  {'step':>5}  {'count':>7}  {'at stake':>10}  {'share':>6}"
 
 
 def _ms(ns: int) -> str:
@@ -26,17 +26,20 @@ def _ms(ns: int) -> str:
 
 def _op(f: Finding) -> str:
     text = f.op if not f.module else f"{f.op} ({f.module})"
-    return text if len(text) <= 38 else text[:37] + "~"
+    return text if len(text) <= 36 else text[:35] + "~"
 
 
 def _detail(f: Finding) -> str:
     """Where it happened, its own figures, and the fix, wrapped to the terminal."""
     figs = dict(f.figures)
     parts = [f"on {', '.join(f.lanes)}"]
-    if "wait_ns" in figs:
-        parts.append(f"host waited {_ms(figs['wait_ns'])}")
-    if "bytes" in figs and f.kind != "below_roofline":
+    if "copies" in figs:
+        parts.append(_copies(figs))
+    elif "bytes" in figs and f.kind != "below_roofline":
         parts.append(f"{figs['bytes']:,} bytes")
+    if "wait_ns" in figs:
+        calls = f" + {_ms(figs['call_ns'])} in the copy calls" if figs.get("call_ns") else ""
+        parts.append(f"host waited {_ms(figs['wait_ns'])}{calls}")
     if "kernel_ns" in figs:
         parts.append(f"kernels {_ms(figs['kernel_ns'])} vs launches {_ms(figs['launch_ns'])}")
     if f.kind == "below_roofline":
@@ -45,6 +48,39 @@ def _detail(f: Finding) -> str:
         parts.append(f"{_ms(f.own_ns - f.time_ns)} already counted above")
     text = "; ".join(parts) + ". " + f.fix
     return "\n".join(textwrap.wrap(text, WIDTH, initial_indent=" " * 5, subsequent_indent=" " * 5))
+
+
+def _copies(figs: dict[str, int]) -> str:
+    """Direction, volume, count, memory kind and rate of a copy finding."""
+    way = "HtoD" if figs.get("htod_bytes") else "DtoH" if figs.get("dtoh_bytes") else "device copies"
+    pageable = f", {figs['pageable']:,} from/to pageable memory" if figs.get("pageable") else ", pinned"
+    if way == "device copies":
+        pageable = ""
+    rate = f" at {si(figs['bytes'] / figs['copy_ns'] * 1e9, 'B/s')}" if figs.get("copy_ns") and figs["bytes"] else ""
+    n = figs["copies"]
+    return f"{way} {si(figs['bytes'], 'B') or '0 B'} in {n:,} cop{'y' if n == 1 else 'ies'}{pageable}{rate}"
+
+
+def _headline(advice: Advice) -> list[str]:
+    """Start-up outside the timeline, and what dominates the timeline."""
+    lines = []
+    if advice.startup_ns:
+        lines.append(f"Start-up: {_ms(advice.startup_ns)} in CUDA calls before the first GPU op, outside the timeline.")
+    top = advice.dominant
+    if top is None or not top.of_ns:
+        return lines
+    if top.category == "compute":
+        lines.append(f"Compute dominates: kernels run {100 * top.share:.1f}% of the GPU timeline.")
+        return lines
+    text = f"Dominant cost: {top.category}, {100 * top.share:.1f}% of the GPU timeline"
+    if top.category == "copies":
+        moved = ", ".join(f"{k} {si(v, 'B')}" for k, v in top.copy_bytes if v)
+        rate = f" at {top.copy_gbps:.1f} GB/s" if top.copy_gbps else ""
+        peak = (
+            f" (link peak {top.link_peak_gbps:g} GB/s)" if top.link_peak_gbps else " (link peak unknown: not recorded)"
+        )
+        text += f"; {moved}{rate}{peak}"
+    return lines + textwrap.wrap(text + ".", WIDTH, subsequent_indent="  ")
 
 
 def _roofline(f: Finding, figs: dict[str, int]) -> list[str]:
@@ -72,6 +108,7 @@ def render(advice: Advice, limit: int, steps: int) -> str:
         f"GPU timeline {_ms(advice.span_ns)} ({lanes}); findings cover {_ms(advice.at_stake_ns)} "
         f"({100 * share:.1f}%), each moment counted once."
     )
+    lines += _headline(advice)
     lines.append(
         f"Roofline peaks: {advice.peaks}"
         if advice.peaks
@@ -85,7 +122,7 @@ def render(advice: Advice, limit: int, steps: int) -> str:
         pct = 100 * f.time_ns / advice.span_ns if advice.span_ns else 0.0
         step = "-" if f.step is None else str(f.step)
         lines.append(
-            f"{i:>3}  {f.kind:<14}  {_op(f):<38}  {step:>5}  {f.count:>7,}  {_ms(f.time_ns):>10}  {pct:>5.1f}%"
+            f"{i:>3}  {f.kind:<18}  {_op(f):<36}  {step:>5}  {f.count:>7,}  {_ms(f.time_ns):>10}  {pct:>5.1f}%"
         )
         lines.append(_detail(f))
     if len(shown) < len(advice.findings):
@@ -109,6 +146,12 @@ def as_json(advice: Advice) -> dict[str, Any]:
         f["by_step"] = {str(k): v for k, v in f["by_step"]}
     for s, step in zip(out["steps"], advice.steps):
         s["idle_share"] = step.idle_share
+    if advice.dominant is not None:
+        top = out["dominant"]
+        top["by_category"] = dict(top["by_category"])
+        top["copy_bytes"] = dict(top["copy_bytes"])
+        top["share"] = advice.dominant.share
+        top["copy_gbps"] = advice.dominant.copy_gbps
     return out
 
 

@@ -45,9 +45,11 @@ def _rank_lines(summary: Summary) -> list[str]:
 def gpu_line(d: GpuHeader, several: bool) -> str:
     copies = ", ".join(f"{k} {human_bytes(v)}" for k, v in d.memcpy_bytes.items()) or "none"
     where = f"{d.report}: " if d.report and several else ""
+    # start-up (CUDA calls before the first GPU op) is beside the span, never in its idle share
+    startup = f", start-up {format_time(d.startup_ns / 1e3)} before it" if d.startup_ns else ""
     return (
         f"{where}GPU {d.device_id} ({d.name or 'unnamed'}): busy {format_time(d.busy_ns / 1e3)} of "
-        f"{format_time(d.span_ns / 1e3)} ({100 * d.idle_share:.1f}% idle), {plural(d.kernels, 'kernel')}, "
+        f"{format_time(d.span_ns / 1e3)} ({100 * d.idle_share:.1f}% idle){startup}, {plural(d.kernels, 'kernel')}, "
         f"{plural(d.gpu_ops, 'GPU op')}, memcpy: {copies}"
     )
 

@@ -26,7 +26,7 @@ from nvbridge.dataset_files import ReadErrors, outside_window
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import BATCH_ROWS, SUFFIXES, Tables, TraceStats, TraceWriter
 from nvbridge.export.chrome_text import API_COLUMNS, GPU_COLUMNS, OP_COLUMNS
-from nvbridge.timeline import in_window, step_spans, step_window_of
+from nvbridge.timeline import CaptureWindow, in_window, step_spans, step_window_of
 
 EVENT_TABLES = ("api_calls", "gpu_ops", "ops")  # the order they are written in: calls before GPU ops
 COLUMNS = {"ops": OP_COLUMNS, "api_calls": API_COLUMNS, "gpu_ops": GPU_COLUMNS}
@@ -118,23 +118,21 @@ class Plan:
 def plan(source: Source, start_ns: int | None, end_ns: int | None, processes: set[int] | None) -> Plan:
     """First pass over the time and process columns only."""
     kept, origin = 0, None
-    first: int | None = None
-    last: int | None = None
+    capture = CaptureWindow()  # the one timeline's capture window (nvbridge.timeline)
     pids: set[int] = set()
     for name in EVENT_TABLES:
         for chunk in source.chunks(name, SPAN_COLUMNS, (None, None)):
             if not chunk.num_rows:
                 continue
-            start, end = np_col(chunk, "start_ns"), np_col(chunk, "end_ns")
-            first = int(start.min()) if first is None else min(first, int(start.min()))
-            last = int(end.max()) if last is None else max(last, int(end.max()))
+            start = np_col(chunk, "start_ns")
+            capture = capture.add(chunk)
             pids.update(np.unique(np_col(chunk, "process_id", fill=-1)).tolist())
             keep = in_window(chunk, start_ns, end_ns, processes)
             if keep.any():
                 kept += int(keep.sum())
                 low = int(start[keep].min())
                 origin = low if origin is None else min(origin, low)
-    return Plan(origin or 0, start_ns, end_ns, kept, first, last, frozenset(pids - {-1}))
+    return Plan(origin or 0, start_ns, end_ns, kept, capture.start_ns, capture.end_ns, frozenset(pids - {-1}))
 
 
 def first_event_ns(source: str | os.PathLike[str] | Tables) -> int:

@@ -46,6 +46,7 @@ from nvbridge.readers.nsys_tables import (
     normalize_ranges,
     normalize_syncs,
     nvtx_others,
+    sync_type_labels,
     thread_table,
 )
 from nvbridge.readers.slabs import Slab, plan
@@ -98,7 +99,7 @@ def read(db: Database) -> RawProfile:
         strings = checked_strings(raw["strings"])
         api = normalize_api_calls(raw["runtime"], strings)
         gpu = gpu_ops(raw, strings)
-        syncs = normalize_syncs(raw["sync"])
+        syncs = normalize_syncs(raw["sync"], sync_type_labels(db))
         marks, thread_names, domains = nvtx_others(raw["nvtx_other"], strings)
         ranges = normalize_ranges(raw["nvtx"], strings, domains)
     threads = thread_table(db, strings, ranges, api, thread_names)
@@ -169,7 +170,7 @@ class Stream:
             window_rows // SLAB_SHARE,
             latest=None,  # only the API calls' latest end bounds the capture
         )
-        syncs = db.submit(*WHOLE_TABLES["sync"], then=normalize_syncs)
+        syncs = db.submit(*WHOLE_TABLES["sync"], then=functools.partial(normalize_syncs, labels=sync_type_labels(db)))
         if db.has("NVTX_EVENTS"):
             db.require("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
             wanted = RANGE_TYPES + (NVTX_MARK, NVTX_THREAD_NAME, NVTX_DOMAIN_CREATE)

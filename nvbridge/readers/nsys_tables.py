@@ -56,8 +56,16 @@ MEM_KINDS = {
     6: "managed static",
     7: "unknown",
 }
-# ENUM_CUPTI_SYNC_TYPE.
+# ENUM_CUPTI_SYNC_TYPE. Only a label: the codes exports store drift across versions (SCHEMA.md 1.5),
+# so what a sync did is read from its API call (nvbridge.cuda_api), never from this code.
 SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait", 3: "Stream sync", 4: "Context sync"}
+# The enum's own names, for a file that has the table (its ids are read, not assumed).
+_SYNC_ENUM_NAMES = {
+    "EVENT_SYNCHRONIZE": "Event sync",
+    "STREAM_WAIT_EVENT": "Stream wait",
+    "STREAM_SYNCHRONIZE": "Stream sync",
+    "CONTEXT_SYNCHRONIZE": "Context sync",
+}
 # ENUM_NSYS_EVENT_CLASS for CUPTI_ACTIVITY_KIND_RUNTIME.eventClass.
 API_KINDS = {0: "runtime", 1: "driver"}
 
@@ -130,6 +138,7 @@ SYNC = [
     Column("correlation_id", "correlationId"),
     Column("process_key", "globalPid"),
     Column("sync_type_id", "syncType"),
+    Column("deprecated_sync_type_id", "deprecatedSyncType"),  # 2025.1: syncType 0, the code here
 ]
 
 # Every table but NVTX_EVENTS, read whole; the largest first.
@@ -267,9 +276,26 @@ def domain_names(pid: np.ndarray, domain_id: np.ndarray, names: dict[tuple[int, 
     )
 
 
-def normalize_syncs(syncs: pa.Table) -> pa.Table:
+def sync_type_labels(db: Database) -> dict[int, str]:
+    """Labels of the sync codes, from the file's ``ENUM_CUPTI_SYNC_TYPE`` where it has one."""
+    if not db.has("ENUM_CUPTI_SYNC_TYPE"):
+        return dict(SYNC_TYPES)
+    enum = db.read_table("ENUM_CUPTI_SYNC_TYPE", [Column("id", "id", required=True), Column("name", "name", "str")])
+    labels = {}
+    for code, name in zip(np_col(enum, "id").tolist(), enum.column("name").to_pylist()):
+        suffix = next((k for k in _SYNC_ENUM_NAMES if (name or "").endswith(k)), None)
+        labels[int(code)] = _SYNC_ENUM_NAMES[suffix] if suffix else "Unknown"
+    return labels
+
+
+def normalize_syncs(syncs: pa.Table, labels: Mapping[int, str] = SYNC_TYPES) -> pa.Table:
     times(WHOLE_TABLES["sync"][0], syncs, raw_names(SYNC))
-    syncs = set_column(syncs, "sync_type", lookup(np_col(syncs, "sync_type_id", fill=0), SYNC_TYPES))
+    code = np_col(syncs, "sync_type_id", fill=0)
+    if "deprecated_sync_type_id" in syncs.column_names:  # 2025.1 moved the code there, left 0 here
+        old = np_col(syncs, "deprecated_sync_type_id", fill=-1)
+        code = np.where((code == 0) & (old >= 0), old, code)
+        syncs = syncs.drop_columns(["deprecated_sync_type_id"])
+    syncs = set_column(syncs, "sync_type", lookup(code, dict(labels)))
     return syncs.drop_columns(["sync_type_id"]).replace_schema_metadata(None)
 
 

@@ -21,6 +21,7 @@ from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import align_gpu_ops, blob_u32, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
 from nvbridge.readers._column import Column
 from nvbridge.readers._db import Database
+from nvbridge.readers.cupti_cbids import DRIVER_CBIDS, RUNTIME_CBIDS
 from nvbridge.readers.devices import clock_mhz, compute_capability, devices_table, gbps, sm_count
 from nvbridge.readers.nsys_tables import COPY_KINDS, MEM_KINDS, SYNC_TYPES, checked_strings
 from nvbridge.readers.validate import BadRows, names_found, no_nulls, raw_names, unique
@@ -29,51 +30,6 @@ from nvbridge.readers.validate import times as check_times
 K = "CUPTI_ACTIVITY_KIND_"
 MARKER_INSTANT, MARKER_START, MARKER_END = 1, 2, 4
 OBJECT_KIND_PROCESS, OBJECT_KIND_THREAD = 1, 2
-
-# cupti_runtime_cbid.h / cupti_driver_cbid.h: the calls PyTorch-era captures contain.
-RUNTIME_CBIDS = {
-    10: "cudaGetLastError",
-    13: "cudaLaunch",
-    16: "cudaSetDevice",
-    17: "cudaGetDevice",
-    20: "cudaMalloc",
-    22: "cudaFree",
-    31: "cudaMemcpy",
-    41: "cudaMemcpyAsync",
-    49: "cudaMemset",
-    51: "cudaMemsetAsync",
-    126: "cudaThreadSynchronize",
-    131: "cudaStreamSynchronize",
-    135: "cudaEventRecord",
-    137: "cudaEventSynchronize",
-    138: "cudaEventQuery",
-    147: "cudaStreamWaitEvent",
-    165: "cudaDeviceSynchronize",
-    211: "cudaLaunchKernel",
-    213: "cudaLaunch_ptsz",
-    214: "cudaLaunchKernel_ptsz",
-    225: "cudaMemcpyAsync_ptsz",
-    235: "cudaMemsetAsync_ptsz",
-    251: "cudaFuncGetAttributes",
-    269: "cudaLaunchCooperativeKernel",
-    284: "cudaLaunchHostFunc",
-    311: "cudaGraphLaunch",
-    312: "cudaGraphLaunch_ptsz",
-    317: "cudaStreamIsCapturing",
-    370: "cudaEventRecordWithFlags",
-    430: "cudaLaunchKernelExC",
-    431: "cudaLaunchKernelExC_ptsz",
-}
-DRIVER_CBIDS = {
-    17: "cuCtxSynchronize",
-    126: "cuStreamSynchronize",
-    306: "cuMemcpyAsync",
-    307: "cuLaunchKernel",
-    442: "cuLaunchKernel_ptsz",
-    477: "cuLaunchCooperativeKernel",
-    514: "cuGraphLaunch",
-    652: "cuLaunchKernelEx",
-}
 
 # Sample rows (net.sql, torch 1.4): flags=2 timestamp=1583978808645121207 id=1
 # objectKind=2 objectId=x'423E00004037DCEA00000000' name=3 ('embedding, seq = 65') domain=0
