@@ -11,6 +11,8 @@ expressions for the rest; no Python per row):
                ``nn.Module: encoder.layers.0.attn (MultiheadAttention)``, ``ProfilerStep#3``
 - PyProf:      ``{'mod': 'torch', 'op': 'embedding', 'args': [...]}`` and ``{'traceMarker': [...]}``
                (rare, old captures: parsed per row with ``ast.literal_eval``)
+- torch 0.4/1.0 C++ node classes, as ``typeid`` names them (nvprof 2018 reports):
+               ``N5torch8autograd5CloneE`` -> ``torch::autograd::Clone`` (demangled)
 - anything else (NCCL, user ranges) passes through: ``op_name`` is the whole name.
 
 A name never makes the parser fail; what it cannot read stays in ``op_name``.
@@ -22,6 +24,7 @@ import ast
 import json
 from typing import Any
 
+import cxxfilt
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -95,10 +98,10 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     names = names.cast(pa.string()).fill_null("")
     n = len(names)
     cols, node, evaluate = _decorations(names)
-    op = cols.pop("op")
+    op, demangled = _demangle_types(cols.pop("op"))
     stashed = cols.pop("stashed")
     seq = cols["seq"]
-    if node is None or evaluate is None:
+    if node is None or evaluate is None or demangled:
         evaluate, node = _backward_marks(op)
     # A node needs a seq; fwd_tid marks a backward node of nvbridge's observer whatever its
     # class name (CopySlices).
@@ -136,6 +139,33 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     if len(pyprof):
         _pyprof(names, pyprof, out)
     return pa.table(out, schema=PARSED_SCHEMA)
+
+
+# An Itanium-mangled nested type name (what ``typeid(...).name()`` gives): N, then length-prefixed
+# identifiers (two or more: N...E encodes a nested name), then E. torch 0.4 and 1.0 named C++
+# autograd nodes so (nvprof 2018 reports).
+MANGLED_TYPE = r"^N(?:[1-9][0-9]*[A-Za-z_][A-Za-z0-9_]*){2,}E$"
+
+
+def _demangle_types(op: pa.Array) -> tuple[pa.Array, bool]:
+    """``op`` with mangled type names (MANGLED_TYPE) demangled, each distinct one once; and
+    whether any was. A name cxxfilt refuses stays as it is."""
+    if not len(op) or not pc.any(pc.starts_with(op, "N")).as_py():
+        return op, False
+    mask = pc.fill_null(pc.match_substring_regex(op, MANGLED_TYPE), False)
+    if not pc.any(mask).as_py():
+        return op, False
+    found = op.filter(mask).dictionary_encode()
+    readable = pa.array([_demangled(str(text)) for text in found.dictionary.to_pylist()], pa.string())
+    return pc.replace_with_mask(op, mask, readable.take(found.indices)), True
+
+
+def _demangled(text: str) -> str:
+    """``N5torch8autograd5CloneE`` -> ``torch::autograd::Clone``; ``text`` if it is not a type name."""
+    try:
+        return str(cxxfilt.demangle(text, external_only=False))
+    except Exception:  # cxxfilt raises its own errors on anything __cxa_demangle rejects
+        return text
 
 
 def _backward_marks(op: pa.Array) -> tuple[pa.Array, pa.Array]:
