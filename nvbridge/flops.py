@@ -93,9 +93,9 @@ def op_cost(
             convolutions need ``stride``, ``padding``, ``dilation``, ``transposed``,
             ``output_padding``, ``groups`` (their backward ``output_mask``), einsum its
             ``equation``; ``beta`` 0 leaves the addmm family's input unread.
-        inferred: the compute dtype the op's kernels' names carry (nvbridge.kernel_dtypes): the
-            precision the GPU computed in (TF32, autocast's bfloat16), which the op takes over
-            its recorded inputs'; tensors without a recorded dtype take its element size.
+        inferred: the compute dtype the op's kernels' names carry (nvbridge.kernel_dtypes), for
+            an op whose inputs' dtypes were not recorded (torch's own names, user ranges): its
+            compute dtype then, and its tensors' element size.
 
     Returns:
         The op's Cost; flops/bytes None where the op or its shapes are not understood.
@@ -104,7 +104,9 @@ def op_cost(
     known = [d for d in (dtypes or []) if d and d != "-"]
     # The compute precision: the first floating-point input's (embedding indices are int64).
     floating = [d for d in known if PRECISION.get(d, "int8") != "int8"]
-    dtype = inferred or (floating[0] if floating else known[0] if known else None)
+    recorded = floating[0] if floating else known[0] if known else None
+    inferred = None if recorded is not None else inferred  # what was recorded comes first
+    dtype = recorded or inferred
     assumed = dtype is None
     elt = DTYPE_BYTES.get(dtype or ASSUMED_DTYPE, 4)
     if shapes is None:

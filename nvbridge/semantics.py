@@ -70,7 +70,7 @@ def annotate(
         index: forward ops of earlier windows; this window's are added.
         carried: the links of the carried rows.
         kernel_dtype: per row, the compute dtype its kernels' names carry (nvbridge.kernel_dtypes;
-            null: none), which its cost takes over the recorded dtypes.
+            null: none), which its cost takes where no dtype was recorded.
 
     Returns:
         (columns to append to the ops, the parsed state to carry for still-open rows, links).

@@ -17,6 +17,7 @@ from torch.utils import flop_counter  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from nvbridge.flop_args import PARAMETERS  # noqa: E402
+from nvbridge.flop_tables import SDPA_BWD, SDPA_FWD  # noqa: E402
 from nvbridge.flops import _cost_of_text, op_cost  # noqa: E402
 
 aten = torch.ops.aten
@@ -198,3 +199,24 @@ def test_cpu_flash_attention_counts_as_torchs_flash_formula(q: tuple[int, ...], 
     assert backward == counts["aten._scaled_dot_product_flash_attention_for_cpu_backward"] > 0
     # The composite is not counted: it holds one of the kernels (or, on the math path, bmm).
     assert op_cost("aten::scaled_dot_product_attention", [q, k, k, (), (), (), ()]).flops is None
+
+
+OUTSIDE_THE_REGISTRY = sorted(
+    name
+    for name in SDPA_FWD | SDPA_BWD
+    if not name.startswith("flex_") and getattr(aten, name, None) not in flop_counter.flop_registry
+)
+
+
+@pytest.mark.parametrize("name", OUTSIDE_THE_REGISTRY)
+def test_attention_kernels_outside_the_registry_use_torchs_formulas(name: str) -> None:
+    """Kernels FlopCounterMode's registry does not name (CPU flash, other backends' fused kernel,
+    MPS's math kernel, their backward): torch's sdpa formulas on the same leading arguments
+    (query, key, value; grad_out, query, key, value), grouped-query heads too."""
+    q, k = (2, 4, 8, 16), (2, 2, 10, 16)
+    sdpa = cast(Any, flop_counter.sdpa_flop).__wrapped__
+    sdpa_backward = cast(Any, flop_counter.sdpa_backward_flop).__wrapped__
+    if name in SDPA_BWD:
+        assert op_cost(f"aten::{name}", [q, q, k, k]).flops == sdpa_backward(q, q, k, k, out_shape=None) > 0
+    else:
+        assert op_cost(f"aten::{name}", [q, k, k]).flops == sdpa(q, k, k, out_shape=None) > 0

@@ -4,6 +4,7 @@ kernels launched in its range, computed here from the raw rows."""
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import Counter
 from pathlib import Path
@@ -138,10 +139,13 @@ def test_subtree_min_takes_each_rows_lowest_descendant() -> None:
         assert subtree_min(parent, own).tolist() == expected.tolist()
 
 
-def _expected_by_range(path: Path) -> Counter[tuple[int, int, int, str | None]]:
-    """(start, end, thread, dtype) of every closed push/pop range, the dtype from the kernels
-    launched by the runtime calls inside it on its thread (raw SQL, then the class rules)."""
-    ranges = raw(path, "SELECT start, end, globalTid FROM NVTX_EVENTS WHERE eventType = 59 AND end IS NOT NULL")
+def _kernel_dtype_by_range(path: Path) -> list[tuple[tuple[int, int, int], str, str | None]]:
+    """Per closed push/pop range: ((start, end, thread), its text, the dtype of the kernels
+    launched by the runtime calls inside it on its thread), from raw SQL and the class rules."""
+    ranges = raw(
+        path,
+        "SELECT start, end, globalTid, coalesce(text, '') FROM NVTX_EVENTS WHERE eventType = 59 AND end IS NOT NULL",
+    )
     launches = raw(
         path,
         """SELECT r.start, r.end, r.globalTid, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r
@@ -153,49 +157,55 @@ def _expected_by_range(path: Path) -> Counter[tuple[int, int, int, str | None]]:
     codes = {name: name_code(name) for (_, _, _, name) in launches}
     for start, end, tid, name in launches:
         by_thread.setdefault(int(tid), []).append((int(start), int(end), codes[name]))
-    out: Counter[tuple[int, int, int, str | None]] = Counter()
-    for start, end, tid in ranges:
+    out = []
+    for start, end, tid, text in ranges:
         inside = [c for s, e, c in by_thread.get(int(tid), []) if s >= start and e <= end]
-        out[(int(start), int(end), int(tid) & 0xFFFFFF, dtype(min(inside, default=NONE)))] += 1
+        out.append(((int(start), int(end), int(tid) & 0xFFFFFF), str(text), dtype(min(inside, default=NONE))))
     return out
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "nsys-2024.2-pyprof-markers.sqlite",
-        "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite",
-        "nsys-2024.6-nvfuser-cpp-nvtx.sqlite",
-        "nsys-2022.1-dlprof-torch-seq.sqlite",
-        "nsys-2026.2-windows-cs336.sqlite",
-    ],
-)
-def test_each_op_takes_the_dtype_of_the_kernels_in_its_range(name: str) -> None:
+KERNEL_FILES = [
+    "nsys-2024.2-pyprof-markers.sqlite",
+    "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite",
+    "nsys-2024.6-nvfuser-cpp-nvtx.sqlite",
+    "nsys-2022.1-dlprof-torch-seq.sqlite",
+    "nsys-2026.2-windows-cs336.sqlite",
+]
+
+
+@pytest.mark.parametrize("name", KERNEL_FILES)
+def test_ops_without_recorded_dtypes_take_the_dtype_of_their_kernels(name: str) -> None:
+    """Every closed op that records no dtype (and inherits none from a forward op) has the
+    dtype of the kernels launched in its range, marked inferred; an op that records one keeps it."""
     path = real_db(name)
-    expected = _expected_by_range(path)
+    expected = Counter((key, kernels) for key, _, kernels in _kernel_dtype_by_range(path))
     ops = nvbridge.load(path).df("ops")
     closed = ops[(ops["flags"] == 0) & (ops["style"] == "push_pop")]
+    bare = closed[closed.input_dtypes.isna()]
     got = Counter(
-        (int(s), int(e), int(t), d if inferred == True else None)  # noqa: E712 (null: not inferred)
+        ((int(s), int(e), int(t)), d if inferred == True else None)  # noqa: E712 (null: not inferred)
         for s, e, t, d, inferred in zip(
-            closed.start_ns, closed.end_ns, closed.thread_id, closed.compute_dtype, closed.dtype_inferred
+            bare.start_ns, bare.end_ns, bare.thread_id, bare.compute_dtype, bare.dtype_inferred
         )
     )
     assert sum(got.values()) > 10
-    assert not got - expected  # every closed op's dtype is the one its range's kernels give
-    assert sum(1 for k in got if k[3] is not None) >= 5
+    assert not got - expected  # each such op's dtype is the one its range's kernels give
+    assert sum(n for k, n in got.items() if k[1] is not None) >= 5
+    recorded = closed[closed.input_dtypes.notna()]
+    assert not (recorded.dtype_inferred == True).any()  # noqa: E712
 
 
-def test_inferred_dtypes_agree_with_the_dtypes_pyprof_recorded() -> None:
-    """Where markers record their tensors' dtypes and the kernels name one too, they agree, but
-    for float32 that ran as TF32 (cuDNN's default on Ampere): the kernels show what ran."""
+def test_kernel_dtypes_agree_with_the_dtypes_pyprof_recorded() -> None:
+    """Where a PyProf marker records its tensors' dtypes (raw text) and its range's kernels name
+    one, they agree, but for float32 that ran as TF32 (cuDNN's default on Ampere)."""
     seen: Counter[tuple[str, str]] = Counter()
     for name in ("nsys-2024.2-pyprof-markers.sqlite", "nsys-2022.1-dlprof-torch-seq.sqlite"):
-        ops = nvbridge.load(real_db(name)).df("ops")
-        both = ops[ops.input_dtypes.notna() & (ops.dtype_inferred == True)]  # noqa: E712
-        for recorded, inferred in zip(both.input_dtypes, both.compute_dtype):
-            floating = [d.strip() for d in recorded.strip("[]").split(",") if d.strip().startswith("float")]
+        for _, text, kernels in _kernel_dtype_by_range(real_db(name)):
+            if not text.startswith("{'mod'") or kernels is None:
+                continue
+            args = ast.literal_eval(text).get("args", [])
+            floating = [a["dtype"] for a in args if a.get("type") == "tensor" and "float" in str(a.get("dtype"))]
             if floating:
-                seen[(floating[0], inferred)] += 1
-    assert seen and set(seen) <= {("float32", "float32"), ("float32", "tf32"), ("float16", "float16")}
+                seen[(floating[0], kernels)] += 1
+    assert set(seen) <= {("float32", "float32"), ("float32", "tf32"), ("float16", "float16")}
     assert seen[("float32", "tf32")] > 0 and seen[("float32", "float32")] > 0

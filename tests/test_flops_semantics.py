@@ -125,17 +125,25 @@ def test_kernels_name_the_dtype_an_op_computed_in() -> None:
     assert (relu["compute_dtype"], relu["dtype_inferred"], relu["dtype_assumed"]) == ("float32", False, True)
 
 
-def test_kernels_override_recorded_float32_with_the_tf32_they_ran() -> None:
-    """A float32 matmul that ran TF32 tensor-core kernels (allow_tf32) compares with TF32's peak."""
+def test_recorded_dtypes_come_first_and_kernels_fill_in_tf32() -> None:
+    """An op that records its dtypes keeps them; one that records none (torch's own names) takes
+    the TF32 its kernels ran (allow_tf32) and compares with TF32's peak."""
     a, k = _launch(1, 12, "ampere_tf32_s1688gemm_tf32_128x128_ldg8_f2f_nn")
-    (mm,) = ops([_range(10, 200, MM.format(1))], [a], [k])
-    assert (mm["compute_dtype"], mm["dtype_inferred"], mm["input_dtypes"]) == ("tf32", True, "[f32, f32]")
-    assert mm["bytes"] == 4 * (24 + 18 + 12)
+    b, j = _launch(2, 212, "ampere_tf32_s1688gemm_tf32_128x128_ldg8_f2f_nn")
+    recorded, bare = ops(
+        [_range(10, 100, MM.format(1)), _range(210, 300, "aten::mm, op_id = 2, sizes = [[4, 6], [6, 3]]")],
+        [a, b],
+        [k, j],
+    )
+    assert (recorded["compute_dtype"], recorded["dtype_inferred"]) == ("f32", False)
+    assert (bare["compute_dtype"], bare["dtype_inferred"], bare["dtype_assumed"]) == ("tf32", True, False)
+    assert bare["bytes"] == recorded["bytes"] == 4 * (24 + 18 + 12)
 
 
 def test_what_an_open_op_learned_survives_the_windows_it_spans() -> None:
-    """An autocast call and a user range stay open across several windows of two ranges: the
-    inner call's dtypes and a kernel launched in an earlier window still decide their dtype."""
+    """An autocast call and a user range stay open across several windows of two or three
+    ranges: the inner call's dtypes and a kernel launched in an earlier window still decide
+    their dtype."""
     outer = "aten::linear, seq = 3, op_id = 1, sizes = [[4, 6], [3, 6], [3]], dtypes = [f32, f32, f32]"
     inner = "aten::linear, op_id = 5, sizes = [[4, 6], [3, 6], [3]], dtypes = [bf16, bf16, bf16]"
     a, k = _launch(1, 62, "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_nn")
@@ -156,8 +164,6 @@ def test_what_an_open_op_learned_survives_the_windows_it_spans() -> None:
             (r["name"], r["compute_dtype"], r["dtype_inferred"]) for r in one
         ]
     step, linear = one[0], one[1]
-    assert (step["compute_dtype"], step["dtype_inferred"]) == ("bfloat16", True)
-    assert (linear["compute_dtype"], linear["dtype_inferred"]) == ("bfloat16", True)
-    # Without the kernel (a CPU recording), the outer call takes its inner call's dtypes.
-    cpu = streamed(ranges, [], [], 2)
-    assert (cpu[1]["compute_dtype"], cpu[1]["dtype_assumed"]) == ("bf16", False)
+    assert (step["compute_dtype"], step["dtype_inferred"]) == ("bfloat16", True)  # no shapes: the kernels'
+    assert (linear["compute_dtype"], linear["dtype_inferred"], linear["dtype_assumed"]) == ("bf16", False, False)
+    assert streamed(ranges, [], [], 2)[1]["compute_dtype"] == "bf16"  # a CPU recording: the same
