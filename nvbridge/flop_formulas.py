@@ -226,3 +226,56 @@ def embedding(shapes: list[Shape], sizes: list[int]) -> tuple[int | None, int | 
     _need(len(weight) == 2, "embedding needs a 2-D weight")
     rows = prod(indices) * weight[1] * sizes[0]
     return 0, prod(indices) * sizes[1] + 2 * rows
+
+
+def _einsum_labels(term: str, shape: Shape, ellipsis: int) -> list[tuple[str, int]]:
+    """(label, size) per dimension of one operand; ``...`` takes its dimensions right-aligned as
+    labels "0", "1", ... (``ellipsis`` of them in the widest operand), as torch broadcasts them."""
+    if "..." not in term:
+        _need(len(term) == len(shape) and term.isalpha(), "einsum labels do not fit the shape")
+        return list(zip(term, shape))
+    head, tail = term.split("...", 1)
+    dims = len(shape) - len(head) - len(tail)
+    _need(dims >= 0 and (head + tail).isalpha(), "einsum labels do not fit the shape")
+    middle = [str(i) for i in range(ellipsis - dims, ellipsis)]
+    return list(zip([*head, *middle, *tail], shape))
+
+
+def einsum(equation: str, shapes: list[Shape], sizes: list[int], elt: int) -> tuple[int | None, int | None]:
+    """Two-operand ``einsum`` as torch computes it (aten's einsum -> sumproduct_pair -> bmm): a
+    label not in the output that only one operand has above size 1 is summed first (not counted);
+    the bmm multiplies batch (in both and the output), left-only, right-only and contracted
+    labels: 2 * their sizes' product, what FlopCounterMode counts. Without a contracted label
+    torch multiplies elementwise (``mul``), which FlopCounterMode does not count: unknown here, as
+    are one or three and more operands (torch may reorder those) and repeated labels (diagonals)."""
+    tensors = [(s, b) for s, b in zip(shapes, sizes) if s]
+    text = equation.replace(" ", "")
+    inputs, arrow, output = text.partition("->")
+    terms = inputs.split(",")
+    _need(len(terms) == 2 == len(tensors), "einsum of other than two operands")
+    ellipsis = (
+        max(len(s) - len(t.replace("...", "")) for t, (s, _) in zip(terms, tensors) if "..." in t)
+        if ("..." in inputs)
+        else 0
+    )
+    a, b = (dict(_einsum_labels(t, s, ellipsis)) for t, (s, _) in zip(terms, tensors))
+    for term, labels in zip(terms, (a, b)):
+        _need(len(labels) == len(term.replace("...", "")) + sum(k.isdigit() for k in labels), "einsum diagonal")
+    if arrow:
+        out = [*output.replace("...", "".join(str(i) for i in range(ellipsis)))]
+    else:  # implicit: the broadcast dimensions, then labels seen once, alphabetically
+        once = [k for k in {**a, **b} if not k.isdigit() and (k in a) != (k in b)]
+        out = [str(i) for i in range(ellipsis)] + sorted(once)
+    out = [k for k in out if k in a or k in b]
+    multiplied, contracted = 1, False
+    for label in {**a, **b}:
+        left, right = a.get(label, 1), b.get(label, 1)
+        _need(left == right or left == 1 or right == 1, "einsum sizes do not broadcast")
+        if label in out:
+            multiplied *= max(left, right)
+        elif left > 1 and right > 1:
+            multiplied *= left
+            contracted = True
+    _need(contracted, "einsum without a contracted label: torch multiplies elementwise")
+    result = prod(max(a.get(k, 1), b.get(k, 1)) for k in out)
+    return 2 * multiplied, sum(prod(s) * n for s, n in tensors) + result * elt

@@ -83,20 +83,43 @@ CONV_FWD = {
     "conv_transpose2d",
     "conv_transpose3d",
     "mkldnn_convolution",
+    # Backend convolutions torch dispatches to (nested in aten::convolution)
+    "_convolution_mode",
+    "thnn_conv2d",
+    "slow_conv_dilated2d",
+    "slow_conv_dilated3d",
+    "slow_conv_transpose2d",
+    "slow_conv_transpose3d",
+    "_conv_depthwise2d",
+    "conv_depthwise3d",
+    "miopen_convolution",
+    "miopen_convolution_transpose",
+    "miopen_depthwise_convolution",
+    "_nnpack_spatial_convolution",
+    "cudnn_convolution_relu",
+    "cudnn_convolution_add_relu",
 }
+# Every attention kernel torch's scaled_dot_product_attention dispatches to (flash, memory-efficient,
+# cuDNN, CPU flash, other backends' fused kernel, MPS's math kernel), not the composite itself: it
+# holds one of these, or, on the math path (_scaled_dot_product_attention_math, also composite),
+# the bmm/baddbmm ops FlopCounterMode counts there.
 SDPA_FWD = {
     "_scaled_dot_product_efficient_attention",
     "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_attention_math_for_mps",
     "_flash_attention_forward",
     "_efficient_attention_forward",
-    "scaled_dot_product_attention",
     "flex_attention",
 }
 SDPA_BWD = {
     "_scaled_dot_product_efficient_attention_backward",
     "_scaled_dot_product_flash_attention_backward",
     "_scaled_dot_product_cudnn_attention_backward",
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "_scaled_dot_product_fused_attention_overrideable_backward",
     "_flash_attention_backward",
     "_efficient_attention_backward",
     "flex_attention_backward",
@@ -235,6 +258,8 @@ _NODE_FORWARD = {
     "ScaledDotProductEfficientAttention": "_scaled_dot_product_efficient_attention",
     "ScaledDotProductFlashAttention": "_scaled_dot_product_flash_attention",
     "ScaledDotProductCudnnAttention": "_scaled_dot_product_cudnn_attention",
+    "ScaledDotProductFlashAttentionForCpu": "_scaled_dot_product_flash_attention_for_cpu",
+    "ScaledDotProductFusedAttentionOverrideable": "_scaled_dot_product_fused_attention_overrideable",
 }
 _DUNDER = {
     "add": "add",

@@ -8,9 +8,10 @@ backward) and counts a causal mask as full. Beyond torch's registry: ``matmul``/
 output element), reductions (one per input element), softmax, norms; embeddings and copies move
 bytes and do no FLOPs; views do neither. Anything else is unknown (None), never zero.
 
-Backward nodes (``AddmmBackward0``) carry their forward op's shapes (nvbridge.semantics); they
-are counted as torch counts the backward of that op when every tensor input needs a gradient:
-twice the forward for matmuls, grad-input plus grad-weight for convolution.
+Backward nodes (``AddmmBackward0``) that record no sizes of their own carry their forward op's
+shapes (nvbridge.semantics); they are counted as torch counts the backward of that op when every
+tensor input needs a gradient: twice the forward for matmuls, grad-input plus grad-weight for
+convolution. Where nodes record their own sizes, the ops inside them carry the exact cost.
 
 Bytes are the tensors an op reads and writes once each: the sum of its input and output
 tensor sizes (a copy reads its source and writes its destination; a reduction counts its input).
@@ -29,7 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# Re-exported: nvbridge.flops is where callers find the dtype tables and base_name.
+# Re-exported: nvbridge.flops is where callers find the dtype tables, base_name and call_args.
+from nvbridge.flop_args import call_args as call_args
 from nvbridge.flop_tables import ASSUMED_DTYPE as ASSUMED_DTYPE
 from nvbridge.flop_tables import COMPARE, CONV_FWD, COPY, MATMUL_FWD, NORM, REDUCE, SDPA_BWD, SDPA_FWD, SOFTMAX, VIEW
 from nvbridge.flop_tables import DTYPE_BYTES as DTYPE_BYTES
@@ -42,12 +44,14 @@ Shape = tuple[int, ...]
 
 @dataclass(frozen=True, slots=True)
 class Cost:
-    """What one op does: FLOPs and bytes (None: unknown), and the dtype its bytes assumed."""
+    """What one op does: FLOPs and bytes (None: unknown), the dtype it computes in, whether that
+    was assumed (nothing recorded it) or inferred from its kernels' names."""
 
     flops: int | None
     bytes: int | None
     dtype: str | None
     dtype_assumed: bool
+    dtype_inferred: bool = False
 
 
 def precision(op_name: str, dtype: str | None) -> str:
@@ -64,12 +68,20 @@ def is_model_op(op_name: str) -> bool:
     backward, the families torch's FlopCounterMode counts."""
     base, _ = base_name(op_name)
     return (
-        base in MATMUL_FWD or base in CONV_FWD or base in SDPA_FWD or base in SDPA_BWD or base == "convolution_backward"
+        base in MATMUL_FWD
+        or base in CONV_FWD
+        or base in SDPA_FWD
+        or base in SDPA_BWD
+        or base in ("convolution_backward", "einsum")
     )
 
 
 def op_cost(
-    op_name: str, shapes: list[Shape] | None, dtypes: list[str | None] | None = None, args: dict[str, Any] | None = None
+    op_name: str,
+    shapes: list[Shape] | None,
+    dtypes: list[str | None] | None = None,
+    args: dict[str, Any] | None = None,
+    inferred: str | None = None,
 ) -> Cost:
     """FLOPs and bytes of one op.
 
@@ -77,8 +89,13 @@ def op_cost(
         op_name: the op or backward node name, as in the dataset's ``op_name``.
         shapes: one shape per argument (``()`` for a non-tensor), as in ``input_shapes``.
         dtypes: one dtype name per argument (None or ``-`` for a non-tensor); None: not recorded.
-        args: non-tensor arguments by name where known (``stride``, ``padding``, ``dilation``,
-            ``transposed``, ``output_padding``, ``groups``, ``output_mask``); convolutions need them.
+        args: non-tensor arguments by name where known (nvbridge.flop_args.call_args):
+            convolutions need ``stride``, ``padding``, ``dilation``, ``transposed``,
+            ``output_padding``, ``groups`` (their backward ``output_mask``), einsum its
+            ``equation``; ``beta`` 0 leaves the addmm family's input unread.
+        inferred: the compute dtype the op's kernels' names carry (nvbridge.kernel_dtypes), for
+            an op whose inputs' dtypes were not recorded (torch's own names, user ranges): its
+            compute dtype then, and its tensors' element size.
 
     Returns:
         The op's Cost; flops/bytes None where the op or its shapes are not understood.
@@ -87,11 +104,13 @@ def op_cost(
     known = [d for d in (dtypes or []) if d and d != "-"]
     # The compute precision: the first floating-point input's (embedding indices are int64).
     floating = [d for d in known if PRECISION.get(d, "int8") != "int8"]
-    dtype = floating[0] if floating else known[0] if known else None
+    recorded = floating[0] if floating else known[0] if known else None
+    inferred = None if recorded is not None else inferred  # what was recorded comes first
+    dtype = recorded or inferred
     assumed = dtype is None
     elt = DTYPE_BYTES.get(dtype or ASSUMED_DTYPE, 4)
     if shapes is None:
-        return Cost(None, None, dtype, assumed)
+        return Cost(None, None, dtype, assumed, inferred is not None)
     if op_name.startswith("torch.nn.functional.embedding") and len(shapes) >= 2:
         # PyProf's functional form takes (indices, weight); aten's embedding (weight, indices).
         shapes = [shapes[1], shapes[0], *shapes[2:]]
@@ -102,8 +121,8 @@ def op_cost(
     except (ValueError, IndexError, TypeError, ZeroDivisionError):
         flops, moved = None, None
     if flops is None and moved is None:
-        return Cost(None, None, None, True)
-    return Cost(flops, moved, dtype or ASSUMED_DTYPE, assumed)
+        return Cost(None, None, inferred, inferred is None, inferred is not None)
+    return Cost(flops, moved, dtype or ASSUMED_DTYPE, assumed, inferred is not None)
 
 
 def _elt(dtypes: list[str | None] | None, i: int, default: int) -> int:
@@ -126,7 +145,10 @@ def _cost(
 
     if base in MATMUL_FWD:
         flops, out = f.matmul(base, shapes)
-        moved = _nbytes(shapes, sizes) + prod(out) * elt
+        read = _nbytes(shapes, sizes)
+        if base in ("addmm", "baddbmm", "addbmm") and args.get("beta", 1) == 0 and not backward:
+            read -= _nbytes(shapes[:1], sizes[:1])  # beta = 0: the input is never read
+        moved = read + prod(out) * elt
         # The backward reads the inputs and the output's gradient and writes the inputs' gradients.
         return (2 * flops, 2 * moved) if backward else (flops, moved)
     if base in CONV_FWD:
@@ -137,6 +159,8 @@ def _cost(
         return f.attention(base, shapes, backward, elt)
     if base in SDPA_BWD:
         return f.attention_backward(base, shapes, elt)
+    if base == "einsum" and not backward:
+        return f.einsum(str(args.get("equation", "")), shapes, sizes, elt)
     if backward:
         return None, None
     tensors = [s for s in shapes if s]
@@ -165,66 +189,50 @@ def _cost(
 
 
 COST_SCHEMA = pa.schema(
-    [("flops", pa.int64()), ("bytes", pa.int64()), ("compute_dtype", pa.string()), ("dtype_assumed", pa.bool_())]
+    [
+        ("flops", pa.int64()),
+        ("bytes", pa.int64()),
+        ("compute_dtype", pa.string()),
+        ("dtype_assumed", pa.bool_()),
+        ("dtype_inferred", pa.bool_()),
+    ]
 )
-
-
-# Non-tensor parameters by position (from the first), with defaults where the signature has
-# them: what PyProf's recorded argument values mean for the ops whose cost needs them.
-_CONV_ND = (("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))
-_CONV_T = (("stride", 1), ("padding", 0), ("output_padding", 0), ("groups", 1), ("dilation", 1))
-_CONV_ATEN = (
-    ("stride", None),
-    ("padding", None),
-    ("dilation", None),
-    ("transposed", None),
-    ("output_padding", None),
-    ("groups", None),
-)
-_PARAMETERS = {
-    **dict.fromkeys(("conv1d", "conv2d", "conv3d"), (3, _CONV_ND)),
-    **dict.fromkeys(("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"), (3, _CONV_T)),
-    **dict.fromkeys(("convolution", "_convolution"), (3, _CONV_ATEN)),
-}
-
-
-def call_args(op_name: str, values: list[Any]) -> dict[str, Any]:
-    """Named parameters from recorded argument values (``{"name": value}`` items by name, the
-    others by position), defaults filled in; empty for ops whose cost needs none."""
-    base, _ = base_name(op_name)
-    first, params = _PARAMETERS.get(base, (0, ()))
-    out = {name: default for name, default in params if default is not None}
-    for i, value in enumerate(values):
-        if isinstance(value, dict):
-            out.update(value)
-        elif first <= i < first + len(params) and value is not None:
-            out[params[i - first][0]] = value
-    return out
 
 
 @lru_cache(maxsize=1 << 16)
-def _cost_of_text(op_name: str, shapes: str | None, dtypes: str | None, values: str | None = None) -> Cost:
-    """op_cost of one distinct (name, sizes, dtypes, values text): a training loop repeats them."""
+def _cost_of_text(
+    op_name: str, shapes: str | None, dtypes: str | None, values: str | None = None, inferred: str | None = None
+) -> Cost:
+    """op_cost of one distinct (name, sizes, dtypes, values text, kernel dtype): a training loop
+    repeats them."""
+    unknown = Cost(None, None, inferred, inferred is None, inferred is not None)
     if shapes is None:
-        return Cost(None, None, None, True)
+        return unknown
     try:
         parsed = json.loads(shapes)
         dims = [tuple(int(d) for d in s) for s in parsed]
         args = call_args(op_name, json.loads(values)) if values else None
     except (ValueError, TypeError):
-        return Cost(None, None, None, True)
+        return unknown
     types: list[str | None] | None = None if dtypes is None else [d.strip() for d in dtypes.strip("[]").split(",")]
-    return op_cost(op_name, dims, types, args)
+    return op_cost(op_name, dims, types, args, inferred)
 
 
 def cost_columns(
-    op_name: pa.Array, shapes: pa.Array, dtypes: pa.Array, values: pa.Array | None = None
+    op_name: pa.Array,
+    shapes: pa.Array,
+    dtypes: pa.Array,
+    values: pa.Array | None = None,
+    kernel_dtype: pa.Array | None = None,
 ) -> dict[str, pa.Array]:
-    """The ops table's cost columns (COST_SCHEMA) from its op_name, input_shapes, input_dtypes
-    and input_values: each distinct combination is costed once, then taken back to the rows."""
+    """The ops table's cost columns (COST_SCHEMA) from its op_name, input_shapes, input_dtypes,
+    input_values and the dtype its kernels carry (nvbridge.kernel_dtypes; an op without shapes
+    still gets that as its compute dtype): each distinct combination is costed once, then taken
+    back to the rows."""
     n = len(op_name)
     cols = {field.name: pa.nulls(n, field.type) for field in COST_SCHEMA}
-    if shapes.null_count == n:
+    kernel_dtype = pa.nulls(n, pa.string()) if kernel_dtype is None else kernel_dtype
+    if shapes.null_count == n and kernel_dtype.null_count == n:
         return cols
     values = pa.nulls(n, pa.string()) if values is None else values
     keys = pc.binary_join_element_wise(
@@ -232,6 +240,7 @@ def cost_columns(
         shapes.fill_null(_NULL),
         dtypes.fill_null(_NULL),
         values.fill_null(_NULL),
+        kernel_dtype.fill_null(_NULL),
         _SEP,
     ).dictionary_encode()
     values = [
@@ -243,6 +252,7 @@ def cost_columns(
     cols["bytes"] = pa.array([v.bytes for v in values], pa.int64()).take(index)
     cols["compute_dtype"] = pa.array([v.dtype for v in values], pa.string()).take(index)
     cols["dtype_assumed"] = pa.array([v.dtype_assumed if v.dtype else None for v in values], pa.bool_()).take(index)
+    cols["dtype_inferred"] = pa.array([v.dtype_inferred if v.dtype else None for v in values], pa.bool_()).take(index)
     return cols
 
 

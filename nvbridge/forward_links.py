@@ -49,17 +49,20 @@ def take_or_null(values: pa.Array | pa.ChunkedArray, index: np.ndarray) -> pa.Ar
 class Links:
     """Per row: the linked forward op (-1 none), the pool ids (:meth:`ForwardIndex.strings`; -1
     none) of its module path, input shapes and dtypes, and the link the row's own seq gave
-    (evaluate-function wrappers take their node's instead). NumPy only: rows carried between
-    windows and re-taken cost no string copies."""
+    (evaluate-function wrappers take their node's instead); and the pool id of the dtypes the
+    row's op computed in where a child op of its own name says so (autocast's re-dispatch,
+    nvbridge.semantics; -1 none). NumPy only: rows carried between windows and re-taken cost no
+    string copies."""
 
     op_id: np.ndarray
     module: np.ndarray
     shapes: np.ndarray
     own: np.ndarray
     dtypes: np.ndarray
+    inner_dtypes: np.ndarray
 
     def take(self, rows: np.ndarray) -> Links:
-        return Links(self.op_id[rows], self.module[rows], self.shapes[rows], self.own[rows], self.dtypes[rows])
+        return Links(*(getattr(self, f)[rows] for f in Links.__slots__))
 
     @staticmethod
     def concat(parts: list[Links]) -> Links:
@@ -110,6 +113,10 @@ class ForwardIndex:
         pool = np.array(ids + [-1], np.int64)
         idx = np.asarray(enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False), np.int64)
         return pool[idx]
+
+    def intern(self, values: pa.Array) -> np.ndarray:
+        """Pool ids of strings (-1 for null), for values a row carries between windows."""
+        return self._intern(values)
 
     def strings(self, ids: np.ndarray) -> pa.Array:
         """The pooled strings of ``ids`` (null for -1)."""
@@ -173,7 +180,7 @@ class ForwardIndex:
             for store in self._store.values():
                 store.evict(self._rows - self._horizon)
             self._evicted_at = self._rows
-        return Links(found[0], found[1], found[2], found[0], found[4])
+        return Links(found[0], found[1], found[2], found[0], found[4], np.full(n, -1, np.int64))
 
     def _decide(
         self,

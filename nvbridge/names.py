@@ -8,9 +8,12 @@ expressions for the rest; no Python per row):
 - torch 2.x:   ``aten::addmm, seq = 5, op_id = 12, sizes = [[3], [2, 4]], input_op_ids = [(63,0)]``
                and ``autograd::engine::evaluate_function: AddmmBackward0``
 - nvbridge:    ``AddmmBackward0, stashed seq = 5, fwd_tid = 123``, ``sizes = [[3], []], dtypes = [bf16, -]``,
+               ``values = [null, null, [2, 2], false]`` (argument values as JSON, last),
                ``nn.Module: encoder.layers.0.attn (MultiheadAttention)``, ``ProfilerStep#3``
 - PyProf:      ``{'mod': 'torch', 'op': 'embedding', 'args': [...]}`` and ``{'traceMarker': [...]}``
-               (rare, old captures: parsed per row with ``ast.literal_eval``)
+               (rare, old captures: parsed per distinct text, nvbridge.names_legacy)
+- torch 0.4/1.0 C++ node classes, as ``typeid`` names them (nvprof 2018 reports):
+               ``N5torch8autograd5CloneE`` -> ``torch::autograd::Clone`` (nvbridge.names_legacy)
 - anything else (NCCL, user ranges) passes through: ``op_name`` is the whole name.
 
 A name never makes the parser fail; what it cannot read stays in ``op_name``.
@@ -18,8 +21,6 @@ A name never makes the parser fail; what it cannot read stays in ``op_name``.
 
 from __future__ import annotations
 
-import ast
-import json
 from typing import Any
 
 import numpy as np
@@ -28,17 +29,25 @@ import pyarrow.compute as pc
 
 from nvbridge.columns import one_chunk
 from nvbridge.compiled import native
+from nvbridge.names_legacy import demangle_types, pyprof
 
 # The reference grammar (_decorations_regex; _decorations gives the same columns faster for
 # the simple names). Each field is found by its own small regular expression: RE2 runs these
 # about ten times faster over millions of names than one pattern with many optional groups.
-DECORATION = r"(?s), (?:(?:stashed )?seq ?= ?\d|op_id = \d|fwd_tid = \d|sizes = \[|dtypes = \[|input_op_ids = \[).*$"
+DECORATION = (
+    r"(?s), (?:(?:stashed )?seq ?= ?\d|op_id = \d|fwd_tid = \d|sizes = \[|dtypes = \[|values = \[|input_op_ids = \[).*$"
+)
 SEQ = r", (?P<stashed>stashed )?seq ?= ?(?P<v>\d+)"
 FIELDS = {
     "torch_op_id": (", op_id = ", r", op_id = (?P<v>\d+)"),
     "fwd_tid": (", fwd_tid = ", r", fwd_tid = (?P<v>\d+)"),
-    "input_shapes": (", sizes = ", r"(?s), sizes = (?P<v>\[.*?\])(?:, dtypes = \[|, input_op_ids = \[|$)"),
+    "input_shapes": (
+        ", sizes = ",
+        r"(?s), sizes = (?P<v>\[.*?\])(?:, dtypes = \[|, values = \[|, input_op_ids = \[|$)",
+    ),
     "input_dtypes": (", dtypes = ", r", dtypes = (?P<v>\[[^\]]*\])"),
+    # nvbridge writes values last: JSON, whose strings and nested lists may hold any bracket.
+    "input_values": (", values = ", r"(?s), values = (?P<v>\[.*\])$"),
     "input_op_ids": (", input_op_ids = ", r", input_op_ids = (?P<v>\[.*?\])$"),
 }
 MODULE = r"^nn\.Module: (?P<path>\S*) ?\((?P<type>[^()]*)\)$"
@@ -95,10 +104,10 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     names = names.cast(pa.string()).fill_null("")
     n = len(names)
     cols, node, evaluate = _decorations(names)
-    op = cols.pop("op")
+    op, demangled = demangle_types(cols.pop("op"))
     stashed = cols.pop("stashed")
     seq = cols["seq"]
-    if node is None or evaluate is None:
+    if node is None or evaluate is None or demangled:
         evaluate, node = _backward_marks(op)
     # A node needs a seq; fwd_tid marks a backward node of nvbridge's observer whatever its
     # class name (CopySlices).
@@ -124,7 +133,7 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
         "torch_op_id": cols["torch_op_id"],
         "input_shapes": cols["input_shapes"],
         "input_dtypes": cols["input_dtypes"],
-        "input_values": pa.nulls(n, pa.string()),
+        "input_values": cols["input_values"],
         "input_op_ids": cols["input_op_ids"],
         "fwd_tid": cols["fwd_tid"],
         "is_backward": is_backward,
@@ -132,9 +141,9 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
         "step": step_no,
         "stack": pa.nulls(n, pa.list_(pa.string())),
     }
-    pyprof = _rows_starting(names, first_bytes, "{")
-    if len(pyprof):
-        _pyprof(names, pyprof, out)
+    markers = _rows_starting(names, first_bytes, "{")
+    if len(markers):
+        pyprof(names, markers, out)
     return pa.table(out, schema=PARSED_SCHEMA)
 
 
@@ -243,9 +252,8 @@ def _decorations_native(names: pa.Array) -> tuple[dict[str, pa.Array], pa.Array,
     for f, field in enumerate(_INT_FIELDS):
         cols[field] = pa.array(values[f], mask=~found[f]) if found[f].any() else pa.nulls(n, pa.int64())
     cols["stashed"] = pa.array(stashed)
-    cols["input_shapes"] = pa.nulls(n, pa.string())
-    cols["input_dtypes"] = pa.nulls(n, pa.string())
-    cols["input_op_ids"] = pa.nulls(n, pa.string())
+    for field in ("input_shapes", "input_dtypes", "input_values", "input_op_ids"):
+        cols[field] = pa.nulls(n, pa.string())
     node_marks, eval_marks = pa.array(node), pa.array(evaluate)
     if complex_rows.any():
         _parse_complex(names, complex_rows, cols)
@@ -310,9 +318,8 @@ def _decorations_arrow(names: pa.Array) -> dict[str, pa.Array]:
     for field in _INT_FIELDS:
         cols[field] = pa.array(values[field], mask=~valid[field]) if valid[field].any() else pa.nulls(n, pa.int64())
     cols["stashed"] = pa.array(stashed)
-    cols["input_shapes"] = pa.nulls(n, pa.string())
-    cols["input_dtypes"] = pa.nulls(n, pa.string())
-    cols["input_op_ids"] = pa.nulls(n, pa.string())
+    for field in ("input_shapes", "input_dtypes", "input_values", "input_op_ids"):
+        cols[field] = pa.nulls(n, pa.string())
     if complex_rows.any():
         _parse_complex(names, complex_rows, cols)
     return cols
@@ -342,74 +349,6 @@ def _parse_complex(names: pa.Array, complex_rows: np.ndarray, cols: dict[str, pa
     mask = pa.array(complex_rows)
     for key, column in slow.items():
         cols[key] = pc.replace_with_mask(cols[key], mask, column.cast(cols[key].type))
-
-
-def _shape_text(args: list[Any]) -> tuple[str, str, str]:
-    """PyProf's argument list as torch's ``sizes`` text (tensors' shapes, ``[]`` otherwise),
-    nvbridge's ``dtypes`` text (tensors' dtypes, ``-`` otherwise) and the other arguments'
-    values as JSON (``null`` for tensors; a named argument as ``{"stride": [1, 1]}``)."""
-    dims, dtypes, values = [], [], []
-    for arg in args:
-        tensor = isinstance(arg, dict) and arg.get("type") == "tensor"
-        shape = arg.get("shape") if tensor else None
-        dims.append("[" + ", ".join(str(d) for d in shape) + "]" if shape is not None else "[]")
-        dtypes.append(str(arg.get("dtype", "-")) if tensor else "-")
-        value = None if tensor or not isinstance(arg, dict) else arg.get("value")
-        values.append({arg["name"]: value} if isinstance(arg, dict) and arg.get("name") else value)
-    return "[" + ", ".join(dims) + "]", "[" + ", ".join(dtypes) + "]", json.dumps(values, default=str)
-
-
-_NOT_A_MARKER: tuple[None, None, None, None, None] = (None, None, None, None, None)
-
-
-def _marker_fields(text: str) -> tuple[str | None, str | None, str | None, str | None, list[str] | None]:
-    """(op_name, input_shapes, input_dtypes, input_values, stack) of one PyProf dict marker;
-    Nones where it is not one."""
-    try:
-        marker = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return _NOT_A_MARKER
-    if not isinstance(marker, dict):
-        return _NOT_A_MARKER
-    if "traceMarker" in marker and isinstance(marker["traceMarker"], list):
-        return "traceMarker", None, None, None, [str(frame) for frame in marker["traceMarker"]]
-    if "op" in marker:
-        mod = marker.get("mod")
-        shapes, dtypes, values = (
-            _shape_text(marker["args"]) if isinstance(marker.get("args"), list) else (None, None, None)
-        )
-        return (f"{mod}.{marker['op']}" if mod else str(marker["op"])), shapes, dtypes, values, None
-    return _NOT_A_MARKER
-
-
-def _pyprof(names: pa.Array, rows: np.ndarray, cols: dict[str, Any]) -> None:
-    """Fill op_name / input_shapes / input_dtypes / input_values / stack for NVIDIA PyProf's
-    dict markers (old captures).
-
-    Each distinct marker text is evaluated once: a training loop repeats the same markers
-    every iteration (``literal_eval`` costs about 13 us a marker).
-    """
-    op_name = cols["op_name"].to_pylist()
-    shapes = cols["input_shapes"].to_pylist()
-    dtypes = cols["input_dtypes"].to_pylist()
-    values = cols["input_values"].to_pylist()
-    stack: list[list[str] | None] = [None] * len(names)
-    texts = names.take(pa.array(rows)).dictionary_encode()
-    fields = [_marker_fields(text) for text in texts.dictionary.to_pylist()]
-    for i, which in zip(rows, texts.indices.to_pylist()):
-        name, shape, dtype, value, frames = fields[which]
-        if name is None:
-            continue
-        op_name[i] = name
-        if shape is not None:
-            shapes[i], dtypes[i], values[i] = shape, dtype, value
-        if frames is not None:
-            stack[i] = frames
-    cols["op_name"] = pa.array(op_name, pa.string())
-    cols["input_shapes"] = pa.array(shapes, pa.string())
-    cols["input_dtypes"] = pa.array(dtypes, pa.string())
-    cols["input_values"] = pa.array(values, pa.string())
-    cols["stack"] = pa.array(stack, pa.list_(pa.string()))
 
 
 def _stem(name: str) -> str:

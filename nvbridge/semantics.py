@@ -58,6 +58,7 @@ def annotate(
     parsed: pa.Table,
     index: ForwardIndex,
     carried: Links | None = None,
+    kernel_dtype: pa.Array | None = None,
 ) -> tuple[dict[str, pa.Array | pa.ChunkedArray], pa.Table, Links]:
     """The PyTorch columns of one window of ops (see docs/dataset.md).
 
@@ -68,6 +69,8 @@ def annotate(
             from earlier windows, the state this function returned for them then.
         index: forward ops of earlier windows; this window's are added.
         carried: the links of the carried rows.
+        kernel_dtype: per row, the compute dtype its kernels' names carry (nvbridge.kernel_dtypes;
+            null: none), which its cost takes where no dtype was recorded.
 
     Returns:
         (columns to append to the ops, the parsed state to carry for still-open rows, links).
@@ -85,7 +88,8 @@ def annotate(
     if carried is not None and k:
         links = Links.concat([carried, links.take(np.arange(k, n))])
     links = _wrapper_links(parent, is_eval, links)
-    return _columns(parent, depth, parsed, module, links, index)
+    links = _redispatched(parent, parsed, links, index)
+    return _columns(parent, depth, parsed, module, links, index, is_eval, kernel_dtype)
 
 
 def _module_paths(parent: np.ndarray, depth: np.ndarray, parsed: pa.Table) -> pa.Array:
@@ -125,20 +129,73 @@ def _wrapper_links(parent: np.ndarray, is_eval: np.ndarray, links: Links) -> Lin
         take = is_eval & (links.own < 0) & (child >= 0)
         if take.any():
             src = np.where(take, child, np.arange(n))
-            links = Links(links.op_id[src], links.module[src], links.shapes[src], links.own, links.dtypes[src])
+            links = Links(
+                links.op_id[src], links.module[src], links.shapes[src], links.own, links.dtypes[src], links.inner_dtypes
+            )
     return links
 
 
-def _inherit(own: pa.Array, linked: np.ndarray, pooled: np.ndarray, index: ForwardIndex) -> pa.Array:
-    """``own``, where a linked (backward) row has none taking its forward op's value: the pooled
-    strings of ``pooled`` (-1 none)."""
+def _redispatched(parent: np.ndarray, parsed: pa.Table, links: Links, index: ForwardIndex) -> Links:
+    """Ops that call themselves again on the same shapes with other dtypes compute in the inner
+    call's dtypes: autocast's ``aten::linear`` (float32 arguments) holds the casts and an
+    ``aten::linear`` on bfloat16 tensors, which is what ran. The outer op keeps its recorded
+    ``input_dtypes``; its cost takes the inner call's (``Links.inner_dtypes``, carried with the
+    row while it stays open, so a child in an earlier window still counts)."""
+    child = np.flatnonzero(parent >= 0)
+    if not len(child):
+        return links
+    dtypes = one_chunk(parsed.column("input_dtypes"))
+    if dtypes.null_count == len(dtypes):
+        return links
+    up, down = pa.array(parent[child]), pa.array(child)
+    names_col, shapes = one_chunk(parsed.column("op_name")), one_chunk(parsed.column("input_shapes"))
+    same = pc.and_(pc.equal(names_col.take(down), names_col.take(up)), pc.equal(shapes.take(down), shapes.take(up)))
+    inner = dtypes.take(down)
+    other = pc.or_kleene(pc.is_null(dtypes.take(up)), pc.not_equal(inner, dtypes.take(up)))
+    found = np.asarray(
+        pc.fill_null(pc.and_(pc.and_(same, pc.is_valid(inner)), other), False).to_numpy(zero_copy_only=False)
+    )
+    if not found.any():
+        return links
+    ids = links.inner_dtypes.copy()
+    ids[parent[child[found]]] = index.intern(inner.filter(pa.array(found)))
+    return Links(links.op_id, links.module, links.shapes, links.own, links.dtypes, ids)
+
+
+def _inherit(
+    own: pa.Array, linked: np.ndarray, pooled: np.ndarray, index: ForwardIndex, replace: bool = False
+) -> pa.Array:
+    """``own``, where a linked (backward) row has none (``replace``: any linked row) taking its
+    forward op's value: the pooled strings of ``pooled`` (-1 none)."""
     if not (linked & (pooled >= 0)).any():
         return own
-    return pc.if_else(pc.and_(pa.array(linked), pc.is_null(own)), index.strings(pooled), own)
+    take = pa.array(linked) if replace else pc.and_(pa.array(linked), pc.is_null(own))
+    return pc.if_else(take, index.strings(pooled), own)
+
+
+def _cost_shapes(parsed: pa.Table, own: pa.Array, shapes: pa.Array, is_eval: np.ndarray) -> pa.Array:
+    """The shapes a row is costed by: a backward node costs its forward op's shapes (twice a
+    matmul's, ...) only where it records no sizes of its own. Where it does (torch's and
+    nvbridge's names with record_shapes: its outputs' gradients), the ops inside it record
+    theirs, and their cost is exact (a first layer's node runs no input gradient); evaluate-
+    function wrappers, which exist only in those names, never cost their node's forward."""
+    is_bwd = np.asarray(parsed.column("is_backward").to_numpy(zero_copy_only=False), bool)
+    has_own = np.asarray(own.is_valid().to_numpy(zero_copy_only=False), bool)
+    unpriced = is_eval | (is_bwd & has_own)
+    if not unpriced.any():
+        return shapes
+    return pc.if_else(pa.array(unpriced), pa.scalar(None, pa.string()), shapes)
 
 
 def _columns(
-    parent: np.ndarray, depth: np.ndarray, parsed: pa.Table, module: pa.Array, links: Links, index: ForwardIndex
+    parent: np.ndarray,
+    depth: np.ndarray,
+    parsed: pa.Table,
+    module: pa.Array,
+    links: Links,
+    index: ForwardIndex,
+    is_eval: np.ndarray,
+    kernel_dtype: pa.Array | None,
 ) -> tuple[dict[str, pa.Array | pa.ChunkedArray], pa.Table, Links]:
     """The window's PyTorch columns, with backward rows filled from their forward op, and the
     state to carry; see annotate."""
@@ -146,7 +203,8 @@ def _columns(
     link = links.op_id
     linked = link >= 0
     module_path = _inherit(module, linked, links.module, index)
-    shapes = _inherit(one_chunk(parsed.column("input_shapes")), linked, links.shapes, index)
+    own_shapes = one_chunk(parsed.column("input_shapes"))
+    shapes = _inherit(own_shapes, linked, links.shapes, index)
 
     stack = one_chunk(parsed.column("stack"))
     if stack.null_count < n:
@@ -164,9 +222,14 @@ def _columns(
     dtypes = _inherit(one_chunk(parsed.column("input_dtypes")), linked, links.dtypes, index)
     cols["input_dtypes"] = dtypes
     cols["input_values"] = parsed.column("input_values")
+    inner = links.inner_dtypes >= 0  # autocast's outer calls compute in their inner call's dtypes
     cols.update(
         flops.cost_columns(
-            one_chunk(parsed.column("op_name")), one_chunk(shapes), one_chunk(dtypes), one_chunk(cols["input_values"])
+            one_chunk(parsed.column("op_name")),
+            _cost_shapes(parsed, own_shapes, shapes, is_eval),
+            _inherit(dtypes, inner, links.inner_dtypes, index, replace=True),
+            one_chunk(cols["input_values"]),
+            kernel_dtype,
         )
     )
     cols["module_path"] = module_path

@@ -1,7 +1,7 @@
 """Microseconds emit_nvtx adds per op and per training step, against no annotation and torch.profiler.
 
-Usage: ``python scripts/bench_annotate.py [--ops N] [--steps N] [--repeat N]``. All modes run in one
-process, in two phases:
+Usage: ``python scripts/bench_annotate.py [--ops N] [--steps N] [--repeat N] [--record-shapes]``.
+All modes run in one process, in two phases:
 
 1. No collector: ``baseline`` (no annotation), ``emit_nvtx, no collector`` (what a run pays when
    nsys is not attached: nothing is installed) and ``torch.profiler (CPU)``, for scale.
@@ -10,6 +10,9 @@ process, in two phases:
    NVTX ranges, the reference the observer is held to), and ``baseline, collector phase`` again.
    Under ``nsys profile`` the collector is Nsight Systems itself; otherwise the test collector
    (tests/nvtx_inject/inject.c) is compiled and attached here, writing its log to /dev/null.
+
+``--record-shapes`` runs every emit_nvtx mode with ``record_shapes=True``: sizes, dtypes and, for
+the ops whose FLOPs need them (the convolution workload's), argument values in every name.
 
 Order matters: NVTX reads NVTX_INJECTION64_PATH at its first call, so the collector is attached
 only after the modes that must run without one.
@@ -62,6 +65,17 @@ def grad_op_loop(n: int) -> Callable[[], None]:
     def run() -> None:
         for _ in range(n):
             x.add(1)
+
+    return run
+
+
+def conv_loop(n: int) -> Callable[[], None]:
+    """n tiny 2-D convolutions that need no grad (with record_shapes their ranges carry values)."""
+    x, w = torch.ones(1, 2, 4, 4), torch.ones(2, 2, 3, 3)
+
+    def run() -> None:
+        for _ in range(n):
+            torch.nn.functional.conv2d(x, w, padding=1)
 
     return run
 
@@ -130,7 +144,9 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=20000)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--record-shapes", action="store_true", help="emit_nvtx(record_shapes=True) in every mode")
     args = parser.parse_args()
+    shapes = args.record_shapes
     torch.set_num_threads(1)
     under_tool = bool(os.environ.get("NVTX_INJECTION64_PATH"))
     saved = os.environ.pop("NVTX_INJECTION64_PATH", None)
@@ -147,11 +163,12 @@ def main() -> None:
     workloads = {
         "op (no grad)": (op_loop(args.ops), args.ops),
         "op (requires grad)": (grad_op_loop(args.ops), args.ops),
+        "conv2d op": (conv_loop(args.ops // 10), args.ops // 10),
         "training step": (steps(args.steps), args.steps),
     }
     modes: dict[str, Callable[[], AbstractContextManager[object]]] = {
         "baseline": nullcontext,
-        "emit_nvtx, no collector": emit_nvtx,
+        "emit_nvtx, no collector": lambda: emit_nvtx(record_shapes=shapes),
         "torch.profiler (CPU)": lambda: profile(activities=[ProfilerActivity.CPU]),
     }
     results: dict[tuple[str, str], float] = {}
@@ -172,20 +189,20 @@ def main() -> None:
     rebase = "baseline, collector phase"
     collector_modes: dict[str, Callable[[], AbstractContextManager[object]]] = {
         rebase: nullcontext,
-        observer: lambda: emit_nvtx(backend="observer"),
-        with_collector: lambda: emit_nvtx(backend="python"),
+        observer: lambda: emit_nvtx(backend="observer", record_shapes=shapes),
+        with_collector: lambda: emit_nvtx(backend="python", record_shapes=shapes),
     }
     # The native backend exists only where torch was built with CUDA (no GPU needed to run it).
     native = f"emit_nvtx native, {collector}" if torch.version.cuda else None
     if native:
-        collector_modes[native] = lambda: emit_nvtx(backend="native")
+        collector_modes[native] = lambda: emit_nvtx(backend="native", record_shapes=shapes)
     for wname, (body, _) in workloads.items():
         for mname, seconds in timed(collector_modes, body, args.repeat).items():
             results[(wname, mname)] = seconds
     ranges_per_step = count_ranges(train_step())
     observer_ranges = count_ranges(train_step(), "observer")
 
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, median of {args.repeat} runs")
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, median of {args.repeat} runs, record_shapes={shapes}")
     print(f"{'workload':<20} {'mode':<42} {'us/unit':>10} {'added us/unit':>14}")
     for wname, (_, units) in workloads.items():
         for phase, base_name in ((modes, "baseline"), (collector_modes, rebase)):

@@ -30,6 +30,12 @@ for name in function_copyslices two_threads dp_threads; do
   record "observer_${name}_cpu" nvtx,osrt "$PYTHON" scripts/sample_workloads.py exact "$name"
 done
 
+# The held-out FLOPs workload (tests/nvtx_inject/flops_workloads.py) under the observer with
+# record_shapes: dtypes and the arguments FLOP formulas need (values = [...]) in every name.
+env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 "$PYTHON" -c \
+  'from nvbridge.annotate import _observer; assert _observer.load(), _observer.unavailable_reason()'
+record flops_cpu nvtx,osrt "$PYTHON" scripts/sample_workloads.py flops
+
 # nvtx_domains.sqlite: NVTX domains through the C API (scripts/nvtx_domains.c): a "cuBLAS" domain
 # with registered strings, an "NCCL" domain with inline text, beside default-domain ranges.
 record_nvtx_domains() {

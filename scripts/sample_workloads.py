@@ -7,6 +7,11 @@ training steps (forward, backward, optimizer step) under ``nvbridge.emit_nvtx`` 
 ``python scripts/sample_workloads.py exact WORKLOAD`` runs one of the workloads the observer is
 checked on against torch.profiler (tests/nvtx_inject/exact_workloads.py) under
 ``emit_nvtx(backend="observer", record_shapes=True)``, every thread it starts annotated too.
+
+``python scripts/sample_workloads.py flops`` runs the held-out FLOPs workload
+(tests/nvtx_inject/flops_workloads.py: every convolution shape class, every CPU attention kernel,
+a bfloat16-autocast MLP, einsum, baddbmm, AdamW) under the observer with ``record_shapes=True``
+and module ranges: its FLOPs are checked against FlopCounterMode (tests/test_flops_sample.py).
 """
 
 from __future__ import annotations
@@ -117,9 +122,22 @@ def run_exact(workload: str) -> None:
         WORKLOADS[workload](nv.step, lambda: emit_nvtx(backend="observer", record_shapes=True))
 
 
+def train_flops() -> None:
+    """The held-out FLOPs workload, two steps, under the observer backend."""
+    from tests.nvtx_inject.flops_workloads import annotated
+
+    annotated("observer")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)  # fewer intra-op threads: smaller, easier-to-read reports
     if sys.argv[1] == "exact":
         run_exact(sys.argv[2])
     else:
-        {"cnn": train_cnn, "transformer_shapes": train_transformer, "threads": train_threads}[sys.argv[1]]()
+        workloads = {
+            "cnn": train_cnn,
+            "transformer_shapes": train_transformer,
+            "threads": train_threads,
+            "flops": train_flops,
+        }
+        workloads[sys.argv[1]]()

@@ -37,7 +37,7 @@ if not (HAVE_CTYPES or HAVE_NVTX_PACKAGE):
 
 OP = re.compile(
     r"^(?P<op>[a-z_]+::\w+)(?:, seq = (?P<seq>\d+))?, op_id = (?P<op_id>\d+)"
-    r"(?:, sizes = (?P<sizes>\[.*?\]), dtypes = (?P<dtypes>\[.*\]))?$"
+    r"(?:, sizes = (?P<sizes>\[.*?\]), dtypes = (?P<dtypes>\[[^\]]*\])(?:, values = (?P<values>\[.*\]))?)?$"
 )
 BACKWARD = re.compile(r"^(?P<node>\w+), stashed seq = (?P<seq>\d+), fwd_tid = (?P<tid>\d+)$")
 MODULE = re.compile(r"^nn\.Module: (?:(?P<path>\S+) )?\((?P<cls>\w+)\)$")
@@ -103,6 +103,9 @@ def test_record_shapes_covers_every_schema_argument(runs: Any) -> None:
     conv = OP.match(log.named("aten::convolution")[0].name)
     assert conv is not None
     assert conv["sizes"] == "[[2, 1, 8, 8], [2, 1, 3, 3], [2], [], [], [], [], [], []]"
+    # What the convolution's FLOPs need: stride, padding, dilation, transposed, output padding, groups.
+    assert conv["values"] == "[null, null, null, [1, 1], [0, 0], [1, 1], false, [0, 0], 1]"
+    assert all(m and m["values"] for m in addmm)  # beta and alpha
 
 
 def test_backward_nodes_link_to_forward_ops(runs: Any) -> None:

@@ -29,6 +29,18 @@ def one(name: str) -> dict[str, object]:
         # torch 1.0
         ("add, seq=3", {"op_name": "add", "seq": 3}),
         ("AddBackward, stashed seq=3", {"op_name": "AddBackward", "seq": 3, "is_backward": True}),
+        # torch 0.4/1.0 C++ nodes by their typeid names (nvprof 2018 reports): demangled
+        ("N5torch8autograd5CloneE", {"op_name": "torch::autograd::Clone"}),
+        (
+            "N5torch8autograd13CopyBackwardsE, stashed seq=3",
+            {"op_name": "torch::autograd::CopyBackwards", "seq": 3, "is_backward": True},
+        ),
+        ("N5torch8autograd9GraphRootE", {"op_name": "torch::autograd::GraphRoot"}),
+        ("N5torch8autograd14AccumulateGradE", {"op_name": "torch::autograd::AccumulateGrad"}),
+        # not a nested type name (one component, bad lengths): kept as written
+        ("N5CloneE", {"op_name": "N5CloneE"}),
+        ("N5torch8autograd6CloneE", {"op_name": "N5torch8autograd6CloneE"}),
+        ("NllLossBackward, seq = 1", {"op_name": "NllLossBackward", "seq": 1, "is_backward": True}),
         # torch 1.x (nvprof report)
         ("embedding, seq = 65", {"op_name": "embedding", "seq": 65}),
         ("NllLossBackward, seq = 128", {"op_name": "NllLossBackward", "seq": 128, "is_backward": True}),

@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from nvbridge.annotate._names import dtypes_text, sizes_text
+
 __all__ = ["run_backward_with_ranges", "tag_root_outputs"]
 
 ROOT_KEY = "nvbridge.root_call"  # node.metadata key: (call order, first seq, native tid)
@@ -135,6 +137,15 @@ def _node_label(node: Any, tid: int) -> bytes:
     return b"%s, stashed seq = %d, fwd_tid = %d" % (name, seq, tid)
 
 
+def _sized(label: bytes, grad_outputs: Any) -> bytes:
+    """A node's label plus the sizes and dtypes of the gradients flowing in (its inputs, as torch
+    sizes a node's record); AccumulateGrad and other nodes without a seq stay bare."""
+    if label.find(b", stashed seq = ") < 0:
+        return label
+    shapes = [list(g.shape) if isinstance(g, torch.Tensor) else [] for g in grad_outputs]
+    return label + b", sizes = %s, dtypes = %s" % (sizes_text(shapes).encode(), dtypes_text(grad_outputs).encode())
+
+
 def run_backward_with_ranges(
     func: Callable[..., Any],
     roots: Iterable[Any],
@@ -142,6 +153,7 @@ def run_backward_with_ranges(
     kwargs: dict[str, Any],
     push: Callable[[bytes], object],
     pop: Callable[[], object],
+    record_shapes: bool = False,
 ) -> Any:
     """Call ``func(*args, **kwargs)``, a backward entry, with a range around every node it runs.
 
@@ -153,6 +165,10 @@ def run_backward_with_ranges(
         kwargs: Keyword arguments for ``func``.
         push: Pushes an NVTX range named by ASCII bytes on the calling thread.
         pop: Pops one.
+        record_shapes: Append the node's inputs (its outputs' gradients) as ``sizes = [...]`` and
+            ``dtypes = [...]``, as torch's records of nodes show them. The ops inside carry the
+            node's exact cost then, and the converter costs the node from its forward op's shapes
+            only where a node records no sizes (nvbridge.semantics).
 
     Returns:
         Whatever ``func`` returns.
@@ -179,6 +195,8 @@ def run_backward_with_ranges(
         for node in nodes:
 
             def pre(grad_outputs: Any, label: bytes = _node_label(node, tids.get(id(node), default_tid))) -> None:
+                if record_shapes:
+                    label = _sized(label, grad_outputs)
                 if get_ident() == caller:
                     task = _graph_task_id()
                     if state[1] is None:

@@ -3,7 +3,9 @@
 torch (``torch/csrc/profiler/util.cpp`` getNvtxStr) writes
 ``<name>[, seq = N][, op_id = K][, sizes = [[d0, d1], [], ...]]``; with shapes nvbridge adds each
 argument's dtype, ``dtypes = [bf16, f32, -]`` (``-``: not a tensor), so bytes moved and the
-precision-specific peak are known (nvbridge.flops). For backward nodes nvbridge
+precision-specific peak are known (nvbridge.flops), and, for the ops whose FLOPs need more than
+shapes (:func:`wants_values`), the other arguments as JSON, ``values = [null, null, null, [2, 2],
+[1, 1], [1, 1], false, [0, 0], 1]`` (``null`` for a tensor), always last. For backward nodes nvbridge
 writes the form torch's emit_nvtx documents (and torch 1.0 emitted) plus the forward thread:
 ``AddmmBackward0, stashed seq = 5, fwd_tid = 123``, so a backward range is recognisable without
 guessing from its name and links to its forward op exactly. Module and step ranges use
@@ -12,9 +14,20 @@ guessing from its name and links to its forward op exactly. Module and step rang
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 
-__all__ = ["backward_name", "dtypes_text", "forward_name", "module_name", "sizes_text", "step_name"]
+__all__ = [
+    "backward_name",
+    "dtypes_text",
+    "forward_name",
+    "module_name",
+    "sizes_text",
+    "step_name",
+    "values_text",
+    "wants_values",
+]
 
 # torch dtype -> the short name nvbridge writes (nvbridge.flops.DTYPE_BYTES reads both).
 _SHORT_DTYPE = {
@@ -48,6 +61,38 @@ def dtypes_text(values: Sequence[object]) -> str:
         text = str(dtype).removeprefix("torch.") if dtype is not None else "-"
         names.append(_SHORT_DTYPE.get(text, text))
     return "[" + ", ".join(names) + "]"
+
+
+def wants_values(op: str) -> bool:
+    """Whether an op's range records its argument values: the ops whose FLOPs or bytes depend on
+    arguments the sizes do not show (convolutions, attention, einsum, the bmm/addmm family). The
+    observer (``_observer.cpp``, ``wants_values``) applies the same rule."""
+    if not op.startswith("aten::"):
+        return False
+    base = op[6:]
+    return "conv" in base or "attention" in base or base in ("einsum", "addmm") or "bmm" in base
+
+
+def _json_value(value: object) -> object:
+    """One argument as the observer writes it: numbers, booleans, strings and lists of them;
+    None for a tensor or anything else."""
+    if isinstance(value, bool) or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if type(value).__name__ == "SymInt":
+        try:
+            return int(value)  # type: ignore[call-overload]
+        except Exception:  # a symbol without a hint
+            return None
+    return None
+
+
+def values_text(values: Sequence[object]) -> str:
+    """``[null, null, [2, 2], false, "ij,jk->ik"]``: one JSON value per input (as sizes lists them)."""
+    return json.dumps([_json_value(v) for v in values], separators=(", ", ": "))
 
 
 def forward_name(op: str, seq: int | None, op_id: int, sizes: Sequence[Sequence[int]] | None = None) -> str:

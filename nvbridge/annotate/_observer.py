@@ -30,6 +30,10 @@ __all__ = ["Observer", "load", "unavailable_reason"]
 
 SOURCE = Path(__file__).with_name("_observer.cpp")
 _NVTX_HEADER = Path("nvtx3") / "nvToolsExt.h"
+# NDEBUG as torch's own build has it: without it, header-inlined RecordFunction accessors assert on
+# state that a release libtorch never sets (inputs() raises "Called inputs() outside RecordFunction
+# start callback" in every start callback).
+_CFLAGS = ["-O2", "-DNDEBUG"]
 _SYSTEM_NVTX_DIRS = (
     "/usr/local/cuda/include",
     "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nvtx/include",
@@ -97,7 +101,7 @@ def cache_dir() -> Path:
 def build_key() -> str:
     """Short hash of everything the binary depends on."""
     digest = hashlib.sha256(SOURCE.read_bytes())
-    digest.update(f"{torch.__version__}|{sys.version}|{torch.compiled_with_cxx11_abi()}".encode())
+    digest.update(f"{torch.__version__}|{sys.version}|{torch.compiled_with_cxx11_abi()}|{_CFLAGS}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -141,7 +145,7 @@ def _build() -> Path:
     cpp_extension.load(
         name=name,
         sources=[str(SOURCE)],
-        extra_cflags=["-O2"],
+        extra_cflags=_CFLAGS,
         extra_include_paths=[str(include)],
         extra_ldflags=["-ldl"],
         build_directory=str(directory),

@@ -32,7 +32,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nvbridge.annotate._names import dtypes_text, sizes_text
+from nvbridge.annotate._names import dtypes_text, sizes_text, values_text, wants_values
 
 __all__ = ["OpDispatchMode", "input_sizes", "next_op_id"]
 
@@ -76,7 +76,18 @@ def _shape(value: Any) -> list[int]:
 class _SchemaInfo:
     """Per-overload facts computed once: name prefixes, argument names and defaults, seq eligibility."""
 
-    __slots__ = ("arg_names", "call", "defaults", "func", "kind", "name", "plain_prefix", "seq_capable", "seq_prefix")
+    __slots__ = (
+        "arg_names",
+        "call",
+        "defaults",
+        "func",
+        "kind",
+        "name",
+        "plain_prefix",
+        "seq_capable",
+        "seq_prefix",
+        "with_values",
+    )
 
     def __init__(self, func: torch._ops.OpOverload) -> None:
         schema = func._schema
@@ -94,6 +105,7 @@ class _SchemaInfo:
         base = self.name.split("::", 1)[-1]
         self.seq_capable = not (base.endswith("_like") or base in _BELOW_AUTOGRAD_FROM_PYTHON)
         self.kind = _SPECIAL.get(self.name, _PLAIN)
+        self.with_values = wants_values(self.name)
 
     def values(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The arguments in schema order, positional then keyword, defaults filled in, tensor
@@ -105,12 +117,14 @@ class _SchemaInfo:
 
 
 def flat_inputs(values: Any) -> list[Any]:
-    """A tensor list's tensors one entry each (``stack([a, b], 0)`` -> ``[a, b, 0]``), other
-    arguments as they are, as torch's ``inputSizes(fn, flatten_list_enabled=true)`` walks them."""
+    """A list's tensors one entry each (``stack([a, b], 0)`` -> ``[a, b, 0]``; the Nones of an
+    optional tensor list left out), other arguments (and lists holding no tensor) as they are, as
+    torch's ``inputSizes(fn, flatten_list_enabled=true)`` walks them."""
     out: list[Any] = []
     for value in values:
-        if isinstance(value, (list, tuple)) and value and all(isinstance(v, _Tensor) for v in value):
-            out.extend(value)
+        tensors = [v for v in value if isinstance(v, _Tensor)] if isinstance(value, (list, tuple)) else ()
+        if tensors:
+            out.extend(tensors)
         else:
             out.append(value)
     return out
@@ -191,6 +205,8 @@ class OpDispatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             values = info.values(args, kwargs or {})
             name += b", sizes = " + sizes_text([_shape(v) for v in values]).encode()
             name += b", dtypes = " + dtypes_text(values).encode()
+            if info.with_values:
+                name += b", values = " + values_text(values).encode("ascii", "backslashreplace")
         self._push(name)
         try:
             return info.call(*args, **kwargs) if kwargs else info.call(*args)

@@ -110,7 +110,9 @@ def _wrapped_engine(
         if mode is None:
             return engine(t_outputs, *args, **kwargs)
         try:
-            return run_backward_with_ranges(engine, [t_outputs], (t_outputs, *args), kwargs, push, pop)
+            return run_backward_with_ranges(
+                engine, [t_outputs], (t_outputs, *args), kwargs, push, pop, mode.record_shapes
+            )
         finally:
             mode.last_peek = peek()
 
@@ -297,7 +299,9 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
                 def on_backward(
                     func: Callable[..., Any], roots: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
                 ) -> Any:
-                    return run_backward_with_ranges(func, roots, args, kwargs, emitter.ascii_push(), emitter.pop)
+                    return run_backward_with_ranges(
+                        func, roots, args, kwargs, emitter.ascii_push(), emitter.pop, dispatch.record_shapes
+                    )
 
                 function = BackwardCallMode(on_backward, dispatch)
                 function.__enter__()  # type: ignore[no-untyped-call]

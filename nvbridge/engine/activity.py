@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from nvbridge import kernel_dtypes
 from nvbridge.columns import np_col, take_batches
 from nvbridge.engine.model import NO_API_CALL
 from nvbridge.errors import CorrelationError, LateGpuOp
@@ -141,6 +142,8 @@ class GpuBuffer:
             # A call already correlated may have this key: if none claims the op, it would be
             # counted nowhere (its launch's window is gone).
             "late": correlated.within(key),
+            # The compute dtype the kernel's name carries (nvbridge.kernel_dtypes), for its op.
+            "dtype": kernel_dtypes.gpu_codes(gpu.column("kind"), gpu.column("name")).astype(np.int64),
         }
         c = self._cols
         first, last = (start[0], table_index[0], rowid[0]), (c["start"][-1:], c["order_a"][-1:], c["order_b"][-1:])
@@ -168,6 +171,11 @@ class GpuBuffer:
 
     def times(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self._cols["start"][rows], self._cols["end"][rows]
+
+    def dtype_codes(self, rows: np.ndarray) -> np.ndarray:
+        """The kernel dtype codes (nvbridge.kernel_dtypes) of buffer rows."""
+        out: np.ndarray = self._cols["dtype"][rows]
+        return out
 
     def assign(self, rows: np.ndarray, op: np.ndarray, api: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> None:
         for name, values in (("op", op), ("api", api), ("pid", pid), ("tid", tid)):
@@ -216,7 +224,7 @@ class GpuBuffer:
         return out
 
 
-_STATE = ("start", "end", "key", "order_a", "order_b", "op", "api", "pid", "tid", "late")
+_STATE = ("start", "end", "key", "order_a", "order_b", "op", "api", "pid", "tid", "late", "dtype")
 
 # gpu_ops columns copied from the reader's table as they are.
 _GPU_PASSED = (

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import names, semantics
+from nvbridge import kernel_dtypes, names, semantics
 from nvbridge.columns import np_col, take_sorted
 from nvbridge.engine import invariants, window
 from nvbridge.engine.activity import ActivityTally, Correlated, GpuBuffer, ProcessKeys, Reorder, api_rows
@@ -58,6 +58,7 @@ class _Carried:
     gpu_last: np.ndarray
     parsed: pa.Table
     links: semantics.Links
+    kernel_dtype: np.ndarray  # nvbridge.kernel_dtypes codes of the kernels in each subtree so far
 
 
 class Correlator:
@@ -170,8 +171,12 @@ class Correlator:
         self._api_out.put(api_rows(api, a_op, count))
         self.tally.api(api, a_op)
         sums = window.roll_up(rows, tree, g_local, g_start, g_end)
+        own = np.full(rows.n, kernel_dtypes.NONE, np.uint8)
+        has = g_local >= 0
+        np.minimum.at(own, g_local[has], self._gpu.dtype_codes(g_rows)[has].astype(np.uint8))
+        codes = kernel_dtypes.subtree_min(np.where(tree.in_tree, tree.parent, -1), own)
         parsed = parsing.result() if isinstance(parsing, Future) else parsing
-        out = self._emit(rows, tree, sums, parsed, cut)
+        out = self._emit(rows, tree, sums, parsed, cut, codes)
         released = self._gpu.release(cut)
         if released is not None:
             self.tally.gpu(released)
@@ -247,10 +252,17 @@ class Correlator:
         )
 
     def _emit(
-        self, rows: window.Rows, tree: window.Tree, sums: window.Sums, parsed: pa.Table, cut: int | None
+        self,
+        rows: window.Rows,
+        tree: window.Tree,
+        sums: window.Sums,
+        parsed: pa.Table,
+        cut: int | None,
+        codes: np.ndarray,
     ) -> pa.Table:
         """Add what carried ranges had, attach the PyTorch columns, check, and emit the rows
-        that have closed; carry the tree ranges that may still contain later work."""
+        that have closed; carry the tree ranges that may still contain later work. ``codes``:
+        the kernel dtype code (nvbridge.kernel_dtypes) of each row's subtree in this window."""
         prev, k, n = self._open, rows.carried, rows.n
         s = sums.values
         if prev is not None:
@@ -258,6 +270,7 @@ class Correlator:
                 s[name][:k] += prev.sums[name]
             sums.gpu_first[:k] = np.minimum(sums.gpu_first[:k], prev.gpu_first)
             sums.gpu_last[:k] = np.maximum(sums.gpu_last[:k], prev.gpu_last)
+            codes[:k] = np.minimum(codes[:k], prev.kernel_dtype)
             parsed = pa.concat_tables([prev.parsed, parsed]).combine_chunks()
         else:
             parsed = _one_chunk_each(parsed)
@@ -273,6 +286,7 @@ class Correlator:
             parsed,
             self._forward,
             None if prev is None else prev.links,
+            kernel_dtypes.dtype_names(codes),
         )
         keep = tree.in_tree & (rows.end >= cut) if cut is not None else np.zeros(n, bool)
         emit = np.flatnonzero(~keep)
@@ -309,6 +323,7 @@ class Correlator:
                 sums.gpu_last[carry],
                 take_sorted(state, carry).combine_chunks(),
                 links.take(carry),
+                codes[carry],
             )
         else:
             self._open = None

@@ -188,6 +188,14 @@ def two_threads(step: Callable[[], None], annotate: Annotate) -> None:
     worker.join()
 
 
+def flops(step: Callable[[], None]) -> None:
+    """The held-out FLOPs workload (flops_workloads.py): every convolution shape class, every CPU
+    attention kernel, a bfloat16-autocast MLP, einsum, baddbmm, AdamW."""
+    from tests.nvtx_inject.flops_workloads import train
+
+    train(step, lambda _: contextlib.nullcontext())
+
+
 WORKLOADS: dict[str, Callable[[Callable[[], None], Annotate], None]] = {
     "inplace": lambda step, _: inplace(step),
     "checkpoint": lambda step, _: checkpointed(step),
@@ -196,6 +204,7 @@ WORKLOADS: dict[str, Callable[[Callable[[], None], Annotate], None]] = {
     "compiled": lambda step, _: compiled(step),
     "dp_threads": dp_threads,
     "two_threads": two_threads,
+    "flops": lambda step, _: flops(step),
 }
 
 
