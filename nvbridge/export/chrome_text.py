@@ -79,9 +79,10 @@ GPU_COLUMNS = (
 
 
 def header(
-    meta: Mapping[str, str | None], devices: pa.Table | None, origin_ns: int, rank: int, world_size: int
+    meta: Mapping[str, str | None], devices: pa.Table | None, origin_ns: int, distributed: Mapping[str, object]
 ) -> dict[str, object]:
-    """Kineto's header: base time (the session's epoch added when times count from it), rank, GPUs."""
+    """Kineto's header: base time (the session's epoch added when times count from it), the
+    ``distributedInfo`` given (:mod:`nvbridge.export.trace_ranks`), GPUs."""
     epoch = meta.get("session_start_utc_ns") if meta.get("time_base") == "session" else None
     kept = {k: v for k, v in meta.items() if k.startswith(META_PREFIXES)}
     props = (
@@ -97,7 +98,7 @@ def header(
         "schemaVersion": 1,
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": origin_ns + int(epoch or 0),
-        "distributedInfo": {"rank": rank, "world_size": world_size},
+        "distributedInfo": dict(distributed),
         "deviceProperties": props,
         "traceName": kept.get("source"),
         "nvbridge": kept,
