@@ -218,9 +218,13 @@ def load(
         return Report(meta, {}, Files(p, columns or {}, in_order))
     if p.is_dir():
         return _read_dataset(p, columns or {}, in_order)
+    from dataclasses import replace
+
+    from nvbridge.conversion.result import with_rank
     from nvbridge.readers import read_profile
 
-    return from_model(correlate(read_profile(path)))
+    profile = read_profile(path)  # the rank a file name spells counts here as when converting
+    return from_model(correlate(replace(profile, info=with_rank(profile.info, path))))
 
 
 def from_model(model: Model) -> Report:

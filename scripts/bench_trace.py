@@ -5,6 +5,7 @@ same report (issue 19).
     python scripts/bench_trace.py                                   # 2M NVTX rows
     python scripts/bench_trace.py --nvtx-rows 2000000 --nvtx-rows 10000000
     python scripts/bench_trace.py --baseline 605c358                # + trace as of that revision
+    python scripts/bench_trace.py --split rank                      # one trace per rank (2 ranks)
 
 For each size, the tiled real FSDP export (scripts/make_large_db.py, cached in bench_out/ as
 scripts/bench_convert.py caches it) is converted to a dataset, then traced from that dataset to a
@@ -13,7 +14,9 @@ subprocess is timed (wall, user+sys CPU) with its own peak RSS, best of
 ``--repeat``. Printed per size: each run and its ratios to convert (wall and CPU: on a shared
 machine CPU time is the steadier figure), against issue 19's targets (trace and convert --chrome
 within 2.0x of convert, under 1 GB). ``--baseline REV`` also traces with the code of another revision (git
-archive), for a before/after in the same rounds.
+archive), for a before/after in the same rounds. ``--split`` (default ``none``: one file, as the baseline
+writes it) is passed to ``trace --split`` and ``convert --chrome-split``; ``rank`` writes the two
+ranks of the FSDP export in two files.
 """
 
 from __future__ import annotations
@@ -46,7 +49,13 @@ def _checked(tool: str, cmd: list[str], out: Path, env: dict[str, str] | None = 
     return r
 
 
-def bench(db: Path, repeat: int, baseline: Path | None) -> dict[str, Run]:
+def _size(folder: Path, stem: str) -> str:
+    """Size of the trace files named ``stem`` (one, or one per rank)."""
+    files = sorted(folder.glob(f"{stem}.json.gz")) + sorted(folder.glob(f"{stem}.rank*.json.gz"))
+    return f"{sum(f.stat().st_size for f in files) / 1e6:.0f} MB .json.gz in {len(files)} file(s)"
+
+
+def bench(db: Path, repeat: int, baseline: Path | None, split: str = "none") -> dict[str, Run]:
     py = [sys.executable, "-m", "nvbridge"]
     runs: dict[str, Run] = {}
     here = os.getcwd()
@@ -54,13 +63,15 @@ def bench(db: Path, repeat: int, baseline: Path | None) -> dict[str, Run]:
         tmp = Path(tmp_s)
         os.chdir(tmp)  # ``python -m`` imports from the working directory first: not from the repo's root
         try:
-            _rounds(db, repeat, baseline, tmp, py, runs)
+            _rounds(db, repeat, baseline, tmp, py, runs, split)
         finally:
             os.chdir(here)
     return runs
 
 
-def _rounds(db: Path, repeat: int, baseline: Path | None, tmp: Path, py: list[str], runs: dict[str, Run]) -> None:
+def _rounds(
+    db: Path, repeat: int, baseline: Path | None, tmp: Path, py: list[str], runs: dict[str, Run], split: str
+) -> None:
     """Convert, trace (and trace at the baseline) ``repeat`` times, this checkout's nvbridge first on the path."""
     now = {**os.environ, "PYTHONPATH": str(bench_convert.ROOT)}
     bench_convert.warm(db)
@@ -71,14 +82,27 @@ def _rounds(db: Path, repeat: int, baseline: Path | None, tmp: Path, py: list[st
         r.note = f"{sum(f.stat().st_size for f in ds.iterdir()) / 1e6:.0f} MB Parquet"
         _best(runs, r)
         trace = tmp / "trace.json.gz"
-        r = _checked("trace", [*py, "trace", str(ds), "-o", str(trace), "--force"], tmp / "trace.txt", env=now)
-        r.note = f"{trace.stat().st_size / 1e6:.0f} MB .json.gz from the dataset"
+        cmd = [*py, "trace", str(ds), "-o", str(trace), "--force", "--split", split]
+        r = _checked("trace", cmd, tmp / "trace.txt", env=now)
+        r.note = f"{_size(tmp, 'trace')} from the dataset"
         _best(runs, r)
         shutil.rmtree(ds, ignore_errors=True)
         chrome = tmp / "chrome.json.gz"
-        cmd = [*py, "convert", str(db), "-o", str(ds), "--chrome", str(chrome), "--force", "-q"]
+        cmd = [
+            *py,
+            "convert",
+            str(db),
+            "-o",
+            str(ds),
+            "--chrome",
+            str(chrome),
+            "--chrome-split",
+            split,
+            "--force",
+            "-q",
+        ]
         r = _checked("convert --chrome", cmd, tmp / "chrome.txt", env=now)
-        r.note = f"{chrome.stat().st_size / 1e6:.0f} MB .json.gz written with the dataset"
+        r.note = f"{_size(tmp, 'chrome')} written with the dataset"
         _best(runs, r)
         if baseline is not None:
             env = {**os.environ, "PYTHONPATH": str(baseline)}
@@ -125,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each command; the fastest is kept")
     ap.add_argument("--baseline", metavar="REV", help="also trace with nvbridge as of this git revision")
     ap.add_argument("--cache", type=Path, default=bench_convert.DEFAULT_CACHE, help="where tiled reports are kept")
+    ap.add_argument("--split", choices=["none", "rank"], default="none", help="trace --split (default: one file)")
     args = ap.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     bench_convert.compile_package()
@@ -137,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             db, tiles = bench_convert.cached_db(args.source, rows, args.cache)
             ok &= report(
                 f"{db.name}: {tiles} tiles of {args.source.name} (~{rows:,} NVTX rows)",
-                bench(db, args.repeat, baseline),
+                bench(db, args.repeat, baseline, args.split),
             )
     return 0 if ok else 1
 

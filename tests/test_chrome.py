@@ -24,7 +24,7 @@ import nvbridge
 from nvbridge.columns import np_col
 from nvbridge.errors import ExportError
 from nvbridge.export import chrome
-from nvbridge.export.trace import export_chrome_trace
+from nvbridge.export.trace import export_chrome_trace, export_chrome_traces
 from tests.conftest import ALL_FILES, SAMPLE_DB, raw, real_db
 
 SAMPLES = sorted(p.name for p in SAMPLE_DB.glob("*.sqlite"))
@@ -64,7 +64,12 @@ def validate(doc: dict[str, Any]) -> dict[str, Any]:
     """Check the structural rules; return per-kind counts and GPU ns per device."""
     assert isinstance(doc["baseTimeNanoseconds"], int)
     assert doc["schemaVersion"] == 1
-    assert doc["distributedInfo"]["rank"] >= 0
+    info = doc["distributedInfo"]  # one rank's file, or (several ranks in one file) a rank per process, no rank
+    assert (
+        info["rank"] >= 0
+        if "rank" in info
+        else sorted(info["rank_of_process"].values()) == [*range(info["world_size"])]
+    )
     events = doc["traceEvents"]
     slices: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
     cats: Counter[str] = Counter()
@@ -377,8 +382,8 @@ def test_trace_is_readable_by_holistic_trace_analysis(tmp_path: Path, monkeypatc
         want: dict[tuple[int, bool], int] = {}
         kind = np.asarray(gpu.column("kind").cast("string").to_numpy(zero_copy_only=False))
         dur = np_col(gpu, "end_ns") - np_col(gpu, "start_ns")
+        export_chrome_traces(report, trace_dir / "t.json.gz", split="rank")  # ranks: GPU processes by pid
         for rank, pid in enumerate(pids):
-            chrome.write(report, trace_dir / f"rank{rank}.json.gz", processes={pid}, rank=rank, world_size=len(pids))
             mine = np_col(gpu, "process_id", fill=-1) == pid
             want[(rank, False)] = int(dur[mine & (kind == "kernel")].sum())
             want[(rank, True)] = int(dur[mine & np.isin(kind, ["memcpy", "memset"])].sum())

@@ -12,7 +12,7 @@ import pytest
 
 import nvbridge
 from nvbridge.errors import ExportError
-from nvbridge.export.trace import export_chrome_trace
+from nvbridge.export.trace import export_chrome_traces
 from tests.conftest import SAMPLE_DB, real_db
 from tests.test_trace_stream import events
 
@@ -44,13 +44,17 @@ def test_the_trace_of_a_conversion_equals_the_trace_of_its_dataset(
     monkeypatch.setattr(report_mod, "WINDOW_ROWS", window_rows)
     with monkeypatch.context() as patched:
         _no_reads(patched)
-        nvbridge.convert(source, tmp_path / "out", chrome_trace=tmp_path / "same_pass.json.gz")
-    export_chrome_trace(tmp_path / "out", tmp_path / "from_dataset.json.gz")
-    header, ours = events(tmp_path / "same_pass.json.gz")
-    header_ref, theirs = events(tmp_path / "from_dataset.json.gz")
-    assert sum(ours.values()) > 100
-    assert ours == theirs
-    assert header == header_ref
+        result = nvbridge.convert(source, tmp_path / "out", chrome_trace=tmp_path / "same_pass.json.gz")[0]
+    written = export_chrome_traces(tmp_path / "out", tmp_path / "from_dataset.json.gz")  # one per rank, or one
+    assert [p.name.replace("same_pass", "x") for p in result.traces] == [
+        s.path.name.replace("from_dataset", "x") for s in written.files
+    ]
+    for ours_path, stats in zip(result.traces, written.files):
+        header, ours = events(ours_path)
+        header_ref, theirs = events(stats.path)
+        assert sum(ours.values()) > 100
+        assert ours == theirs
+        assert header == header_ref
     plain = tmp_path / "plain"
     nvbridge.convert(source, plain)
     for table in ("ops", "api_calls", "gpu_ops", "threads"):
@@ -63,3 +67,29 @@ def test_an_empty_capture_gets_no_trace_and_no_dataset(tmp_path: Path) -> None:
             real_db("nvprof-2020-empty-capture.sqlite"), tmp_path / "out", chrome_trace=tmp_path / "t.json"
         )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("split", ["rank", "none"])
+@pytest.mark.parametrize("name", ["nsys-2026.2-pytorch2-fsdp-2gpu.sqlite", "nvprof-2020-pytorch14-pyprof-lm.sqlite"])
+def test_the_split_of_a_conversion_is_the_split_of_its_dataset(tmp_path: Path, name: str, split: str) -> None:
+    """--chrome-split rank writes NAME.rank<K> for every rank (one for a one-process report), none one
+    file; streamed (nsys) or read whole (nvprof), the same files as `nvbridge trace --split`."""
+    source = real_db(name)
+    result = nvbridge.convert(source, tmp_path / "out", chrome_trace=tmp_path / "c.json.gz", chrome_split=split)[0]
+    written = export_chrome_traces(tmp_path / "out", tmp_path / "d.json.gz", split=split)
+    names = [p.name for p in result.traces]
+    ranks = 2 if "fsdp" in name else 1
+    assert names == (["c.json.gz"] if split == "none" else [f"c.rank{r}.json.gz" for r in range(ranks)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names, *(s.path.name for s in written.files), "out"])
+    for ours_path, stats in zip(result.traces, written.files):
+        assert events(ours_path) == events(stats.path)
+
+
+def test_rank_traces_that_exist_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    (tmp_path / "c.rank1.json.gz").write_bytes(b"older")
+    with pytest.raises(ExportError, match=r"c\.rank1\.json\.gz already exists"):
+        nvbridge.convert(
+            real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"), tmp_path / "out", chrome_trace=tmp_path / "c.json.gz"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.rank1.json.gz"]
+    assert (tmp_path / "c.rank1.json.gz").read_bytes() == b"older"

@@ -23,6 +23,7 @@ import nvbridge
 from nvbridge.columns import np_col
 from nvbridge.export import chrome
 from nvbridge.export.trace import export_chrome_trace
+from nvbridge.export.trace_ranks import report_ranks, tables_ranks
 from nvbridge.timeline import first_start, in_window, step_numbers, step_window
 from tests.conftest import SAMPLE_DB, real_db
 from tests.test_chrome import _synthetic, load_strict, validate
@@ -50,7 +51,16 @@ def scrambled(report: nvbridge.Report, dest: Path, size: int, **window: Any) -> 
         for t in tables
     ]
     origin = min(int(k.min()) for k in keep if len(k))
-    with chrome.TraceWriter(dest, origin_ns=origin, meta=report.meta, devices=report.devices, **window) as writer:
+    kept = (
+        set(window["processes"])
+        if "processes" in window
+        else set().union(*(set(np_col(t, "process_id").tolist()) for t in tables))
+    )
+    # the distributedInfo chrome.write gives the processes kept (tests/test_trace_ranks.py checks it)
+    distributed = tables_ranks(*tables, None).info(kept)
+    with chrome.TraceWriter(
+        dest, origin_ns=origin, meta=report.meta, devices=report.devices, distributed=distributed, **window
+    ) as writer:
         for chunk in _chunks(report.gpu_ops, size):
             writer.gpu_ops(chunk)
         ops, api = _chunks(report.ops, size), _chunks(report.api_calls, size)
@@ -211,7 +221,13 @@ def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
                 pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())}),
             ]
         )
-        with chrome.TraceWriter(tmp_path / "conv.json.gz", origin_ns=origin, meta=meta, devices=devices) as writer:
+        # the ranks as convert --chrome knows them before reading the rows: two, so the whole
+        # report in one file names no rank
+        distributed = report_ranks(*read.processes(), read.info.rank).info(read.processes()[0])
+        assert distributed == {"world_size": 2, "rank_of_process": {"148": 0, "149": 1}}
+        with chrome.TraceWriter(
+            tmp_path / "conv.json.gz", origin_ns=origin, meta=meta, devices=devices, distributed=distributed
+        ) as writer:
 
             def final() -> None:
                 api, gpu = engine.finished()

@@ -29,6 +29,14 @@ from nvbridge.readers import estimate_rows
     help="Also write a Chrome/Perfetto trace (.json or .json.gz) in the same pass.",
 )
 @click.option(
+    "--chrome-split",
+    type=click.Choice(["auto", "rank", "none"]),
+    default="auto",
+    show_default=True,
+    help="With --chrome: one trace per rank (NAME.rank<K>.json.gz, as Holistic Trace Analysis reads them), "
+    "or one file (none); auto: per rank when the report holds several ranks.",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="Replace the output dataset (and trace) if they exist; with several "
@@ -48,6 +56,7 @@ def convert_cmd(
     inputs: tuple[str, ...],
     output: Path,
     chrome_trace: Path | None,
+    chrome_split: str,
     force: bool,
     jobs: int,
     scheduler: str | None,
@@ -68,6 +77,7 @@ def convert_cmd(
                 force=force,
                 progress=report,
                 chrome_trace=chrome_trace,
+                chrome_split=chrome_split,
                 jobs=jobs,
                 scheduler=scheduler,
             )

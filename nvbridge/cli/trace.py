@@ -9,7 +9,7 @@ import click
 from nvbridge.analysis import parse_time
 from nvbridge.cli._common import errors, steps
 from nvbridge.export.chrome import Tables
-from nvbridge.export.trace import check_destination, export_chrome_trace, first_event_ns
+from nvbridge.export.trace import Traces, check_destination, check_suffix, export_chrome_traces, first_event_ns
 
 
 def _window(source: Path | Tables, start: str | None, end: str | None) -> tuple[int | None, int | None]:
@@ -52,7 +52,15 @@ def _window(source: Path | Tables, start: str | None, end: str | None) -> tuple[
     help="Only ProfilerStep#A..#B, written A:B (or one step: A); not with --start/--end.",
 )
 @click.option("--process", "processes", type=int, multiple=True, help="Only this host process id (repeatable).")
-@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@click.option(
+    "--split",
+    type=click.Choice(["auto", "rank", "none"]),
+    default="auto",
+    show_default=True,
+    help="rank: one trace per rank, NAME.rank<K>.json.gz (as torch.profiler writes them and Holistic Trace "
+    "Analysis reads them); none: one file; auto: per rank when the trace holds several ranks.",
+)
+@click.option("--force", is_flag=True, help="Replace the output file(s) if they exist.")
 def trace_cmd(
     path: Path,
     output: Path,
@@ -60,9 +68,11 @@ def trace_cmd(
     end: str | None,
     step_text: str | None,
     processes: tuple[int, ...],
+    split: str,
     force: bool,
 ) -> None:
-    """Write a Chrome/Perfetto trace of a report or dataset (Kineto conventions, flows included).
+    """Write a Chrome/Perfetto trace of a report or dataset (Kineto conventions, flows included):
+    one per rank for a report of several ranks, as torch.profiler writes them.
 
     A dataset directory is streamed a row group at a time; a report is converted in memory first.
     """
@@ -70,7 +80,9 @@ def trace_cmd(
     if step_range is not None and (start is not None or end is not None):
         raise click.UsageError("--steps and --start/--end both choose the window; pass one of them.")
     with errors():
-        check_destination(output, force)
+        check_suffix(output)
+        if split == "none":
+            check_destination(output, force)
     start_us_given = start is not None or end is not None
     with errors():
         source: Path | Tables = path
@@ -79,20 +91,48 @@ def trace_cmd(
 
             source = load(path)  # converted once, for both the window's origin and the trace
         start_ns, end_ns = _window(source, start, end)
-        stats = export_chrome_trace(
+        written = export_chrome_traces(
             source,
             output,
+            split=split,
             start_ns=start_ns,
             end_ns=end_ns,
             steps=step_range,
             processes=set(processes) or None,
             force=force,
         )
-    parts = ", ".join(f"{v:,} {k}" for k, v in {**stats.slices, **stats.flows}.items())
-    click.echo(f"Wrote {output}: {parts}.")
-    if stats.overlapping_gpu_ops:
+    _say(written)
+
+
+def _say(written: Traces) -> None:
+    """One line per file written (its rank where it holds one), then the notes."""
+    for stats in written.files:
+        parts = ", ".join(f"{v:,} {k}" for k, v in {**stats.slices, **stats.flows}.items())
+        info = stats.distributed
+        who = ""
+        if "rank" in info and info != {"rank": 0, "world_size": 1}:  # a one-rank report's rank goes unsaid
+            who = f" (rank {info['rank']}" + (f" of {info['world_size']}" if "world_size" in info else "") + ")"
+        click.echo(f"Wrote {stats.path}{who}: {parts}.")
+    overlapping = sum(s.overlapping_gpu_ops for s in written.files)
+    if overlapping:
         click.echo(
-            f"note: {stats.overlapping_gpu_ops:,} GPU ops overlap an earlier op on their stream; "
+            f"note: {overlapping:,} GPU ops overlap an earlier op on their stream; "
             "they are drawn on a separate 'overlap' track.",
             err=True,
         )
+    if written.per_rank and len(written.files) > 1:
+        click.echo(
+            f"note: {len(written.files)} ranks, one trace each (Holistic Trace Analysis reads one file per "
+            "rank); --split none writes them in one file.",
+            err=True,
+        )
+    if written.left_out:
+        pids = ", ".join(str(p) for p in written.left_out)
+        click.echo(
+            f"note: process {pids} ran no GPU work and is no rank: it is in no rank's trace; "
+            "--split none or --process writes it.",
+            err=True,
+        )
+    if written.stale:
+        names = ", ".join(p.name for p in written.stale)
+        click.echo(f"note: {names} beside them is not this report's; remove it before reading the folder.", err=True)

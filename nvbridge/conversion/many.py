@@ -25,6 +25,7 @@ def convert(
     force: bool = False,
     progress: Progress | None = None,
     chrome_trace: Source | None = None,
+    chrome_split: str = "auto",
     jobs: int = 1,
     scheduler: str | None = None,
 ) -> list[ConversionResult]:
@@ -33,6 +34,7 @@ def convert(
     dataset partitioned by report, skipping reports already converted unless ``force``.
 
     Args:
+        chrome_trace, chrome_split: the Chrome trace(s) of a single report (:func:`convert_one`).
         jobs: convert this many reports at once in local processes.
         scheduler: address of a Dask distributed scheduler (``tcp://host:8786``) to convert
             on instead; the workers must see the input and output paths.
@@ -48,7 +50,11 @@ def convert(
     out = Path(output)
     check_inputs(sources, deep=len(sources) > 1)
     if len(sources) == 1 and jobs <= 1 and scheduler is None:
-        return [convert_one(sources[0], out, force=force, progress=progress, chrome_trace=chrome_trace)]
+        return [
+            convert_one(
+                sources[0], out, force=force, progress=progress, chrome_trace=chrome_trace, chrome_split=chrome_split
+            )
+        ]
     if chrome_trace is not None:
         raise ExportError("--chrome writes one trace: convert one report at a time, or use `nvbridge trace`.")
     if jobs < 1:

@@ -21,11 +21,11 @@ from nvbridge import output as outputs
 from nvbridge._version import __version__
 from nvbridge.columns import np_col
 from nvbridge.conversion.result import ConversionResult, OpsTally, Tallies, gpu_figures, with_rank
-from nvbridge.conversion.trace import TraceFeed, earliest, write_whole
+from nvbridge.conversion.trace import TraceFeed, TraceRequest, earliest, write_whole
 from nvbridge.engine import Correlator, capture_end, correlate, devices_table, other_tables, stream, with_parsed_names
 from nvbridge.errors import BeyondHorizon, NotStreamable
 from nvbridge.export import parquet
-from nvbridge.export.trace import check_destination as check_trace_destination
+from nvbridge.export.trace_ranks import report_ranks
 from nvbridge.profile import SourceInfo
 from nvbridge.readers import estimate_rows, exported, read_profile
 from nvbridge.readers.activity import first_start
@@ -58,6 +58,7 @@ def convert_one(
     force: bool = False,
     progress: Progress | None = None,
     chrome_trace: str | os.PathLike[str] | None = None,
+    chrome_split: str = "auto",
 ) -> ConversionResult:
     """Convert one profiler database into a Parquet dataset directory.
 
@@ -73,6 +74,9 @@ def convert_one(
         force: replace ``output`` if it exists.
         progress: called with a short stage name as work advances.
         chrome_trace: also write the Chrome/Perfetto trace here (``.json`` or ``.json.gz``).
+        chrome_split: ``auto`` (one trace per rank, ``NAME.rank<K>.json.gz``, for a report of
+            several ranks; else one file), ``rank`` or ``none`` (one file):
+            :func:`nvbridge.export.trace.export_chrome_traces`.
 
     Returns:
         What was read and written.
@@ -83,23 +87,24 @@ def convert_one(
     """
     out = Path(output)
     outputs.check_destination(out, force, [source])
-    trace = None if chrome_trace is None else Path(chrome_trace)
+    trace = None if chrome_trace is None else TraceRequest(Path(chrome_trace), chrome_split)
     if trace is not None:
-        check_trace_destination(trace, force)
+        trace.check(force)
     report = progress or (lambda _stage, _rows: None)
     expected = estimate_rows(source) if progress else 0
     t0 = time.perf_counter()
     # An .nsys-rep (or .qdrep, .qdstrm) is exported to SQLite with the user's nsys first.
     with outputs.staging(out) as tmp, exported(source) as database:
         with outputs.writing(out, "the dataset"):
-            tallies = _convert_into(database, tmp, report, expected, trace)
+            tallies = _convert_into(database, tmp, report, expected, trace, force)
         outputs.publish(tmp, out, force)
     report("done", max(expected - tallies.rows_read, 0))
-    return tallies.result(out, time.perf_counter() - t0)
+    result = tallies.result(out, time.perf_counter() - t0)
+    return result if trace is None else dataclasses.replace(result, traces=tuple(trace.written))
 
 
 def _convert_into(
-    source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: Path | None
+    source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: TraceRequest | None, force: bool
 ) -> Tallies:
     """Stream the report into ``tmp`` (and ``trace``): NVTX rows by rowid windows, or, when its
     ranges turn out to be out of start order, by slabs of starts; when a GPU op starts later
@@ -108,7 +113,7 @@ def _convert_into(
     by_start, horizons = False, 1
     for _attempt in range(3):
         try:
-            return _streamed(source, tmp, report, trace, by_start, horizons)
+            return _streamed(source, tmp, report, (trace, force), by_start, horizons)
         except BeyondHorizon:
             if horizons > 1:
                 break
@@ -121,11 +126,16 @@ def _convert_into(
             part.unlink()
     for part in tmp.iterdir():
         part.unlink()
-    return _whole(source, tmp, report, expected, trace)
+    return _whole(source, tmp, report, expected, (trace, force))
 
 
 def _streamed(
-    source: str | os.PathLike[str], tmp: Path, report: Progress, trace: Path | None, by_start: bool, horizons: int
+    source: str | os.PathLike[str],
+    tmp: Path,
+    report: Progress,
+    trace: tuple[TraceRequest | None, bool],
+    by_start: bool,
+    horizons: int,
 ) -> Tallies:
     """Convert an Nsight Systems file window by window into ``tmp`` (and ``trace``).
 
@@ -176,7 +186,14 @@ class _Outputs:
     """Where a streamed conversion's rows go: the ops, API call and GPU op files, written as
     their rows become final, and the trace (``convert --chrome``) fed the same tables."""
 
-    def __init__(self, tmp: Path, engine: Correlator, trace: Path | None, info: SourceInfo, stream_in: Stream) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        engine: Correlator,
+        trace: tuple[TraceRequest | None, bool],
+        info: SourceInfo,
+        stream_in: Stream,
+    ) -> None:
         self.tmp = tmp
         self.engine = engine
         self.ops = OpsTally()
@@ -190,11 +207,13 @@ class _Outputs:
         self.gpu = _Grouped(tmp / "gpu_ops.parquet", engine.no_gpu_ops)
 
     def _trace(self, first: list[int]) -> TraceFeed | None:
-        if self.trace is not None and self.feed is None:
+        request, force = self.trace
+        if request is not None and self.feed is None:
             s = self._stream
             starts = [t for t in (first_start([s.api, s.gpu]), *first) if t is not None]
             devices = devices_table(s.gpu_devices(), s.devices)
-            self.feed = TraceFeed(self.trace, self._info, devices, min(starts, default=None))
+            ranks = report_ranks(*s.processes(), self._info.rank)
+            self.feed = TraceFeed(request, self._info, devices, min(starts, default=None), ranks, force)
         return self.feed
 
     def window(self, chunk: pa.Table, first: list[int]) -> None:
@@ -295,7 +314,9 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: Path | None) -> Tallies:
+def _whole(
+    source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: tuple[TraceRequest | None, bool]
+) -> Tallies:
     """Read, correlate and write a report in one window."""
     report("reading", 0)
     profile = read_profile(source)
@@ -309,8 +330,8 @@ def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected
     pa.default_memory_pool().release_unused()
     report("writing", round(expected * STAGE_SHARE["correlating"]))
     parquet.write(model, tmp, __version__)
-    if trace is not None:
-        write_whole(model, trace)
+    if trace[0] is not None:
+        write_whole(model, trace[0], trace[1])
     ops = OpsTally()
     ops.add(model.ops)
     g, api_op = model.gpu_ops, model.api_calls.column("op_id")

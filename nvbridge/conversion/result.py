@@ -37,6 +37,7 @@ class ConversionResult:
     gpu_ns_total: int
     gpu_ns_unattributed: int
     seconds: float
+    traces: tuple[Path, ...] = ()  # convert --chrome: the trace files written (one per rank, or one)
 
     def describe(self) -> str:
         """The one-paragraph summary ``nvbridge convert`` prints."""
@@ -50,8 +51,14 @@ class ConversionResult:
             f"{plural(self.gpu_ops_unattributed, 'GPU op')} ({share:.1f}% of GPU time) "
             f"{'is' if self.gpu_ops_unattributed == 1 else 'are'} attributed to no op, "
             f"{self.gpu_ops_without_api_call:,} of them because their launching API call is not in the capture. "
-            f"Wrote {self.output}." + self._empty_note()
+            f"Wrote {self.output}." + self._traces_note() + self._empty_note()
         )
+
+    def _traces_note(self) -> str:
+        """Traces per rank are named after the one asked for: say which."""
+        if len(self.traces) < 2:
+            return ""
+        return f" One trace per rank: {', '.join(p.name for p in self.traces)}."
 
     def _empty_note(self) -> str:
         """A capture with nothing in it: say so, with what the profiler itself said about it."""
@@ -134,5 +141,11 @@ class Tallies:
             api_calls=self.api_calls,
             api_calls_outside_ranges=self.api_calls_outside_ranges,
             seconds=seconds,
-            **self.gpu,
+            kernels=self.gpu["kernels"],
+            memcpys=self.gpu["memcpys"],
+            memsets=self.gpu["memsets"],
+            gpu_ops_without_api_call=self.gpu["gpu_ops_without_api_call"],
+            gpu_ops_unattributed=self.gpu["gpu_ops_unattributed"],
+            gpu_ns_total=self.gpu["gpu_ns_total"],
+            gpu_ns_unattributed=self.gpu["gpu_ns_unattributed"],
         )

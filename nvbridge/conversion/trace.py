@@ -1,16 +1,16 @@
-"""``convert --chrome``: the trace written in the same pass as the dataset, from the same chunks.
+"""``convert --chrome``: the traces written in the same pass as the dataset, from the same chunks.
 
 The streamed conversion hands each window's ops rows and each row group of final API calls and
 GPU ops to the Parquet writers; :class:`TraceFeed` hands the same tables to a
-:class:`~nvbridge.export.chrome.TraceWriter`, so the dataset is never read back to make the trace.
-A report read whole goes through :func:`~nvbridge.export.trace.export_chrome_trace` from memory.
+:class:`~nvbridge.export.chrome.TraceWriter` (one per rank for a multi-rank report, each keeping
+its process's rows), so the dataset is never read back to make the traces. A report read whole
+goes through :func:`~nvbridge.export.trace.export_chrome_traces` from memory.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,8 @@ from nvbridge.engine import Model
 from nvbridge.errors import ExportError
 from nvbridge.export import parquet
 from nvbridge.export.chrome import TraceWriter
-from nvbridge.export.trace import NOTHING_TO_TRACE, export_chrome_trace
+from nvbridge.export.trace import NOTHING_TO_TRACE, check_destination, check_suffix, export_chrome_traces
+from nvbridge.export.trace_ranks import SPLITS, Ranks, rank_path
 from nvbridge.profile import SourceInfo
 
 
@@ -31,25 +32,78 @@ def header_meta(info: SourceInfo) -> dict[str, str | None]:
     return dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
 
 
+@dataclass(frozen=True)
+class TraceRequest:
+    """``convert --chrome PATH --chrome-split SPLIT``: where, and one file or one per rank
+    (:func:`nvbridge.export.trace.export_chrome_traces`)."""
+
+    path: Path
+    split: str = "auto"
+    written: list[Path] = field(default_factory=list)  # the files published
+
+    def check(self, force: bool) -> None:
+        """What can be checked before converting: the name, and the one file's destination (the
+        files per rank are named once the ranks are known)."""
+        if self.split not in SPLITS:
+            raise ExportError(f"--chrome-split {self.split}: pass one of {', '.join(SPLITS)}.")
+        check_suffix(self.path)
+        if self.split == "none":
+            check_destination(self.path, force)
+
+
 class TraceFeed:
-    """A trace fed the conversion's chunks as they are written.
+    """The trace (one file, or one per rank) fed the conversion's chunks as they are written.
 
     Args:
-        dest: the trace file (checked by the caller).
-        info: what the reader detected (header, rank).
+        request: the trace file and split (checked by the caller).
+        info: what the reader detected (header).
         devices: the devices table (header).
         earliest_ns: the earliest start among API calls, GPU ops and the first window of
             ranges (ranges come in start order): the trace's time 0.
+        ranks: the report's ranks (known before the rows are read: ``Stream.processes``).
+        force: replace the files per rank if they exist.
     """
 
-    def __init__(self, dest: Path, info: SourceInfo, devices: pa.Table, earliest_ns: int | None) -> None:
-        self.dest = dest
+    def __init__(
+        self,
+        request: TraceRequest,
+        info: SourceInfo,
+        devices: pa.Table,
+        earliest_ns: int | None,
+        ranks: Ranks,
+        force: bool,
+    ) -> None:
         self.rows = 0
-        self._writer = (
-            None
-            if earliest_ns is None
-            else TraceWriter(dest, origin_ns=earliest_ns, meta=header_meta(info), devices=devices, rank=info.rank or 0)
+        self.written = request.written
+        held = ranks.held(ranks.of)
+        per_rank = request.split == "rank" or (request.split == "auto" and len(held) > 1)
+        if per_rank and not held:
+            raise ExportError("the report holds no rank (no process ran GPU work); pass --chrome-split none.")
+        targets = (
+            [(rank_path(request.path, ranks.of[p]), {p}, ranks.info([p])) for p in held]
+            if per_rank
+            else [(request.path, None, ranks.info(held))]
         )
+        if per_rank:
+            for path, _, _ in targets:
+                check_destination(path, force)
+        meta = header_meta(info)
+        self._writers: list[TraceWriter] = []
+        try:
+            for path, procs, distributed in targets if earliest_ns is not None else []:
+                self._writers.append(
+                    TraceWriter(
+                        path,
+                        origin_ns=earliest_ns or 0,
+                        meta=meta,
+                        devices=devices,
+                        distributed=distributed,
+                        processes=procs,
+                    )
+                )
+        except BaseException:
+            self.abort()
+            raise
 
     def ops(self, table: pa.Table) -> None:
         self._feed(table, "ops")
@@ -61,20 +115,30 @@ class TraceFeed:
         self._feed(table, "gpu_ops")
 
     def _feed(self, table: pa.Table, name: str) -> None:
-        if self._writer is not None:
-            getattr(self._writer, name)(table)
+        for writer in self._writers:
+            getattr(writer, name)(table)
+        if self._writers:
             self.rows += table.num_rows
 
     def finish(self, threads: pa.Table) -> None:
-        """Publish the trace; an empty report is refused, as ``nvbridge trace`` refuses it."""
-        if self._writer is None or not self.rows:
+        """Publish the traces (all, or none); an empty report is refused, as ``nvbridge trace``
+        refuses it."""
+        if not self._writers or not self.rows:
             self.abort()
             raise ExportError(NOTHING_TO_TRACE)
-        self._writer.finish(threads)
+        try:
+            for writer in self._writers:
+                writer.close(threads)
+            for writer in self._writers:
+                writer.publish()
+                self.written.append(writer.path)
+        except BaseException:
+            self.abort()
+            raise
 
     def abort(self) -> None:
-        if self._writer is not None:
-            self._writer.abort()
+        for writer in self._writers:
+            writer.abort()
 
 
 def earliest(windows: Iterator[pa.Table], found: list[int]) -> Iterator[pa.Table]:
@@ -98,7 +162,8 @@ class _InMemory:
     devices: pa.Table
 
 
-def write_whole(model: Model, dest: str | os.PathLike[str]) -> None:
-    """The trace of a report read whole, from memory."""
+def write_whole(model: Model, request: TraceRequest, force: bool) -> None:
+    """The traces of a report read whole, from memory."""
     tables = _InMemory(header_meta(model.info), model.ops, model.api_calls, model.gpu_ops, model.threads, model.devices)
-    export_chrome_trace(tables, dest, force=True)
+    written = export_chrome_traces(tables, request.path, split=request.split, force=force)
+    request.written.extend(stats.path for stats in written.files)

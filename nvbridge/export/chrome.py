@@ -16,8 +16,9 @@ link its id, thread and start (``fwdbwd``), the set of tracks, and the rare rows
 nest on their track (they get extra tracks once every real track is known, at :meth:`finish`).
 
 The header carries what Kineto writes and Holistic Trace Analysis reads before the events:
-``schemaVersion``, ``baseTimeNanoseconds``, ``distributedInfo.rank`` (HTA maps one file to one
-rank; write one trace per process with ``processes=`` and ``rank=`` for a multi-rank report) and
+``schemaVersion``, ``baseTimeNanoseconds``, ``distributedInfo`` (HTA maps one file to one rank:
+:mod:`nvbridge.export.trace_ranks` says which rank a file holds; a multi-rank report is written
+as one trace per rank by :func:`nvbridge.export.trace.export_chrome_traces`) and
 ``deviceProperties``. Track names follow the events.
 """
 
@@ -49,6 +50,7 @@ from nvbridge.export.chrome_text import (
     op_lines,
 )
 from nvbridge.export.chrome_tracks import StreamLanes, TrackSet, extra_tids, lanes, track_names
+from nvbridge.export.trace_ranks import recorded_rank, tables_ranks
 from nvbridge.timeline import in_window, step_window
 from nvbridge.workers import worker_pool
 
@@ -69,6 +71,7 @@ class TraceStats:
     flows: dict[str, int] = field(default_factory=dict)
     overlapping_gpu_ops: int = 0
     gpu_ns_by_device: dict[int, int] = field(default_factory=dict)
+    distributed: dict[str, object] = field(default_factory=dict)  # the header's distributedInfo
 
 
 class Tables(Protocol):
@@ -98,7 +101,8 @@ class TraceWriter:
         origin_ns: trace time 0 (report time base); no kept row may start earlier.
         meta: the dataset's ``meta`` (source, time base, session start...); devices: the
             ``devices`` table, for the header.
-        rank, world_size: ``distributedInfo`` for Holistic Trace Analysis.
+        distributed: the header's ``distributedInfo`` (default rank 0 of 1:
+            :meth:`nvbridge.export.trace_ranks.Ranks.info` gives a report's).
         start_ns, end_ns: keep only rows overlapping this window; processes: only rows of these
             host process ids (GPU ops by the process that launched them).
     """
@@ -110,8 +114,7 @@ class TraceWriter:
         origin_ns: int,
         meta: Mapping[str, str | None] | None = None,
         devices: pa.Table | None = None,
-        rank: int = 0,
-        world_size: int = 1,
+        distributed: Mapping[str, object] | None = None,
         start_ns: int | None = None,
         end_ns: int | None = None,
         processes: set[int] | None = None,
@@ -124,7 +127,8 @@ class TraceWriter:
             if devices is not None
             else pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
         )
-        self.stats = TraceStats(self.path)
+        info: dict[str, object] = dict(distributed) if distributed is not None else {"rank": 0, "world_size": 1}
+        self.stats = TraceStats(self.path, distributed=info)
         self._threads = ThreadCodes()
         self._flows = FlowState(self._threads)
         self._lanes = StreamLanes()
@@ -137,7 +141,7 @@ class TraceWriter:
         )
         self._builder = worker_pool(1, "nvbridge-lines")
         try:
-            self._sink = EventSink(self._fh, header(meta or {}, devices, origin_ns, rank, world_size))
+            self._sink = EventSink(self._fh, header(meta or {}, devices, origin_ns, info))
         except BaseException:
             self._fh.close()
             self._tmp.unlink(missing_ok=True)
@@ -229,6 +233,13 @@ class TraceWriter:
             gpu_rows: rows of the whole ``gpu_ops`` table when not every row was fed (fwdbwd
                 flow ids count from it).
         """
+        self.close(threads, gpu_rows)
+        self.publish()
+        return self.stats
+
+    def close(self, threads: pa.Table, gpu_rows: int | None = None) -> TraceStats:
+        """:meth:`finish` but for publishing: the file stays under its staging name until
+        :meth:`publish` (several files published together, or none)."""
         try:
             tracks, unnested_tid = self._extra_tracks()
             self._sink.lines(self._flows.ac2g_pending(self.origin, final=True))
@@ -238,14 +249,21 @@ class TraceWriter:
             self._sink.close()
             self._fh.flush()
             self._fh.close()
-            self._tmp.replace(self.path)
-            outputs.release(self._tmp)
             self._builder.shutdown()
         except BaseException:
             self.abort()
             raise
         self.stats.flows = dict(self._flows.counts)
         return self.stats
+
+    def publish(self) -> None:
+        """Rename the closed file to its name."""
+        try:
+            self._tmp.replace(self.path)
+        except BaseException:
+            self.abort()
+            raise
+        outputs.release(self._tmp)
 
     def _extra_tracks(self) -> tuple[TrackSet, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Lanes of the rows held back, their thread ids, and their events written."""
@@ -322,29 +340,32 @@ def write(
     start_ns: int | None = None,
     end_ns: int | None = None,
     processes: set[int] | None = None,
-    rank: int = 0,
-    world_size: int = 1,
+    distributed: Mapping[str, object] | None = None,
 ) -> TraceStats:
-    """Write a loaded report's tables as a Chrome trace (``.json`` or ``.json.gz``).
+    """Write a loaded report's tables as one Chrome trace (``.json`` or ``.json.gz``).
 
     Args:
         report: an ``nvbridge.Report`` (or anything with its tables and ``meta``).
         dest: output path; a ``.gz`` suffix compresses while streaming.
         start_ns, end_ns: keep only what overlaps this window (report time base).
         processes: keep only these host process ids (and GPU work they launched).
-        rank, world_size: ``distributedInfo`` for Holistic Trace Analysis, which reads one
-            file per rank (rank 0 of 1 for a single-process trace).
+        distributed: ``distributedInfo`` (default: the rank the kept processes are, by
+            :mod:`nvbridge.export.trace_ranks`' rule; a file of several ranks names none).
     """
     tables = (report.ops, report.api_calls, report.gpu_ops)
-    starts = [np_col(t, "start_ns")[in_window(t, start_ns, end_ns, processes)] for t in tables]
+    kept = [in_window(t, start_ns, end_ns, processes) for t in tables]
+    starts = [np_col(t, "start_ns")[k] for t, k in zip(tables, kept)]
     origin = min((int(s.min()) for s in starts if len(s)), default=0)
+    if distributed is None:
+        ranks = tables_ranks(report.ops, report.api_calls, report.gpu_ops, recorded_rank(report.meta))
+        pids = set().union(*(np.unique(np_col(t, "process_id", fill=-1)[k]).tolist() for t, k in zip(tables, kept)))
+        distributed = ranks.info(pids)
     with TraceWriter(
         dest,
         origin_ns=origin,
         meta=report.meta,
         devices=report.devices,
-        rank=rank,
-        world_size=world_size,
+        distributed=distributed,
         start_ns=start_ns,
         end_ns=end_ns,
         processes=processes,

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from nvbridge.columns import np_col, one_chunk
 from nvbridge.compiled import native
+from nvbridge.export.chrome_names import CBID_ARG, api_names
 
 Segment = tuple[Any, ...]
 EMPTY = b'""'
@@ -136,13 +137,14 @@ def api_lines(t: pa.Table, origin: int) -> memoryview | None:
         return None  # a kind-less call: the Arrow builder's null line
     kind = pc.fill_null(pc.equal(t.column("kind"), "driver"), False)
     start = np_col(t, "start_ns")
+    shown, versioned = api_names(t.column("name"), t.column("kind"))
     segments = _slice(
         (
             native.CHOICE,
             np.ascontiguousarray(one_chunk(kind).to_numpy(zero_copy_only=False), np.uint8),
             (b'"cuda_runtime"', b'"cuda_driver"'),
         ),
-        _text(t.column("name"), null=EMPTY),
+        _text(shown, null=EMPTY),
         _int(t.column("process_id")),
         _int(t.column("thread_id")),
         start - origin,
@@ -151,6 +153,7 @@ def api_lines(t: pa.Table, origin: int) -> memoryview | None:
     segments += [
         _int(t.column("correlation_id"), b',"args":{"correlation":', b"null"),
         _int(t.column("op_id"), b',"External id":'),
+        *([] if versioned is None else [_text(versioned, f',"{CBID_ARG}":'.encode())]),
         (native.LITERAL, b"}},\n"),
     ]
     return _format(t.num_rows, segments)

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from nvbridge.columns import np_col, one_chunk
 from nvbridge.export import chrome_native
+from nvbridge.export.chrome_names import CBID_ARG, api_names
 from nvbridge.workers import worker_pool
 
 # A chunk's lines: an Arrow string array, or the compiled formatter's buffer of lines.
@@ -78,9 +79,10 @@ GPU_COLUMNS = (
 
 
 def header(
-    meta: Mapping[str, str | None], devices: pa.Table | None, origin_ns: int, rank: int, world_size: int
+    meta: Mapping[str, str | None], devices: pa.Table | None, origin_ns: int, distributed: Mapping[str, object]
 ) -> dict[str, object]:
-    """Kineto's header: base time (the session's epoch added when times count from it), rank, GPUs."""
+    """Kineto's header: base time (the session's epoch added when times count from it), the
+    ``distributedInfo`` given (:mod:`nvbridge.export.trace_ranks`), GPUs."""
     epoch = meta.get("session_start_utc_ns") if meta.get("time_base") == "session" else None
     kept = {k: v for k, v in meta.items() if k.startswith(META_PREFIXES)}
     props = (
@@ -96,7 +98,7 @@ def header(
         "schemaVersion": 1,
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": origin_ns + int(epoch or 0),
-        "distributedInfo": {"rank": rank, "world_size": world_size},
+        "distributedInfo": dict(distributed),
         "deviceProperties": props,
         "traceName": kept.get("source"),
         "nvbridge": kept,
@@ -203,16 +205,19 @@ def op_lines(t: pa.Table, tid: np.ndarray, origin: int) -> Lines:
 
 
 def api_lines(t: pa.Table, origin: int) -> Lines:
+    """CUDA API calls as ``cuda_runtime`` / ``cuda_driver`` slices, named as Kineto names them
+    (:mod:`nvbridge.export.chrome_names`)."""
     fast = chrome_native.api_lines(t, origin)
     if fast is not None:
         return fast
     s = np_col(t, "start_ns") - origin
     d = np_col(t, "end_ns") - np_col(t, "start_ns")
     cat = pc.if_else(pc.equal(t.column("kind"), "driver"), pa.scalar('"cuda_driver"'), pa.scalar('"cuda_runtime"'))
+    shown, versioned = api_names(t.column("name"), t.column("kind"))
     return join(
         *_slice(
             cat,
-            pc.fill_null(escape(t.column("name")), EMPTY),
+            pc.fill_null(escape(shown), EMPTY),
             num(np_col(t, "process_id")),
             num(np_col(t, "thread_id")),
             s,
@@ -221,6 +226,7 @@ def api_lines(t: pa.Table, origin: int) -> Lines:
         ',"args":{"correlation":',
         t.column("correlation_id").cast(pa.string()).fill_null("null"),
         _opt("External id", t.column("op_id")),
+        "" if versioned is None else _opt(CBID_ARG, versioned, quote=True),
         "}},\n",
     )
 

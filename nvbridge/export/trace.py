@@ -1,155 +1,58 @@
-"""``export_chrome_trace``: a report, a loaded Report or a dataset directory -> one Chrome trace.
+"""``export_chrome_traces``: a report, a loaded Report or a dataset directory -> Chrome traces,
+one per rank or one for all (``export_chrome_trace``: one file).
 
 A dataset is streamed row group by row group through :class:`~nvbridge.export.chrome.TraceWriter`
-(API calls, then GPU ops, then ops), never read whole: a first pass reads only the time and
-process columns (and the ``ProfilerStep`` ranges for a step window) to find the window, the
-trace's origin and whether anything is left to write, so a trace that would be empty is refused
-before a file is created.
+(API calls, then GPU ops, then ops), never read whole: a first pass reads only the time, process
+and device columns (and the ``ProfilerStep`` ranges for a step window) to find the window, the
+trace's origin, the report's ranks (:mod:`nvbridge.export.trace_ranks`) and whether anything is
+left to write, so a trace that would be empty is refused before a file is created. Traces per
+rank are written in the same pass, one writer per rank fed every chunk (each keeps its process's
+rows), on one clock (the same origin), and published together.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from nvbridge import output as outputs
 from nvbridge.columns import np_col
-from nvbridge.dataset_check import check_dataset, check_intervals
-from nvbridge.dataset_files import ReadErrors, outside_window
 from nvbridge.errors import ExportError
-from nvbridge.export.chrome import BATCH_ROWS, SUFFIXES, Tables, TraceStats, TraceWriter
-from nvbridge.export.chrome_text import API_COLUMNS, GPU_COLUMNS, OP_COLUMNS
-from nvbridge.timeline import CaptureWindow, in_window, step_spans, step_window_of
+from nvbridge.export.chrome import SUFFIXES, Tables, TraceStats, TraceWriter
+from nvbridge.export.trace_ranks import SPLITS, rank_path, stale_rank_files
+from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, Source, first_event_ns, open_source, plan
+from nvbridge.timeline import step_spans, step_window_of
 
-EVENT_TABLES = ("api_calls", "gpu_ops", "ops")  # the order they are written in: calls before GPU ops
-COLUMNS = {"ops": OP_COLUMNS, "api_calls": API_COLUMNS, "gpu_ops": GPU_COLUMNS}
+__all__ = [
+    "NOTHING_TO_TRACE",
+    "Traces",
+    "check_destination",
+    "check_suffix",
+    "export_chrome_trace",
+    "export_chrome_traces",
+    "first_event_ns",
+    "plan",
+]
+
 NOTHING_TO_TRACE = (
     "the report has no ranges, API calls or GPU ops: nothing to trace; profile with NVTX or CUDA tracing "
     "(nsys profile -t cuda,nvtx)."
 )
-SPAN_COLUMNS = ["start_ns", "end_ns", "process_id"]
 
 
-class Source(Protocol):
-    """Chunks of a report's tables, whole or from a dataset's row groups."""
+def check_suffix(path: Path) -> None:
+    """A trace is named ``.json`` or ``.json.gz``.
 
-    @property
-    def meta(self) -> Mapping[str, str | None]: ...
-    @property
-    def threads(self) -> pa.Table: ...
-    @property
-    def devices(self) -> pa.Table: ...
-
-    def rows(self, name: str) -> int: ...
-
-    def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]: ...
-
-
-class _Loaded:
-    """A report already in memory, sliced into chunks."""
-
-    def __init__(self, report: Tables) -> None:
-        self.report = report
-        self.meta, self.threads, self.devices = report.meta, report.threads, report.devices
-
-    def rows(self, name: str) -> int:
-        return int(getattr(self.report, name).num_rows)
-
-    def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]:
-        table: pa.Table = getattr(self.report, name)
-        for lo in range(0, table.num_rows, BATCH_ROWS):
-            yield table.slice(lo, BATCH_ROWS)
-
-
-class _Dataset:
-    """A dataset directory, read a row group at a time with only the columns asked for."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        # The checks dataset.load makes, on the files this reader opens (rows: as each part is read).
-        self.meta = check_dataset(directory, (*EVENT_TABLES, "threads", "devices"), COLUMNS)
-        with self._reading("threads"):
-            self.threads = pq.read_table(directory / "threads.parquet")
-        with self._reading("devices"):
-            self.devices = pq.read_table(directory / "devices.parquet")
-        self.files: dict[str, pq.ParquetFile] = {}
-        for name in EVENT_TABLES:
-            with self._reading(name):
-                self.files[name] = pq.ParquetFile(directory / f"{name}.parquet")
-
-    def _reading(self, name: str) -> ReadErrors:
-        return ReadErrors(self.directory, name)
-
-    def rows(self, name: str) -> int:
-        return int(self.files[name].metadata.num_rows)
-
-    def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]:
-        pf = self.files[name]
-        for i in range(pf.metadata.num_row_groups):
-            if outside_window(pf.metadata.row_group(i), window):
-                continue
-            with self._reading(name):
-                chunk = pf.read_row_group(i, columns=columns)
-            if "end_ns" in columns:
-                check_intervals(self.directory, name, chunk)
-            yield chunk
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the first pass found: the trace's origin and window, and what the report holds."""
-
-    origin_ns: int
-    start_ns: int | None
-    end_ns: int | None
-    kept_rows: int
-    first_ns: int | None
-    last_ns: int | None
-    processes: frozenset[int]
-
-
-def plan(source: Source, start_ns: int | None, end_ns: int | None, processes: set[int] | None) -> Plan:
-    """First pass over the time and process columns only."""
-    kept, origin = 0, None
-    capture = CaptureWindow()  # the one timeline's capture window (nvbridge.timeline)
-    pids: set[int] = set()
-    for name in EVENT_TABLES:
-        for chunk in source.chunks(name, SPAN_COLUMNS, (None, None)):
-            if not chunk.num_rows:
-                continue
-            start = np_col(chunk, "start_ns")
-            capture = capture.add(chunk)
-            pids.update(np.unique(np_col(chunk, "process_id", fill=-1)).tolist())
-            keep = in_window(chunk, start_ns, end_ns, processes)
-            if keep.any():
-                kept += int(keep.sum())
-                low = int(start[keep].min())
-                origin = low if origin is None else min(origin, low)
-    return Plan(origin or 0, start_ns, end_ns, kept, capture.start_ns, capture.end_ns, frozenset(pids - {-1}))
-
-
-def first_event_ns(source: str | os.PathLike[str] | Tables) -> int:
-    """The report's earliest start (what ``--start``/``--end`` count from); 0 for an empty report."""
-    src = _open(source)
-    return plan(src, None, None, None).first_ns or 0
-
-
-def _open(source: str | os.PathLike[str] | Tables) -> Source:
-    if not isinstance(source, (str, os.PathLike)):
-        return _Loaded(source)
-    path = Path(os.fspath(source))
-    if path.is_dir():
-        return _Dataset(path)
-    from nvbridge.dataset import load  # a database is converted in memory first
-
-    return _Loaded(load(path))
+    Raises:
+        ExportError: naming the problem and the fix.
+    """
+    if not path.name.endswith(SUFFIXES):
+        raise ExportError(f"{path.name}: a Chrome trace is written as .json or .json.gz; rename the output.")
 
 
 def check_destination(path: Path, force: bool) -> None:
@@ -159,9 +62,25 @@ def check_destination(path: Path, force: bool) -> None:
     Raises:
         ExportError: naming the problem and the fix.
     """
-    if not path.name.endswith(SUFFIXES):
-        raise ExportError(f"{path.name}: a Chrome trace is written as .json or .json.gz; rename the output.")
+    check_suffix(path)
     outputs.check_file_destination(path, force, "the trace")
+
+
+@dataclass(frozen=True)
+class Traces:
+    """What :func:`export_chrome_traces` wrote: one file, or one per rank."""
+
+    files: list[TraceStats]
+    per_rank: bool
+    left_out: tuple[int, ...] = ()  # host processes with events that are no rank (per rank only)
+    stale: tuple[Path, ...] = ()  # other NAME.rank<K> files beside them (an earlier run's)
+
+
+@dataclass(frozen=True)
+class _Target:
+    path: Path
+    processes: set[int] | None
+    distributed: dict[str, object]
 
 
 def export_chrome_trace(
@@ -174,16 +93,39 @@ def export_chrome_trace(
     processes: set[int] | None = None,
     force: bool = True,
 ) -> TraceStats:
-    """Write a report (or converted dataset) as a Chrome/Perfetto trace.
+    """Write a report (or converted dataset) as one Chrome/Perfetto trace (all its ranks in one
+    file: see :func:`export_chrome_traces` for the arguments and for one trace per rank)."""
+    return export_chrome_traces(
+        source, dest, split="none", start_ns=start_ns, end_ns=end_ns, steps=steps, processes=processes, force=force
+    ).files[0]
+
+
+def export_chrome_traces(
+    source: str | os.PathLike[str] | Tables,
+    dest: str | os.PathLike[str],
+    *,
+    split: str = "auto",
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    steps: tuple[int, int] | None = None,
+    processes: set[int] | None = None,
+    force: bool = True,
+) -> Traces:
+    """Write a report (or converted dataset) as Chrome/Perfetto traces.
 
     Args:
         source: a profiler database, SQLAlchemy URL, dataset directory (streamed, never read
             whole), or a loaded Report.
-        dest: ``.json`` or ``.json.gz`` (compressed while streaming), in an existing folder.
+        dest: ``.json`` or ``.json.gz`` (compressed while streaming), in an existing folder;
+            one trace per rank is written as ``NAME.rank<K>.json.gz`` beside it.
+        split: ``"rank"``: one trace per rank (:mod:`nvbridge.export.trace_ranks`), as
+            torch.profiler writes them and Holistic Trace Analysis reads them; ``"none"``: one
+            file, all ranks in it (for a viewer); ``"auto"``: per rank when the trace holds
+            several ranks, else one file.
         start_ns, end_ns: a time window, in the report's time base.
         steps: ``(first, last)`` ProfilerStep numbers: the window they span (not with start/end).
         processes: host process ids to keep.
-        force: replace ``dest`` if it exists.
+        force: replace the files if they exist.
 
     Raises:
         InputError: the source cannot be read.
@@ -191,37 +133,88 @@ def export_chrome_trace(
             have, or nothing to write; no file is left behind.
     """
     path = Path(dest)
-    check_destination(path, force)
+    if split not in SPLITS:
+        raise ExportError(f"split {split!r}: pass one of {', '.join(SPLITS)}.")
+    check_suffix(path)
+    if split == "none":
+        check_destination(path, force)
     if steps is not None and (start_ns is not None or end_ns is not None):
         raise ExportError("a step range and a start/end window both choose the window; pass one of them.")
     if start_ns is not None and end_ns is not None and end_ns <= start_ns:
         raise ExportError("the window is empty; pass an end later than the start.")
-    src = _open(source)
+    src = open_source(source)
     if steps is not None:
         start_ns, end_ns = _step_window(src, steps)
     found = plan(src, start_ns, end_ns, processes)
     _check_not_empty(found, start_ns, end_ns, processes)
-    rank = src.meta.get("rank")
+    ranks = found.ranks(src.meta)
+    held = ranks.held(found.kept_processes)
+    per_rank = split == "rank" or (split == "auto" and len(held) > 1)
+    if per_rank and not held:
+        raise ExportError("the trace holds no rank (no process that ran GPU work); write it as one file (split none).")
+    targets = (
+        [_Target(rank_path(path, ranks.of[p]), {p}, ranks.info([p])) for p in held]
+        if per_rank
+        else [_Target(path, processes, ranks.info(found.kept_processes))]
+    )
+    for target in targets:
+        check_destination(target.path, force)
     try:
-        with TraceWriter(
-            path,
-            origin_ns=found.origin_ns,
-            meta=src.meta,
-            devices=src.devices,
-            rank=int(rank) if rank not in (None, "None") else 0,
-            start_ns=start_ns,
-            end_ns=end_ns,
-            processes=processes,
-        ) as writer:
-            feed = {"ops": writer.ops, "api_calls": writer.api_calls, "gpu_ops": writer.gpu_ops}
-            for name in EVENT_TABLES:
-                for chunk in src.chunks(name, list(COLUMNS[name]), (start_ns, end_ns)):
-                    feed[name](chunk)
-            return writer.finish(src.threads, gpu_rows=src.rows("gpu_ops"))
+        files = _write(src, found, targets, per_rank)
     except OSError as exc:  # disk full, permissions: nothing is left behind
         raise ExportError(
             f"cannot write {path} ({exc.strerror or exc}); free some space or write it elsewhere."
         ) from exc
+    left = tuple(sorted(found.kept_processes - set(held))) if per_rank else ()
+    stale = tuple(stale_rank_files(path, [t.path for t in targets])) if per_rank else ()
+    return Traces(files, per_rank, left, stale)
+
+
+def _write(src: Source, found: Plan, targets: list[_Target], per_rank: bool) -> list[TraceStats]:
+    """One pass over the chunks, each fed to every target's writer; all published, or none."""
+    writers: list[TraceWriter] = []
+    owners = found.owners if per_rank else {}
+    try:
+        for t in targets:
+            writers.append(
+                TraceWriter(
+                    t.path,
+                    origin_ns=found.origin_ns,
+                    meta=src.meta,
+                    devices=src.devices,
+                    distributed=t.distributed,
+                    start_ns=found.start_ns,
+                    end_ns=found.end_ns,
+                    processes=t.processes,
+                )
+            )
+        feeds = [{"ops": w.ops, "api_calls": w.api_calls, "gpu_ops": w.gpu_ops} for w in writers]
+        for name in EVENT_TABLES:
+            for chunk in src.chunks(name, list(COLUMNS[name]), (found.start_ns, found.end_ns)):
+                if name == "gpu_ops" and owners:
+                    chunk = with_owners(chunk, owners)
+                for feed in feeds:
+                    feed[name](chunk)
+        stats = [w.close(src.threads, gpu_rows=src.rows("gpu_ops")) for w in writers]
+        for w in writers:
+            w.publish()
+        return stats
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
+
+
+def with_owners(gpu: pa.Table, owners: Mapping[int, int]) -> pa.Table:
+    """GPU ops without a process given to their device's only user (as the timeline's lanes
+    have them), so that a trace per rank holds them."""
+    if not gpu.column("process_id").null_count:
+        return gpu
+    pid, dev = np_col(gpu, "process_id", fill=-1).copy(), np_col(gpu, "device_id", fill=-1)
+    for d, p in owners.items():
+        pid[(pid < 0) & (dev == d)] = p
+    at = gpu.column_names.index("process_id")
+    return gpu.set_column(at, "process_id", pa.array(pid, pa.int64(), mask=pid < 0))
 
 
 def _step_window(src: Source, steps: tuple[int, int]) -> tuple[int, int]:

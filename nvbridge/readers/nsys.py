@@ -326,6 +326,23 @@ class Stream:
         union = " UNION ".join(f"SELECT DISTINCT deviceId FROM {t}" for t in tables if "deviceId" in self.db.columns(t))
         return [int(d) for (d,) in self.db.scalar_rows(union) if d is not None] if union else []
 
+    def processes(self) -> tuple[list[int], list[int]]:
+        """Host process ids that ran GPU work, and (only when none did) those with ranges or CUDA
+        calls: one scan of each table, for the ranks of a trace written while converting
+        (nvbridge.export.trace_ranks), known before the rows are read."""
+
+        def scan(tables: list[tuple[str, str]], column: str) -> list[int]:
+            union = " UNION ".join(
+                f"SELECT DISTINCT ({column} >> 24) & 16777215 FROM {t}{where}"
+                for t, where in tables
+                if column in self.db.columns(t)
+            )
+            return sorted({int(p) for (p,) in self.db.scalar_rows(union) if p is not None}) if union else []
+
+        gpu = scan([(WHOLE_TABLES[key][0], "") for key in GPU_TABLES], "globalPid")
+        ranges = f" WHERE eventType IN ({', '.join(str(t) for t in RANGE_TYPES)})"  # the ops table's rows, not marks
+        return gpu, [] if gpu else scan([("NVTX_EVENTS", ranges), (WHOLE_TABLES["runtime"][0], "")], "globalTid")
+
     @property
     def rows_read(self) -> int:
         return self._rows_read + self.api.rows_read + self.gpu.rows_read

@@ -1,0 +1,184 @@
+"""What a trace is read from: a loaded report's tables or a dataset directory, a chunk at a time,
+and the first pass over their time, process and device columns (:func:`plan`): the trace's origin
+and window, the capture window, the report's processes and ranks, and what the window keeps.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from nvbridge.columns import np_col
+from nvbridge.dataset_check import check_dataset, check_intervals
+from nvbridge.dataset_files import ReadErrors, outside_window
+from nvbridge.export.chrome import BATCH_ROWS, Tables
+from nvbridge.export.chrome_text import API_COLUMNS, GPU_COLUMNS, OP_COLUMNS
+from nvbridge.export.trace_ranks import Ranks, recorded_rank, report_ranks
+from nvbridge.timeline import CaptureWindow, in_window
+
+EVENT_TABLES = ("api_calls", "gpu_ops", "ops")  # the order they are written in: calls before GPU ops
+COLUMNS = {"ops": OP_COLUMNS, "api_calls": API_COLUMNS, "gpu_ops": GPU_COLUMNS}
+SPAN_COLUMNS = ["start_ns", "end_ns", "process_id"]
+PLAN_COLUMNS = {"ops": SPAN_COLUMNS, "api_calls": SPAN_COLUMNS, "gpu_ops": [*SPAN_COLUMNS, "device_id"]}
+
+
+class Source(Protocol):
+    """Chunks of a report's tables, whole or from a dataset's row groups."""
+
+    @property
+    def meta(self) -> Mapping[str, str | None]: ...
+    @property
+    def threads(self) -> pa.Table: ...
+    @property
+    def devices(self) -> pa.Table: ...
+
+    def rows(self, name: str) -> int: ...
+
+    def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]: ...
+
+
+class _Loaded:
+    """A report already in memory, sliced into chunks."""
+
+    def __init__(self, report: Tables) -> None:
+        self.report = report
+        self.meta, self.threads, self.devices = report.meta, report.threads, report.devices
+
+    def rows(self, name: str) -> int:
+        return int(getattr(self.report, name).num_rows)
+
+    def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]:
+        table: pa.Table = getattr(self.report, name)
+        for lo in range(0, table.num_rows, BATCH_ROWS):
+            yield table.slice(lo, BATCH_ROWS)
+
+
+class _Dataset:
+    """A dataset directory, read a row group at a time with only the columns asked for."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        # The checks dataset.load makes, on the files this reader opens (rows: as each part is read).
+        self.meta = check_dataset(directory, (*EVENT_TABLES, "threads", "devices"), COLUMNS)
+        with self._reading("threads"):
+            self.threads = pq.read_table(directory / "threads.parquet")
+        with self._reading("devices"):
+            self.devices = pq.read_table(directory / "devices.parquet")
+        self.files: dict[str, pq.ParquetFile] = {}
+        for name in EVENT_TABLES:
+            with self._reading(name):
+                self.files[name] = pq.ParquetFile(directory / f"{name}.parquet")
+
+    def _reading(self, name: str) -> ReadErrors:
+        return ReadErrors(self.directory, name)
+
+    def rows(self, name: str) -> int:
+        return int(self.files[name].metadata.num_rows)
+
+    def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]:
+        pf = self.files[name]
+        for i in range(pf.metadata.num_row_groups):
+            if outside_window(pf.metadata.row_group(i), window):
+                continue
+            with self._reading(name):
+                chunk = pf.read_row_group(i, columns=columns)
+            if "end_ns" in columns:
+                check_intervals(self.directory, name, chunk)
+            yield chunk
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the first pass found: the trace's origin and window, and what the report holds."""
+
+    origin_ns: int
+    start_ns: int | None
+    end_ns: int | None
+    kept_rows: int
+    first_ns: int | None
+    last_ns: int | None
+    processes: frozenset[int]
+    host_processes: frozenset[int] = frozenset()  # with ranges or CUDA calls
+    gpu_users: Mapping[int, frozenset[int]] = field(default_factory=dict)  # device -> processes that used it
+    kept_processes: frozenset[int] = frozenset()  # with rows in the window and process filter
+
+    @property
+    def gpu_processes(self) -> frozenset[int]:
+        return frozenset().union(*self.gpu_users.values())
+
+    @property
+    def owners(self) -> dict[int, int]:
+        """Device -> its only user: GPU ops without a process belong to it (nvbridge.timeline)."""
+        return {d: next(iter(u)) for d, u in self.gpu_users.items() if len(u) == 1}
+
+    def ranks(self, meta: Mapping[str, str | None]) -> Ranks:
+        return report_ranks(self.gpu_processes, self.host_processes, recorded_rank(meta))
+
+
+def plan(source: Source, start_ns: int | None, end_ns: int | None, processes: set[int] | None) -> Plan:
+    """First pass over the time, process and device columns only."""
+    kept, origin = 0, None
+    capture = CaptureWindow()  # the one timeline's capture window (nvbridge.timeline)
+    pids: dict[str, set[int]] = {name: set() for name in EVENT_TABLES}
+    users: dict[int, set[int]] = {}
+    kept_pids: set[int] = set()
+    for name in EVENT_TABLES:
+        for chunk in source.chunks(name, PLAN_COLUMNS[name], (None, None)):
+            if not chunk.num_rows:
+                continue
+            start, pid = np_col(chunk, "start_ns"), np_col(chunk, "process_id", fill=-1)
+            capture = capture.add(chunk)
+            uniq = np.unique(pid)
+            pids[name].update(uniq.tolist())
+            if name == "gpu_ops":
+                _add_users(users, np_col(chunk, "device_id", fill=-1), pid)
+            keep = in_window(chunk, start_ns, end_ns, processes)
+            if keep.any():
+                kept += int(keep.sum())
+                kept_pids.update((uniq if keep.all() else np.unique(pid[keep])).tolist())
+                low = int(start[keep].min())
+                origin = low if origin is None else min(origin, low)
+    return Plan(
+        origin or 0,
+        start_ns,
+        end_ns,
+        kept,
+        capture.start_ns,
+        capture.end_ns,
+        frozenset(set().union(*pids.values()) - {-1}),
+        frozenset((pids["ops"] | pids["api_calls"]) - {-1}),
+        {d: frozenset(u) for d, u in users.items()},
+        frozenset(kept_pids - {-1}),
+    )
+
+
+def _add_users(users: dict[int, set[int]], dev: np.ndarray, pid: np.ndarray) -> None:
+    """The (device, process) pairs of GPU ops with a process, a few a chunk (no Python object a row)."""
+    ok = pid >= 0
+    pairs = np.unique(((dev[ok] + 1) << 32) | pid[ok])  # devices from -1 (none), pids below 2**32
+    for d, p in zip(((pairs >> 32) - 1).tolist(), (pairs & 0xFFFFFFFF).tolist()):
+        users.setdefault(d, set()).add(p)
+
+
+def first_event_ns(source: str | os.PathLike[str] | Tables) -> int:
+    """The report's earliest start (what ``--start``/``--end`` count from); 0 for an empty report."""
+    src = open_source(source)
+    return plan(src, None, None, None).first_ns or 0
+
+
+def open_source(source: str | os.PathLike[str] | Tables) -> Source:
+    if not isinstance(source, (str, os.PathLike)):
+        return _Loaded(source)
+    path = Path(os.fspath(source))
+    if path.is_dir():
+        return _Dataset(path)
+    from nvbridge.dataset import load  # a database is converted in memory first
+
+    return _Loaded(load(path))
