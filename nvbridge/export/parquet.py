@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from nvbridge.columns import np_col
 from nvbridge.engine import Model
 from nvbridge.errors import ExportError
+from nvbridge.export.dictionaries import compact_table
 from nvbridge.profile import SourceInfo
 from nvbridge.workers import worker_pool
 
@@ -67,6 +68,8 @@ def _encodings(schema: pa.Schema) -> dict[str, object]:
 
 
 def write_table(table: pa.Table, path: Path) -> None:
+    # Dictionaries cut to the values the rows use: never the export's whole string table.
+    table = compact_table(table)
     pq.write_table(table, path, compression="zstd", row_group_size=ROW_GROUP_ROWS, **_encodings(table.schema))
 
 
@@ -103,7 +106,8 @@ class TableWriter:
         self._pending = self._pool.submit(self._write, part)
 
     def _write(self, part: pa.Table | Callable[[], pa.Table]) -> None:
-        table = part if isinstance(part, pa.Table) else part()
+        # Each row group's dictionaries hold only the values its rows use (see compact_table).
+        table = compact_table(part if isinstance(part, pa.Table) else part())
         if self._writer is None:
             self._schema = table.schema
             # Buffered: the writer's page headers and column metadata are a few bytes each, one
@@ -176,8 +180,12 @@ def read(
     wanted = dict(columns or {})
     if "ops" in wanted and "op_id" not in wanted["ops"]:
         wanted["ops"] = ["op_id", *wanted["ops"]]
+    # Compacted as read: a dataset written before dictionaries were compacted holds the export's
+    # whole string table in them.
     tables = {
-        name: pq.read_table(directory / f"{name}.parquet", columns=list(wanted[name]) if name in wanted else None)
+        name: compact_table(
+            pq.read_table(directory / f"{name}.parquet", columns=list(wanted[name]) if name in wanted else None)
+        )
         for name in TABLES
     }
     # A streamed conversion writes a range that stayed open across windows after later ops:
