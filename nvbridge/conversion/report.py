@@ -136,12 +136,14 @@ def _streamed(
     from nvbridge.readers import detect
     from nvbridge.readers._db import Database
     from nvbridge.readers.nsys import Stream
+    from nvbridge.readers.nsys_tables import require_columns
 
     with Database(source) as db:
         if db.path is None or detect(db) != "nsys":
             raise NotStreamable("only local Nsight Systems files stream")
         report("reading", 0)
         with db.translate_errors():
+            require_columns(db)
             # Names are parsed on the reader threads, a window or two ahead of the engine.
             stream_in = Stream(db, WINDOW_ROWS, prepare=with_parsed_names, by_start=by_start, horizons=horizons)
             info = with_rank(stream_in.info, source)
