@@ -21,7 +21,7 @@ from nvbridge import output as outputs
 from nvbridge._version import __version__
 from nvbridge.columns import np_col
 from nvbridge.conversion.result import ConversionResult, OpsTally, Tallies, gpu_figures, with_rank
-from nvbridge.conversion.trace import TraceFeed, earliest, write_whole
+from nvbridge.conversion.trace import TraceFeed, TraceOut, earliest, write_whole
 from nvbridge.engine import Correlator, capture_end, correlate, devices_table, other_tables, stream, with_parsed_names
 from nvbridge.errors import BeyondHorizon, NotStreamable
 from nvbridge.export import parquet
@@ -89,17 +89,33 @@ def convert_one(
     report = progress or (lambda _stage, _rows: None)
     expected = estimate_rows(source) if progress else 0
     t0 = time.perf_counter()
-    # An .nsys-rep (or .qdrep, .qdstrm) is exported to SQLite with the user's nsys first.
-    with outputs.staging(out) as tmp, exported(source) as database:
-        with outputs.writing(out, "the dataset"):
-            tallies = _convert_into(database, tmp, report, expected, trace)
-        outputs.publish(tmp, out, force)
+    # The trace is written under a staging name and put in place once the dataset is: a run that
+    # fails leaves neither (the dataset's publish can still fail on a full disk, or a race).
+    staged = None if trace is None else TraceOut(trace, outputs.staging_file(trace, suffix=_trace_suffix(trace)))
+    try:
+        # An .nsys-rep (or .qdrep, .qdstrm) is exported to SQLite with the user's nsys first.
+        with outputs.staging(out) as tmp, exported(source) as database:
+            with outputs.writing(out, "the dataset"):
+                tallies = _convert_into(database, tmp, report, expected, staged)
+            outputs.publish(tmp, out, force)
+        if staged is not None:
+            with outputs.writing(staged.path, "the trace"):
+                os.replace(staged.tmp, staged.path)
+    finally:
+        if staged is not None:
+            staged.tmp.unlink(missing_ok=True)
+            outputs.release(staged.tmp)
     report("done", max(expected - tallies.rows_read, 0))
     return tallies.result(out, time.perf_counter() - t0)
 
 
+def _trace_suffix(trace: Path) -> str:
+    """The trace's staging name ends as the trace does (its writer picks gzip by the suffix)."""
+    return ".json.gz" if trace.name.endswith(".json.gz") else ".json"
+
+
 def _convert_into(
-    source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: Path | None
+    source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: TraceOut | None
 ) -> Tallies:
     """Stream the report into ``tmp`` (and ``trace``): NVTX rows by rowid windows, or, when its
     ranges turn out to be out of start order, by slabs of starts; when a GPU op starts later
@@ -125,7 +141,7 @@ def _convert_into(
 
 
 def _streamed(
-    source: str | os.PathLike[str], tmp: Path, report: Progress, trace: Path | None, by_start: bool, horizons: int
+    source: str | os.PathLike[str], tmp: Path, report: Progress, trace: TraceOut | None, by_start: bool, horizons: int
 ) -> Tallies:
     """Convert an Nsight Systems file window by window into ``tmp`` (and ``trace``).
 
@@ -178,7 +194,9 @@ class _Outputs:
     """Where a streamed conversion's rows go: the ops, API call and GPU op files, written as
     their rows become final, and the trace (``convert --chrome``) fed the same tables."""
 
-    def __init__(self, tmp: Path, engine: Correlator, trace: Path | None, info: SourceInfo, stream_in: Stream) -> None:
+    def __init__(
+        self, tmp: Path, engine: Correlator, trace: TraceOut | None, info: SourceInfo, stream_in: Stream
+    ) -> None:
         self.tmp = tmp
         self.engine = engine
         self.ops = OpsTally()
@@ -239,8 +257,15 @@ class _Outputs:
             self.feed.abort()
 
     def close(self) -> None:
+        """Close every writer even when one fails (see TableWriter.close); the first failure is raised."""
+        first: BaseException | None = None
         for out in (self.ops_out.writer, self.api.writer, self.gpu.writer):
-            out.close()
+            try:
+                out.close()
+            except BaseException as exc:  # raised below, once all are closed
+                first = first or exc
+        if first is not None:
+            raise first
 
 
 class _Grouped:
@@ -297,7 +322,9 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _whole(source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: Path | None) -> Tallies:
+def _whole(
+    source: str | os.PathLike[str], tmp: Path, report: Progress, expected: int, trace: TraceOut | None
+) -> Tallies:
     """Read, correlate and write a report in one window."""
     report("reading", 0)
     profile = read_profile(source)

@@ -8,14 +8,15 @@ A report read whole goes through :func:`~nvbridge.export.trace.export_chrome_tra
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
+from nvbridge import output as outputs
 from nvbridge._version import __version__
 from nvbridge.engine import Model
 from nvbridge.errors import ExportError
@@ -23,6 +24,14 @@ from nvbridge.export import parquet
 from nvbridge.export.chrome import TraceWriter
 from nvbridge.export.trace import NOTHING_TO_TRACE, export_chrome_trace
 from nvbridge.profile import SourceInfo
+
+
+class TraceOut(NamedTuple):
+    """``convert --chrome``'s trace: written under ``tmp`` (a staging name beside ``path``), put at
+    ``path`` once the dataset is in place; messages name ``path``."""
+
+    path: Path
+    tmp: Path
 
 
 def header_meta(info: SourceInfo) -> dict[str, str | None]:
@@ -35,21 +44,25 @@ class TraceFeed:
     """A trace fed the conversion's chunks as they are written.
 
     Args:
-        dest: the trace file (checked by the caller).
+        dest: the trace file (checked by the caller), written under its staging name; a write the
+            machine refuses (a full disk) is one line naming it.
         info: what the reader detected (header, rank).
         devices: the devices table (header).
         earliest_ns: the earliest start among API calls, GPU ops and the first window of
             ranges (ranges come in start order): the trace's time 0.
     """
 
-    def __init__(self, dest: Path, info: SourceInfo, devices: pa.Table, earliest_ns: int | None) -> None:
+    def __init__(self, dest: TraceOut, info: SourceInfo, devices: pa.Table, earliest_ns: int | None) -> None:
         self.dest = dest
         self.rows = 0
-        self._writer = (
-            None
-            if earliest_ns is None
-            else TraceWriter(dest, origin_ns=earliest_ns, meta=header_meta(info), devices=devices, rank=info.rank or 0)
-        )
+        with outputs.writing(dest.path, "the trace"):
+            self._writer = (
+                None
+                if earliest_ns is None
+                else TraceWriter(
+                    dest.tmp, origin_ns=earliest_ns, meta=header_meta(info), devices=devices, rank=info.rank or 0
+                )
+            )
 
     def ops(self, table: pa.Table) -> None:
         self._feed(table, "ops")
@@ -62,7 +75,8 @@ class TraceFeed:
 
     def _feed(self, table: pa.Table, name: str) -> None:
         if self._writer is not None:
-            getattr(self._writer, name)(table)
+            with outputs.writing(self.dest.path, "the trace"):
+                getattr(self._writer, name)(table)
             self.rows += table.num_rows
 
     def finish(self, threads: pa.Table) -> None:
@@ -70,7 +84,8 @@ class TraceFeed:
         if self._writer is None or not self.rows:
             self.abort()
             raise ExportError(NOTHING_TO_TRACE)
-        self._writer.finish(threads)
+        with outputs.writing(self.dest.path, "the trace"):
+            self._writer.finish(threads)
 
     def abort(self) -> None:
         if self._writer is not None:
@@ -98,7 +113,10 @@ class _InMemory:
     devices: pa.Table
 
 
-def write_whole(model: Model, dest: str | os.PathLike[str]) -> None:
-    """The trace of a report read whole, from memory."""
+def write_whole(model: Model, dest: TraceOut) -> None:
+    """The trace of a report read whole, from memory (under its staging name)."""
     tables = _InMemory(header_meta(model.info), model.ops, model.api_calls, model.gpu_ops, model.threads, model.devices)
-    export_chrome_trace(tables, dest, force=True)
+    try:
+        export_chrome_trace(tables, dest.tmp, force=True)
+    except ExportError as exc:  # its message names the file it wrote: the staging name
+        raise ExportError(str(exc).replace(str(dest.tmp), str(dest.path))) from exc
