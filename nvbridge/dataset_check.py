@@ -133,8 +133,8 @@ def check_dataset(
 
 
 def read_meta(directory: Path) -> dict[str, str | None]:
-    """A dataset's meta table, a damaged one as DamagedDataset. Its path must be one Arrow can
-    open (UTF-8, within PATH_MAX)."""
+    """A dataset's meta table, a damaged one (its integers not integers) as DamagedDataset. Its
+    path must be one Arrow can open (UTF-8, within PATH_MAX)."""
     check_name(directory, "the dataset", utf8=True)
     try:
         meta = parquet.read_meta(directory)
@@ -142,13 +142,21 @@ def read_meta(directory: Path) -> dict[str, str | None]:
         raise
     except (OSError, pa.ArrowException, KeyError) as exc:
         raise DamagedDataset(f"{directory / 'meta.parquet'} is not a readable meta table; {fix(directory)}.") from exc
-    rank = meta.get("rank")
-    # A conversion writes a rank as decimal digits or not at all; anything else (text, '²') was edited.
-    if rank is not None and rank != "None" and not re.fullmatch(r"-?[0-9]+", rank):
-        raise DamagedDataset(
-            f"{directory / 'meta.parquet'} gives the rank as {rank!r}, not a whole number; {fix(directory)}."
-        )
+    # A conversion writes these as decimal int64s or not at all; anything else (text, '²') was edited.
+    for key, value in meta.items():
+        if key in _INTEGER_META or key.startswith("rows."):
+            if value is not None and value != "None" and not _int64(value):
+                raise DamagedDataset(
+                    f"{directory / 'meta.parquet'} gives {key} as {value!r}, not a whole number; {fix(directory)}."
+                )
     return meta
+
+
+_INTEGER_META = ("rank", "session_start_utc_ns", "capture_end_ns")
+
+
+def _int64(text: str) -> bool:
+    return re.fullmatch(r"-?[0-9]+", text) is not None and -(2**63) <= int(text) < 2**63
 
 
 def is_partitioned(path: str | os.PathLike[str]) -> bool:

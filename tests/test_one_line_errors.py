@@ -164,15 +164,27 @@ def test_urls_without_a_dialect_or_a_driver(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-@pytest.mark.parametrize("rank", ["abc", "²", "1.5"])
-def test_a_rank_stored_as_text_in_a_datasets_meta(tmp_path: Path, rank: str) -> None:
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("rank", "abc"),
+        ("rank", "²"),
+        ("rank", "1.5"),
+        ("session_start_utc_ns", "abc"),
+        ("session_start_utc_ns", "99999999999999999999"),
+        ("capture_end_ns", "1e400"),
+        ("rows.ops", "many"),
+    ],
+)
+def test_an_integer_stored_as_text_in_a_datasets_meta(tmp_path: Path, key: str, value: str) -> None:
+    """A rank (or session start, capture end, row count) that is not a whole number: an edited meta."""
     ds = tmp_path / "ds"
     assert _cli("convert", SAMPLE, "-o", ds, "-q").returncode == 0
     meta = pq.read_table(ds / "meta.parquet").to_pydict()
-    values = [rank if k == "rank" else v for k, v in zip(meta["key"], meta["value"])]
+    values = [value if k == key else v for k, v in zip(meta["key"], meta["value"])]
     pq.write_table(pa.table({"key": meta["key"], "value": pa.array(values, pa.string())}), ds / "meta.parquet")
     for args in (("summary", ds), ("trace", ds, "-o", tmp_path / "t.json"), ("plot", ds, "-o", tmp_path / "p.png")):
-        _one_line(_cli(*args), f"gives the rank as {rank!r}, not a whole number", "--force")
+        _one_line(_cli(*args), f"gives {key} as {value!r}, not a whole number", "--force")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
 
 
