@@ -81,7 +81,8 @@ def test_names_that_are_not_utf8(tmp_path: Path) -> None:
     assert dict(zip(meta["key"], meta["value"]))["source"] == "bad\\xff.sqlite"
     assert _cli("summary", inp).returncode == 0
     assert _cli("trace", inp, "-o", tmp_path / "t.json").returncode == 0
-    assert _cli("trace", inp, "-o", tmp_path / os.fsdecode(b"t\xfe.json")).returncode == 0
+    wrote = _cli("trace", inp, "-o", tmp_path / os.fsdecode(b"t\xfe.json"))
+    assert wrote.returncode == 0 and wrote.stdout.startswith(f"Wrote {tmp_path}/t\\xfe.json: ".encode())
     err = _one_line(_cli("convert", inp, "-o", tmp_path / os.fsdecode(b"o\xfe")), "o\\xfe", "not valid UTF-8")
     assert not (tmp_path / os.fsdecode(b"o\xfe")).exists(), err
     (tmp_path / os.fsdecode(b"d\xfe")).mkdir()

@@ -33,6 +33,12 @@ def errors() -> Iterator[None]:
         ) from exc
 
 
+def shown(text: str) -> str:
+    """A message naming files, each of its lines printable (a name with a newline, or bytes that are
+    not UTF-8, escaped as in error lines)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 @contextlib.contextmanager
 def progress(enabled: bool, label: str, total_rows: int) -> Iterator[Progress | None]:
     """On a terminal: stage, rows done of the estimate, rows/s and time left, on stderr."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from nvbridge.analysis import parse_time
-from nvbridge.cli._common import errors, steps
+from nvbridge.cli._common import errors, shown, steps
 from nvbridge.export.chrome import Tables
 from nvbridge.export.trace import check_destination, export_chrome_trace, first_event_ns
 
@@ -89,7 +89,7 @@ def trace_cmd(
             force=force,
         )
     parts = ", ".join(f"{v:,} {k}" for k, v in {**stats.slices, **stats.flows}.items())
-    click.echo(f"Wrote {output}: {parts}.")
+    click.echo(shown(f"Wrote {output}: {parts}."))
     if stats.overlapping_gpu_ops:
         click.echo(
             f"note: {stats.overlapping_gpu_ops:,} GPU ops overlap an earlier op on their stream; "
