@@ -19,6 +19,7 @@ from nvbridge.engine import Model, correlate
 from nvbridge.errors import DamagedDataset, MissingDependency
 from nvbridge.events import EventIndex, FunctionEvent
 from nvbridge.export import parquet
+from nvbridge.export.dictionaries import compact_table
 
 if TYPE_CHECKING:  # analysis reads Reports; a Report hands its tables to analysis on demand
     from nvbridge.analysis import GpuHeader, KeyAverages
@@ -233,7 +234,9 @@ def from_model(model: Model) -> Report:
         model.info, {name: getattr(model, name).num_rows for name in parquet.TABLES}, __version__
     )
     meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
-    return Report(meta, {name: getattr(model, name) for name in parquet.TABLES})
+    # Dictionaries cut to what the rows use, as a conversion writes them: never the export's
+    # whole string table (its environment, host names, paths).
+    return Report(meta, {name: compact_table(getattr(model, name)) for name in parquet.TABLES})
 
 
 def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> Report:

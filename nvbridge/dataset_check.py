@@ -6,6 +6,7 @@ conversion never writes (an end before its start, or no start or end)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 
 from nvbridge.errors import DamagedDataset, ExportError
 from nvbridge.export import parquet
+from nvbridge.output_names import check_name
 
 # What a reader of each table can rely on (docs/dataset.md lists every column).
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -131,13 +133,30 @@ def check_dataset(
 
 
 def read_meta(directory: Path) -> dict[str, str | None]:
-    """A dataset's meta table, a damaged one as DamagedDataset."""
+    """A dataset's meta table, a damaged one (its integers not integers) as DamagedDataset. Its
+    path must be one Arrow can open (UTF-8, within PATH_MAX)."""
+    check_name(directory, "the dataset", utf8=True)
     try:
-        return parquet.read_meta(directory)
+        meta = parquet.read_meta(directory)
     except ExportError:
         raise
     except (OSError, pa.ArrowException, KeyError) as exc:
         raise DamagedDataset(f"{directory / 'meta.parquet'} is not a readable meta table; {fix(directory)}.") from exc
+    # A conversion writes these as decimal int64s or not at all; anything else (text, '²') was edited.
+    for key, value in meta.items():
+        if key in _INTEGER_META or key.startswith("rows."):
+            if value is not None and value != "None" and not _int64(value):
+                raise DamagedDataset(
+                    f"{directory / 'meta.parquet'} gives {key} as {value!r}, not a whole number; {fix(directory)}."
+                )
+    return meta
+
+
+_INTEGER_META = ("rank", "session_start_utc_ns", "capture_end_ns")
+
+
+def _int64(text: str) -> bool:
+    return re.fullmatch(r"-?[0-9]+", text) is not None and -(2**63) <= int(text) < 2**63
 
 
 def is_partitioned(path: str | os.PathLike[str]) -> bool:

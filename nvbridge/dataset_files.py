@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from nvbridge.columns import np_col
 from nvbridge.dataset_check import TIMED, bad_intervals, bad_rows, check_intervals, fix
 from nvbridge.errors import DamagedDataset
+from nvbridge.export.dictionaries import compact_table
 
 Window = tuple[int | None, int | None]  # [start_ns, end_ns]; None: open on that side
 
@@ -77,7 +78,8 @@ class Files:
         if name == "ops" and wanted is not None and "op_id" not in wanted:
             wanted = ["op_id", *wanted]
         with self._reading(name):
-            table = pq.read_table(self.directory / f"{name}.parquet", columns=wanted)
+            # Dictionaries cut to what the rows use (a dataset of an older nvbridge holds more).
+            table = compact_table(pq.read_table(self.directory / f"{name}.parquet", columns=wanted))
         if name in TIMED and {"start_ns", "end_ns"} <= set(table.column_names):
             check_intervals(self.directory, name, table)
         if name == "ops" and self.in_order and table.num_rows > 1:
@@ -98,7 +100,7 @@ class Files:
             if outside_window(pf.metadata.row_group(i), window):
                 continue
             with self._reading(name):
-                chunk = pf.read_row_group(i, columns=list(columns))
+                chunk = compact_table(pf.read_row_group(i, columns=list(columns)))
             if checked and bad_intervals(chunk):
                 self._refuse(name, pf, i)
             yield chunk

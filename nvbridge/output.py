@@ -1,15 +1,21 @@
-"""Where outputs go: destination checks, staging, exclusive publishing, interrupt clean-up.
+"""Where outputs go: destination checks, staging, exclusive publishing, recovery, clean-up.
 
 A dataset is built in a staging directory beside its destination and renamed into place only
 once complete, so no reader ever sees half a dataset. The rules users rely on:
 
 - ``--force`` replaces only an nvbridge dataset (its ``meta.parquet`` says so, and the
-  directory holds nothing nvbridge did not write); any other directory is refused.
-- Publishing is exclusive: the check and the rename happen under a lock on the parent
+  directory holds nothing nvbridge did not write); any other directory is refused. A symlinked
+  destination is written through: the dataset replaces the one the link points to.
+- Publishing is exclusive: the check and the renames happen under a lock on the parent
   directory, so of two runs racing to one new destination exactly one wins and the other says so.
+- A replaced dataset is renamed aside, its successor renamed in, and only then removed. A run
+  killed between the two renames leaves the old one aside and nothing at the name: the next run
+  into that folder puts it back before it removes anything.
 - A run that is interrupted (SIGINT, SIGTERM) removes its staging directories and exits at
   once; one that was killed (SIGKILL) leaves a staging directory whose name carries its host
   and process id, and the next run in that folder removes it.
+- Staging names fit the file system's limit whatever the destination's name: a long name is
+  cut, with a hash of the whole, so 220-255-byte names work.
 - Directories are created with the permissions the user's umask gives, like ``mkdir``.
 """
 
@@ -18,17 +24,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
+import re
 import secrets
-import shutil
-import signal
 import socket
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import FrameType
 
 from nvbridge.errors import ExportError
+from nvbridge.interrupts import LIVE, deferred_interrupts, remove
+from nvbridge.interrupts import exit_on_interrupt as exit_on_interrupt  # part of this module's API
+from nvbridge.output_names import NAME_MAX, printable, write_error
+from nvbridge.output_names import check_name as check_name  # part of this module's API
+from nvbridge.output_names import writing as writing  # part of this module's API
 
 # Files a dataset directory holds (see export/parquet.py): anything else in a directory means it
 # is not ours to replace.
@@ -44,60 +53,52 @@ DATASET_FILES = frozenset(
         "devices.parquet",
     }
 )
-_STAGING = ".nvbridge-staging"  # in staging names: .<dest>.nvbridge-staging.<host>.<pid>.<random>
-_OLD = ".nvbridge-old"  # a replaced dataset, removed once its successor is in place
+# In-flight names: .<dest>.nvbridge-staging.<host>.<pid>.<random>[<suffix>] (built, not yet in
+# place) and .<dest>.nvbridge-old.<host>.<pid>.<random> (a replaced dataset, removed once its
+# successor is in place).
+_STAGING = ".nvbridge-staging"
+_OLD = ".nvbridge-old"
+_HOST_CHARS = 40
+_SUFFIX_CHARS = 8
+# The longest tail an in-flight name adds after its stem: marker, host, pid (at most 7 digits on
+# Linux), 8 hex digits and a suffix.
+_TAIL_MAX = len(_STAGING) + 1 + _HOST_CHARS + 1 + 7 + 1 + 8 + _SUFFIX_CHARS
 
 
 def _host() -> str:
-    return socket.gethostname().replace(".", "_") or "host"
-
-
-# Errors writing an output that are the machine's, not a bug: the message says which.
-_WRITE_ERRNOS = {
-    errno.ENOSPC: "the disk is full",
-    errno.EDQUOT: "the disk quota is exceeded",
-    errno.EROFS: "the file system is read-only",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "permission denied",
-    errno.EFBIG: "the file is too large for the file system",
-}
-
-
-@contextlib.contextmanager
-def writing(path: Path, what: str) -> Iterator[None]:
-    """Turn a write that the machine refused (disk full, read-only, permissions) into one line."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno not in _WRITE_ERRNOS:
-            raise
-        raise ExportError(
-            f"cannot write {what} {path}: {_WRITE_ERRNOS[exc.errno]}; free space or choose another path."
-        ) from exc
+    return (socket.gethostname().replace(".", "_") or "host")[:_HOST_CHARS]
 
 
 def check_parent(path: Path, what: str) -> None:
-    """The folder an output goes into must exist (nothing is created silently)."""
+    """The folder an output goes into must exist (nothing is created silently), and the output
+    can be named there (:func:`check_name`)."""
+    check_name(path, what)
     parent = path.absolute().parent
+    shown = printable(str(path))
     if parent.exists() and not parent.is_dir():
-        raise ExportError(f"cannot write {what} {path}: {parent} is a file, not a folder; choose another path.")
+        raise ExportError(
+            f"cannot write {what} {shown}: {printable(str(parent))} is a file, not a folder; choose another path."
+        )
     if not parent.is_dir():
         raise ExportError(
-            f"cannot write {what} {path}: the folder {parent} does not exist; create the folder first or choose "
-            "another path."
+            f"cannot write {what} {shown}: the folder {printable(str(parent))} does not exist; create the folder "
+            "first or choose another path."
         )
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ExportError(f"cannot write {what} {path}: the folder {parent} is not writable; choose another path.")
+        raise ExportError(
+            f"cannot write {what} {shown}: the folder {printable(str(parent))} is not writable; choose another path."
+        )
 
 
 def check_file_destination(path: Path, force: bool, what: str) -> None:
     """A single output file (trace, picture, kept report): its folder exists, it is not a folder,
     and an existing file is replaced only with ``force``."""
     check_parent(path, what)
+    shown = printable(str(path))
     if path.is_dir():
-        raise ExportError(f"{path} is a folder; give a file name for {what}.")
+        raise ExportError(f"{shown} is a folder; give a file name for {what}.")
     if path.exists() and not force:
-        raise ExportError(f"{path} already exists; choose another file or pass --force to replace it.")
+        raise ExportError(f"{shown} already exists; choose another file or pass --force to replace it.")
 
 
 def is_dataset(path: Path) -> bool:
@@ -128,19 +129,30 @@ def _our_meta(meta: Path) -> bool:
         return False
 
 
+def dataset_path(output: Path) -> Path:
+    """Where a dataset named ``output`` goes: a symlink is written through (the dataset replaces
+    what it points to, beside it, so the renames stay in one file system and no link is left
+    aside)."""
+    return output.resolve() if output.is_symlink() else output
+
+
 def check_directory(output: Path, inputs: Sequence[str | os.PathLike[str]]) -> None:
-    """A dataset directory may go at ``output``: its folder exists, it is not a file, and no input
-    (local paths; URLs are skipped) lives inside it."""
+    """A dataset directory may go at ``output``: its folder exists, it is not a file, its path
+    is UTF-8, and no input (local paths; URLs are skipped) lives inside it."""
+    check_name(output, "the dataset", utf8=True)
+    output = dataset_path(output)
     check_parent(output, "the dataset")
+    check_name(output, "the dataset", utf8=True)
     if not output.exists():
         return
+    shown = printable(str(output))
     if not output.is_dir():
-        raise ExportError(f"{output} is a file; pass a directory path for the dataset.")
+        raise ExportError(f"{shown} is a file; pass a directory path for the dataset.")
     out = output.resolve()
     for source in inputs:
         if "://" not in os.fspath(source) and out in Path(os.fspath(source)).resolve().parents:
             raise ExportError(
-                f"the input {source} is inside the output directory {output}; "
+                f"the input {printable(os.fspath(source))} is inside the output directory {shown}; "
                 f"choose an output directory that does not hold the input."
             )
 
@@ -149,13 +161,17 @@ def check_destination(output: Path, force: bool, inputs: Sequence[str | os.PathL
     """A dataset may be written to ``output``: :func:`check_directory`, and ``output`` is new, an
     empty directory, or (with ``force``) an nvbridge dataset."""
     check_directory(output, inputs)
+    output = dataset_path(output)
+    # What killed runs left goes first: a dataset one left aside is back before it is judged.
+    remove_stale(output.absolute().parent, output.name)
     if not output.exists() or _is_empty(output):
         return
+    shown = printable(str(output))
     if not force:
-        raise ExportError(f"{output} already exists; choose another output directory or pass --force to replace it.")
+        raise ExportError(f"{shown} already exists; choose another output directory or pass --force to replace it.")
     if not is_dataset(output):
         raise ExportError(
-            f"{output} is not an nvbridge dataset (it holds other files); --force replaces only a "
+            f"{shown} is not an nvbridge dataset (it holds other files); --force replaces only a "
             f"dataset nvbridge wrote: choose another output directory."
         )
 
@@ -171,64 +187,114 @@ def make_dir(path: Path) -> bool:
         return True
     except FileExistsError:
         if not path.is_dir():
-            raise ExportError(f"{path} is a file; pass a directory path for the dataset.") from None
+            raise ExportError(f"{printable(str(path))} is a file; pass a directory path for the dataset.") from None
         return False
     except OSError as exc:
-        raise ExportError(f"cannot create {path} ({exc.strerror}); choose another path.") from exc
+        raise write_error(path, "the dataset", exc) from exc
+
+
+# ---- in-flight names: staging, replaced datasets; recovery and clean-up of killed runs ----
+
+
+def _stem(name: str) -> str:
+    """``.<name>``, or, where that and the longest tail would not fit in one name, its first bytes
+    and a hash of the whole: the same for every run, so a later one finds what a killed one left."""
+    stem = os.fsencode("." + name)
+    room = NAME_MAX - _TAIL_MAX
+    if len(stem) <= room:
+        return "." + name
+    digest = hashlib.sha1(stem).hexdigest()[:8]
+    cut = os.fsdecode(stem[: room - len(digest) - 1])
+    # No half of a multi-byte character at the cut: the name stays UTF-8 if the destination's is.
+    return cut.rstrip("".join(map(chr, range(0xDC80, 0xDD00)))) + "~" + digest
+
+
+def in_flight(dest: Path, marker: str = _STAGING, suffix: str = "") -> Path:
+    """A fresh hidden name beside ``dest``: ``.<dest>`` (see :func:`_stem`), the marker, this
+    host and process, a random part and ``suffix`` (a file's own, for what reads it)."""
+    tail = f"{marker}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}{suffix[:_SUFFIX_CHARS]}"
+    return dest.absolute().parent / (_stem(dest.name) + tail)
 
 
 @contextlib.contextmanager
 def staging(output: Path) -> Iterator[Path]:
     """A fresh directory beside ``output`` to build it in, removed unless published in the block.
 
-    Stale staging directories of runs on this host that no longer exist are removed first.
+    What killed runs left for ``output`` is recovered or removed first (:func:`remove_stale`).
     """
+    output = dataset_path(output)
     parent = output.absolute().parent
     remove_stale(parent, output.name)
-    tmp = parent / f".{output.name}{_STAGING}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
+    tmp = in_flight(output)
     try:
         tmp.mkdir(mode=0o777)
     except OSError as exc:
-        raise ExportError(f"cannot write in {parent} ({exc.strerror}); choose another output directory.") from exc
-    _LIVE.add(tmp)
+        raise write_error(output, "the dataset", exc) from exc
+    LIVE.add(tmp)
     try:
         yield tmp
     finally:  # published (renamed away), or failed: either way nothing stays behind
         if tmp.exists():
-            _remove(tmp)
-        _LIVE.discard(tmp)
+            remove(tmp)
+        LIVE.discard(tmp)
 
 
-def staging_file(dest: Path) -> Path:
+def staging_file(dest: Path, suffix: str = "") -> Path:
     """A file name beside ``dest`` to write it under until it is complete (then renamed over
     ``dest``): removed on SIGINT/SIGTERM (:func:`exit_on_interrupt`), and by the next run into
     the folder if this process is killed. Call :func:`release` once it is renamed or removed."""
-    parent = dest.absolute().parent
-    remove_stale(parent, dest.name)
-    tmp = parent / f".{dest.name}{_STAGING}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
-    _LIVE.add(tmp)
+    remove_stale(dest.absolute().parent, dest.name)
+    tmp = in_flight(dest, suffix=suffix)
+    LIVE.add(tmp)
     return tmp
 
 
 def release(path: Path) -> None:
     """``path`` (from :func:`staging_file`) is gone or published: an interrupt leaves it alone."""
-    _LIVE.discard(path)
+    LIVE.discard(path)
+
+
+# An in-flight name's tail: marker, host, pid, random part, and a file's own suffix.
+_TAIL = re.compile(r"(\.nvbridge-staging|\.nvbridge-old)\.([^.]+)\.([0-9]+)\.[0-9a-f]{8}(?:\.(?!nvbridge-)[^.]*)*$")
+
+
+def _stale(parent: Path, name: str) -> list[tuple[Path, str]]:
+    """(entry, marker) of in-flight names left in ``parent`` by runs of this host that are gone:
+    every staging name (whatever it was for: a file written under a staging name is itself
+    staged by its writer), and the replaced datasets of ``name``."""
+    prefix = _stem(name) + _OLD + "."
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in parent.iterdir():
+            m = _TAIL.search(entry.name)
+            if not entry.name.startswith(".") or m is None or m.group(2) != _host() or _alive(int(m.group(3))):
+                continue
+            if m.group(1) == _STAGING or entry.name.startswith(prefix):
+                found.append((entry, m.group(1)))
+    return found
+
+
+def recover(output: Path) -> None:
+    """A dataset a killed run had renamed aside, with nothing at its name (killed between
+    publishing's two renames): put back, under the folder's lock, before anything is removed."""
+    parent = output.absolute().parent
+    if os.path.lexists(output):
+        return
+    with _parent_lock(parent), deferred_interrupts():
+        aside = [entry for entry, marker in _stale(parent, output.name) if marker == _OLD]
+        if aside and not os.path.lexists(output):
+            newest = max(aside, key=lambda p: p.lstat().st_mtime_ns)
+            with contextlib.suppress(OSError):
+                newest.rename(output)
 
 
 def remove_stale(parent: Path, name: str) -> None:
-    """Remove staging files and directories, and replaced datasets, left by killed runs of
-    ``name`` on this host."""
-    prefix = f".{name}"
+    """Recover (:func:`recover`), then remove what killed runs of this host left in ``parent``:
+    staging files and directories, and replaced datasets of ``name``."""
     with contextlib.suppress(OSError):
-        for entry in parent.iterdir():
-            if not entry.name.startswith(prefix):
-                continue
-            rest = entry.name[len(prefix) :]
-            for marker in (_STAGING, _OLD):
-                if rest.startswith(marker + "."):
-                    fields = rest[len(marker) + 1 :].split(".")
-                    if len(fields) == 3 and fields[0] == _host() and fields[1].isdigit() and not _alive(int(fields[1])):
-                        _remove(entry)
+        recover(parent / name)
+    for entry, _marker in _stale(parent, name):
+        remove(entry)
 
 
 def _alive(pid: int) -> bool:
@@ -247,23 +313,26 @@ def publish(tmp: Path, output: Path, force: bool) -> None:
     Under a lock on the parent directory: a destination that appeared since the start is refused
     (another run got there first) unless ``force`` and it is a dataset; a replaced dataset is
     renamed aside, the new one renamed in, and only then the old one removed. Interrupts wait
-    until the names are settled, so an interrupted ``--force`` never loses the old dataset.
+    until the names are settled, so an interrupted ``--force`` never loses the old dataset; a
+    killed one leaves it aside for the next run to put back (:func:`recover`).
     """
+    output = dataset_path(output)
     parent = output.absolute().parent
+    shown = printable(str(output))
     with _parent_lock(parent), deferred_interrupts():
         old = None
         if output.exists() and not (output.is_dir() and _is_empty(output)):
             if not force:
                 raise ExportError(
-                    f"{output} was created by another run while this one converted; "
+                    f"{shown} was created by another run while this one converted; "
                     f"choose another output directory or pass --force to replace it."
                 )
             if not is_dataset(output):
                 raise ExportError(
-                    f"{output} is not an nvbridge dataset (it holds other files); --force replaces "
+                    f"{shown} is not an nvbridge dataset (it holds other files); --force replaces "
                     f"only a dataset nvbridge wrote: choose another output directory."
                 )
-            old = parent / f".{output.name}{_OLD}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
+            old = in_flight(output, _OLD)
             output.rename(old)
         try:
             tmp.rename(output)  # replaces an empty directory, refuses a non-empty one
@@ -272,12 +341,12 @@ def publish(tmp: Path, output: Path, force: bool) -> None:
                 old.rename(output)
             if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
                 raise ExportError(
-                    f"{output} was created by another run while this one converted; "
+                    f"{shown} was created by another run while this one converted; "
                     f"choose another output directory or pass --force to replace it."
                 ) from exc
-            raise ExportError(f"cannot move the dataset into {output} ({exc.strerror}).") from exc
+            raise write_error(output, "the dataset", exc) from exc
     if old is not None:
-        _remove(old)
+        remove(old)
 
 
 @contextlib.contextmanager
@@ -288,57 +357,3 @@ def _parent_lock(parent: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
-
-
-def _remove(path: Path) -> None:
-    if not path.is_dir():
-        path.unlink(missing_ok=True)
-        return
-    # A writer thread may still create a file in it while it is removed: try a few times.
-    for _ in range(5):
-        shutil.rmtree(path, ignore_errors=True)
-        if not path.exists():
-            return
-
-
-# ---- interrupts: staging directories are removed and the process exits at once ----
-
-_LIVE: set[Path] = set()  # staging directories of this process
-_pending: list[int] = []  # signals that arrived inside deferred_interrupts()
-_depth = 0
-
-
-@contextlib.contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM (as handled by :func:`exit_on_interrupt`) until the block ends."""
-    global _depth
-    _depth += 1
-    try:
-        yield
-    finally:
-        _depth -= 1
-        if not _depth and _pending:
-            _on_signal(_pending.pop(), None)
-
-
-def exit_on_interrupt() -> None:
-    """Make SIGINT and SIGTERM remove this process's staging files and directories and exit at once.
-
-    For the command line only (``nvbridge.cli.main``): the reader and writer threads are not waited for (a bulk
-    read cannot be interrupted, and waiting for them took 3-6 s), nothing they write survives.
-    """
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _on_signal)
-
-
-def _on_signal(signum: int, _frame: FrameType | None) -> None:
-    if _depth:
-        _pending.append(signum)
-        return
-    removed = bool(_LIVE)
-    for tmp in list(_LIVE):
-        _remove(tmp)
-    name = "interrupted" if signum == signal.SIGINT else "terminated"
-    sys.stderr.write(f"\nnvbridge: {name}" + ("; the unfinished output was removed.\n" if removed else ".\n"))
-    sys.stderr.flush()
-    os._exit(128 + signum)

@@ -12,7 +12,6 @@ written whole or not at all (a temporary file beside it, renamed).
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from nvbridge import output as outputs
 from nvbridge.analysis import plural
 from nvbridge.columns import merged_intervals, np_col
 from nvbridge.dataset import Report
 from nvbridge.errors import ExportError, MissingDependency
+from nvbridge.output_names import write_error
 from nvbridge.plot_window import Extent, extent, rows_in
 from nvbridge.timeline import step_window_of
 
@@ -357,16 +358,18 @@ def render(
 
 
 def _save(fig: Any, path: Path, dpi: int) -> None:
-    """Write beside ``path`` and rename: a failed or interrupted save leaves no half picture.
-    The file is created with mode 0666 less the umask, as a plain open() would."""
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{path.suffix}"
+    """Write beside ``path`` under a staging name and rename: a failed or interrupted save leaves
+    no half picture, and one a killed run left is removed by the next run into the folder
+    (:func:`nvbridge.output.staging_file`). The file is created with mode 0666 less the umask,
+    as a plain open() would."""
+    tmp = outputs.staging_file(path, suffix=path.suffix)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as out:
             fig.savefig(out, dpi=dpi, format=path.suffix[1:].lower())
         os.replace(tmp, path)
     except OSError as exc:
-        raise ExportError(f"cannot write {path}: {exc.strerror}; choose a writable output path.") from exc
+        raise write_error(path, "the picture", exc) from exc
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
+        outputs.release(tmp)

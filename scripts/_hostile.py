@@ -56,7 +56,9 @@ class Case:
 
 
 def nvbridge(*args: str | Path) -> list[str]:
-    return [sys.executable, "-m", "nvbridge", *map(str, args)]
+    # -P: the working directory is not put before PYTHONPATH (env()), so a run started in a
+    # checkout (the runners' subprocesses) still uses the code --code picked.
+    return [sys.executable, "-P", "-m", "nvbridge", *map(str, args)]
 
 
 def env() -> dict[str, str]:
@@ -86,8 +88,11 @@ def leftovers(outputs: Iterable[Path]) -> list[str]:
     """Outputs, or temporary siblings of them (``.name.*``), that exist."""
     found = []
     for out in outputs:
-        if out.exists():
-            found.append(str(out))
+        try:
+            if out.exists():
+                found.append(str(out))
+        except OSError:  # a name too long to exist (the case is about that name)
+            pass
         if out.parent.is_dir():
             found += [str(p) for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]
     return found
@@ -141,6 +146,7 @@ def execute(case: Case, root: Path) -> tuple[str, str]:
                 run.argv,
                 capture_output=True,
                 text=True,
+                errors="backslashreplace",  # a name that is not UTF-8, printed raw, is still judged
                 timeout=run.timeout,
                 env=env(),
                 cwd=work,

@@ -59,6 +59,7 @@ def value_cases(src: Path) -> list[Case]:
         add(f"{t}.{start}=2^62", [f"UPDATE {table} SET {start} = {BIG} WHERE {row}"], "refuse_or_flag")
         if end is None:
             add(f"{t}.objectId=short", [f"UPDATE {table} SET objectId = x'0102' WHERE {row}"], "error")
+            add(f"{t}.{start}=0-among-epoch", [f"UPDATE {table} SET {start} = 0 WHERE {where}"], "error")
             add(f"{t}.name=missing-string", [f"UPDATE {table} SET name = 987654321 WHERE {row}"], "error")
             continue
         add(f"{t}.end=NULL", [f"UPDATE {table} SET {end} = NULL WHERE {row}"], "any" if kind == "nvtx" else "error")
@@ -74,12 +75,18 @@ def value_cases(src: Path) -> list[Case]:
             add("NVTX.globalTid=NULL", [f"UPDATE {table} SET globalTid = NULL WHERE {row}"], "error")
             add("NVTX.end-column-dropped", [f'ALTER TABLE {table} DROP COLUMN "end"'], "error")
             add("NVTX.textId=missing", [f"UPDATE {table} SET text = NULL, textId = 987654321 WHERE {row}"], "error")
+            add("NVTX.text=BLOB", [f"UPDATE {table} SET text = x'ff00fe' WHERE {row}"], "error")
+            add("NVTX.end=2^61", [f"UPDATE {table} SET {end} = {BIG // 2} WHERE {row}"], "error")
             cases.append(Case(f"value/{tag}/NVTX.rowid=2^62", "hostile values", rowid_gap(src)))
             continue
         add(f"{t}.correlationId=NULL", [f"UPDATE {table} SET correlationId = NULL WHERE {row}"], "error")
         add(f"{t}.correlationId=text", [f"UPDATE {table} SET correlationId = 'x7' WHERE {row}"], "error")
         add(f"{t}.duplicated", [f"INSERT INTO {table} SELECT * FROM {table} WHERE {row}"], "refuse_or_flag")
         add(f"{t}.sum>int64", [f"UPDATE {table} SET start = 0, {end} = {BIG - 1}"], "refuse_or_flag")
+        # one row 73 years after the others (each short): spans that overflowed later sums
+        add(f"{t}.2^61-apart", [f"UPDATE {table} SET start = {BIG // 2}, {end} = {BIG // 2 + 1} WHERE {row}"], "error")
+        if "MEMCPY" in table:
+            add(f"{t}.bytes=2^63-1", [f"UPDATE {table} SET bytes = {MAX} WHERE {row}"], "error")
         if "KERNEL" in table and is_nsys(src):
             add(f"{t}.demangledName=missing", [f"UPDATE {table} SET demangledName = 987654321 WHERE {row}"], "error")
         if table.endswith("RUNTIME") and is_nsys(src):
@@ -135,11 +142,17 @@ def structure_cases(src: Path) -> list[Case]:
             cases.append(
                 Case(f"drop-table/{tag}/{table}", "dropped tables", mutated(src, [f"DROP TABLE {table}"], "any"))
             )
+    # The columns that carry each table's meaning: dropping one must be refused (issue 24, item 6);
+    # the others (domainId, mangledName: older exporters lack them) may read as their defaults.
+    optional = {"domainId", "mangledName", "shortName", "eventClass", "returnValue"}
     for table, cols in (
         ("NVTX_EVENTS", ("start", "eventType", "text", "globalTid", "textId", "domainId")),
-        (K + "RUNTIME", ("start", "nameId", "correlationId", "globalTid", "cbid")),
-        (K + "KERNEL", ("start", "end", "demangledName", "correlationId", "name", "deviceId")),
-        (K + "MARKER", ("timestamp", "objectId", "flags", "id")),
+        (K + "RUNTIME", ("start", "nameId", "correlationId", "globalTid", "cbid", "processId", "threadId")),
+        (K + "KERNEL", ("start", "end", "demangledName", "correlationId", "name", "deviceId", "globalPid")),
+        (K + "CONCURRENT_KERNEL", ("name", "correlationId", "streamId")),
+        (K + "MEMCPY", ("bytes", "copyKind", "streamId", "globalPid")),
+        (K + "MARKER", ("timestamp", "objectId", "flags", "id", "name")),
+        ("ThreadNames", ("nameId",)),
         ("StringIds", ("value",)),
         ("StringTable", ("value",)),
     ):
@@ -154,7 +167,9 @@ def structure_cases(src: Path) -> list[Case]:
                     Case(
                         f"drop-column/{tag}/{table}.{col}",
                         "dropped columns",
-                        mutated(src, [f'ALTER TABLE {table} DROP COLUMN "{col}"'], "any"),
+                        mutated(
+                            src, [f'ALTER TABLE {table} DROP COLUMN "{col}"'], "any" if col in optional else "error"
+                        ),
                     )
                 )
     if "StringIds" in have:

@@ -202,7 +202,12 @@ def signal_runner(sig: int) -> Callable[[Case, Path], tuple[str, str]]:
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(0.8)
+        # Under way (its staging directory made), not still importing: a signal during the imports of
+        # a loaded machine is a Python traceback before nvbridge's handler exists (see the report).
+        deadline = time.monotonic() + TIMEOUT
+        while not list(out.parent.glob(".ds.nvbridge-staging*")) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
         p.send_signal(sig)
         t0 = time.monotonic()
         try:

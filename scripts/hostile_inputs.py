@@ -7,8 +7,10 @@
 
 The corpus is built at run time in a temporary directory (removed afterwards) from the real
 exports in ../shared/real_db/ and the recordings in sample_db/: truncations, byte flips, dropped
-tables and columns, hostile values, special files, output destinations, concurrency, signals and
-broken datasets. Every input is **synthetic damage** done to a copy; nothing is written into the
+tables and columns, hostile values, special files, output destinations, concurrency, signals,
+broken datasets, names (not UTF-8, at and past 255 bytes, newlines, a working directory past
+PATH_MAX), URLs, meta values, dictionaries (secrets planted, every output scanned) and kills
+between publishing's renames. Every input is **synthetic damage** done to a copy; nothing is written into the
 repository and the originals are opened read-only.
 
 Each case runs the CLI as a subprocess with a timeout and ends in one class:
@@ -28,8 +30,9 @@ Each case runs the CLI as a subprocess with a timeout and ends in one class:
 Everything but "ok" and "clean error" is a failure; the script prints the table, the failing
 cases, and exits 1 when there are any. ``--quick`` runs a fixed subset that tests/test_hostile.py
 uses. On a shared two-core machine the whole corpus takes 15-25 minutes: ``--shard`` splits it
-and ``--save``/``--table`` add the parts up. The cases live in hostile_db.py (damaged databases)
-and hostile_env.py (files, outputs, concurrency, signals, datasets); _hostile.py classifies.
+and ``--save``/``--table`` add the parts up. The cases live in hostile_db.py (damaged databases),
+hostile_env.py (files, outputs, concurrency, signals, datasets) and hostile_names.py (names, URLs,
+meta values, dictionaries, kills between renames); _hostile.py classifies.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from pathlib import Path
 from _hostile import FAILURES, SAMPLE_DB, Case, Run, bases, execute
 from hostile_db import byte_cases, structure_cases, value_cases
 from hostile_env import concurrency_runner, dataset_cases, output_cases, signal_runner, special_cases
+from hostile_names import kill_cases, leak_cases, meta_cases, name_cases, url_cases
 
 # Hostile values are planted in these (each table of each); every base gets the other damage.
 VALUE_BASES = (
@@ -70,6 +74,8 @@ def corpus() -> list[Case]:
         cases += value_cases(src) if src.stem in VALUE_BASES else []
     sample = SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"
     cases += special_cases(sample) + output_cases(sample) + dataset_cases(SAMPLE_DB / "cnn_cpu.sqlite")
+    cases += name_cases(sample) + url_cases() + meta_cases(SAMPLE_DB / "cnn_cpu.sqlite") + leak_cases(bases())
+    cases += kill_cases(sample, SAMPLE_DB / "threads_cpu.sqlite")
     cases.append(
         Case("concurrency/two-converts-one-output", "concurrency", lambda w: Run([]), runner=concurrency_runner)
     )
@@ -79,8 +85,9 @@ def corpus() -> list[Case]:
 
 
 def quick_subset(cases: list[Case]) -> list[Case]:
-    """The special files, 16 hostile values of the synthetic-GPU sample's kernels and NVTX rows, and
-    two cases of each other reader family: 35 cases."""
+    """The special files, 16 hostile values of the synthetic-GPU sample's kernels and NVTX rows, two
+    cases of each other reader family, of names and of meta values, a leak check, a URL and a kill
+    between publishing's renames: 42 cases."""
     rng = random.Random(18)
     keep = [c for c in cases if c.family == "special files"]
     values = [
@@ -91,9 +98,12 @@ def quick_subset(cases: list[Case]) -> list[Case]:
         and ("KERNEL" in c.name or "NVTX" in c.name)
     ]
     keep += rng.sample(values, min(16, len(values)))
-    for family in ("truncations", "byte flips", "dropped tables", "dropped columns"):
+    for family in ("truncations", "byte flips", "dropped tables", "dropped columns", "names", "meta values"):
         members = [c for c in cases if c.family == family]
         keep += rng.sample(members, min(2, len(members)))
+    # issue 24's: a leak check of the synthetic-GPU sample, a URL, the kill between the renames
+    picked = ("leak/cnn_cpu+synthetic_gpu", "urls/unknown-scheme", "kill/between-renames")
+    keep += [c for c in cases if c.name in picked]
     return keep
 
 

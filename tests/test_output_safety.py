@@ -21,15 +21,22 @@ import pytest
 import nvbridge
 from nvbridge import output as outputs
 from nvbridge.errors import ExportError
-from tests.conftest import SAMPLE_DB, real_db
+from tests.conftest import ROOT, SAMPLE_DB, real_db
 
 FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
 SAMPLE = SAMPLE_DB / "cnn_cpu.sqlite"
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    # This checkout's code wherever the command runs (from another folder, `python -m` would
+    # import the installed nvbridge).
     return subprocess.run(
-        [sys.executable, "-m", "nvbridge", *args], capture_output=True, text=True, timeout=120, cwd=cwd
+        [sys.executable, "-m", "nvbridge", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 

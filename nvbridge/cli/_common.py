@@ -11,22 +11,32 @@ from nvbridge._version import __version__
 from nvbridge.analysis import parse_time
 from nvbridge.conversion import Progress
 from nvbridge.errors import NvbridgeError
+from nvbridge.output_names import printable
 
 
 @contextlib.contextmanager
 def errors() -> Iterator[None]:
-    """Bad input ends in one line on stderr and exit status 1, never a traceback."""
+    """Bad input ends in one line on stderr and exit status 1, never a traceback. The line is
+    printable whatever names it holds (a newline or bytes that are not UTF-8 in a file name)."""
     try:
         yield
     except NvbridgeError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(printable(str(exc))) from exc
     except (KeyboardInterrupt, click.exceptions.Exit, click.ClickException):
         raise
     except Exception as exc:  # a bug of ours: still one line, and say where to send it
         raise click.ClickException(
-            f"internal error ({type(exc).__name__}: {exc}); please report it with "
-            f"nvbridge {__version__} and the command you ran."
+            printable(
+                f"internal error ({type(exc).__name__}: {exc}); please report it with "
+                f"nvbridge {__version__} and the command you ran."
+            )
         ) from exc
+
+
+def shown(text: str) -> str:
+    """A message naming files, each of its lines printable (a name with a newline, or bytes that are
+    not UTF-8, escaped as in error lines)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from nvbridge.cli._common import errors, progress
+from nvbridge.cli._common import errors, progress, shown
 from nvbridge.conversion import convert
 from nvbridge.readers import estimate_rows
 
@@ -83,7 +83,7 @@ def convert_cmd(
             )
     skipped = len(inputs) - len(results)
     if skipped and not quiet:
-        click.echo(f"Skipped {skipped} report(s) already in {output} (use --force to convert them again).")
+        click.echo(shown(f"Skipped {skipped} report(s) already in {output} (use --force to convert them again)."))
     if not quiet:
         for result in results:
-            click.echo(result.describe())
+            click.echo(shown(result.describe()))

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from nvbridge import output as outputs
-from nvbridge.cli._common import errors, window
+from nvbridge.cli._common import errors, shown, window
 from nvbridge.dataset import load
 from nvbridge.plot_window import extent
 
@@ -61,9 +61,9 @@ def plot_cmd(
 
             rows, peaks = roof.streamed_points(report, peak_tflops, peak_gbps)
             drawn = roof.draw(rows, output, peaks)
-            click.echo(f"Wrote {output} ({drawn} ops).")
+            click.echo(shown(f"Wrote {output} ({drawn} ops)."))
             return
         found = extent(report)
         start_ns, end_ns = window(start, end, found.first_ns or 0)
         written = plot.render(report, output, step=step, start_ns=start_ns, end_ns=end_ns, found=found)
-    click.echo(f"Wrote {written}.")
+    click.echo(shown(f"Wrote {written}."))

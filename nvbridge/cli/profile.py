@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from nvbridge import output as outputs
-from nvbridge.cli._common import errors
+from nvbridge.cli._common import errors, shown
 from nvbridge.conversion import convert
 from nvbridge.profiling import record
 
@@ -60,5 +60,5 @@ def profile_cmd(
             [result] = convert(rep, output, force=force)  # exported to SQLite with nsys first
             if keep_report is not None:
                 shutil.move(rep, keep_report.with_suffix(rep.suffix))
-    click.echo(result.describe())
+    click.echo(shown(result.describe()))
     ctx.invoke(summary_cmd, path=output, limit=limit)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from nvbridge.analysis import parse_time
-from nvbridge.cli._common import errors, steps
+from nvbridge.cli._common import errors, shown, steps
 from nvbridge.export.chrome import Tables
 from nvbridge.export.trace import Traces, check_destination, check_suffix, export_chrome_traces, first_event_ns
 
@@ -112,7 +112,7 @@ def _say(written: Traces) -> None:
         who = ""
         if "rank" in info and info != {"rank": 0, "world_size": 1}:  # a one-rank report's rank goes unsaid
             who = f" (rank {info['rank']}" + (f" of {info['world_size']}" if "world_size" in info else "") + ")"
-        click.echo(f"Wrote {stats.path}{who}: {parts}.")
+        click.echo(shown(f"Wrote {stats.path}{who}: {parts}."))
     overlapping = sum(s.overlapping_gpu_ops for s in written.files)
     if overlapping:
         click.echo(

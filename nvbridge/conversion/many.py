@@ -14,6 +14,7 @@ from nvbridge import output as outputs
 from nvbridge.conversion.report import Progress, convert_one
 from nvbridge.conversion.result import ConversionResult
 from nvbridge.errors import ExportError
+from nvbridge.output_names import utf8_text
 
 Source = str | os.PathLike[str]
 
@@ -59,10 +60,14 @@ def convert(
         raise ExportError("--chrome writes one trace: convert one report at a time, or use `nvbridge trace`.")
     if jobs < 1:
         raise ExportError(f"--jobs {jobs}: give 1 or more reports to convert at once.")
-    stems = [Path(os.fspath(s)).stem for s in sources]
+    # A file name that is not UTF-8 names its partition with its odd bytes as \xNN (Parquet
+    # needs UTF-8 paths); every partition's name is checked before anything is written.
+    stems = [utf8_text(Path(os.fspath(s)).stem) for s in sources]
     if len(set(stems)) != len(stems):
         raise ExportError("two inputs share a file name; rename one so each report gets its own partition.")
     _check_partitioned_destination(out, sources)
+    for stem in stems:
+        outputs.check_name(out / f"report={stem}", "the partition", utf8=True)
     todo = [
         (s, out / f"report={stem}")
         for s, stem in zip(sources, stems)

@@ -93,11 +93,20 @@ def convert_one(
     report = progress or (lambda _stage, _rows: None)
     expected = estimate_rows(source) if progress else 0
     t0 = time.perf_counter()
-    # An .nsys-rep (or .qdrep, .qdstrm) is exported to SQLite with the user's nsys first.
-    with outputs.staging(out) as tmp, exported(source) as database:
-        with outputs.writing(out, "the dataset"):
-            tallies = _convert_into(database, tmp, report, expected, trace, force)
-        outputs.publish(tmp, out, force)
+    # The traces stay under their staging names until the dataset is in place: a run that fails
+    # leaves neither (the dataset's publish can still fail on a full disk, or a race).
+    try:
+        # An .nsys-rep (or .qdrep, .qdstrm) is exported to SQLite with the user's nsys first.
+        with outputs.staging(out) as tmp, exported(source) as database:
+            with outputs.writing(out, "the dataset"):
+                tallies = _convert_into(database, tmp, report, expected, trace, force)
+            outputs.publish(tmp, out, force)
+        if trace is not None:
+            with outputs.writing(trace.path, "the trace"):
+                trace.publish()
+    finally:
+        if trace is not None:
+            trace.abort()
     report("done", max(expected - tallies.rows_read, 0))
     result = tallies.result(out, time.perf_counter() - t0)
     return result if trace is None else dataclasses.replace(result, traces=tuple(trace.written))
@@ -146,12 +155,14 @@ def _streamed(
     from nvbridge.readers import detect
     from nvbridge.readers._db import Database
     from nvbridge.readers.nsys import Stream
+    from nvbridge.readers.nsys_tables import require_columns
 
     with Database(source) as db:
         if db.path is None or detect(db) != "nsys":
             raise NotStreamable("only local Nsight Systems files stream")
         report("reading", 0)
         with db.translate_errors():
+            require_columns(db)
             # Names are parsed on the reader threads, a window or two ahead of the engine.
             stream_in = Stream(db, WINDOW_ROWS, prepare=with_parsed_names, by_start=by_start, horizons=horizons)
             info = with_rank(stream_in.info, source)
@@ -256,8 +267,15 @@ class _Outputs:
             self.feed.abort()
 
     def close(self) -> None:
+        """Close every writer even when one fails (see TableWriter.close); the first failure is raised."""
+        first: BaseException | None = None
         for out in (self.ops_out.writer, self.api.writer, self.gpu.writer):
-            out.close()
+            try:
+                out.close()
+            except BaseException as exc:  # raised below, once all are closed
+                first = first or exc
+        if first is not None:
+            raise first
 
 
 class _Grouped:

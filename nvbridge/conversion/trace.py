@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
+from nvbridge import output as outputs
 from nvbridge._version import __version__
 from nvbridge.engine import Model
 from nvbridge.errors import ExportError
@@ -24,6 +26,14 @@ from nvbridge.export.chrome import TraceWriter
 from nvbridge.export.trace import NOTHING_TO_TRACE, check_destination, check_suffix, export_chrome_traces
 from nvbridge.export.trace_ranks import SPLITS, Ranks, rank_path
 from nvbridge.profile import SourceInfo
+
+
+class TraceOut(NamedTuple):
+    """``convert --chrome``'s trace: written under ``tmp`` (a staging name beside ``path``), put at
+    ``path`` once the dataset is in place; messages name ``path``."""
+
+    path: Path
+    tmp: Path
 
 
 def header_meta(info: SourceInfo) -> dict[str, str | None]:
@@ -40,6 +50,9 @@ class TraceRequest:
     path: Path
     split: str = "auto"
     written: list[Path] = field(default_factory=list)  # the files published
+    # Files written and closed under their staging names, put in place once the dataset is
+    # (:meth:`publish`): a dataset that fails to publish takes its traces with it.
+    staged: list[TraceWriter] = field(default_factory=list)
 
     def check(self, force: bool) -> None:
         """What can be checked before converting: the name, and the one file's destination (the
@@ -47,8 +60,21 @@ class TraceRequest:
         if self.split not in SPLITS:
             raise ExportError(f"--chrome-split {self.split}: pass one of {', '.join(SPLITS)}.")
         check_suffix(self.path)
-        if self.split == "none":
-            check_destination(self.path, force)
+        # Split by rank or not, the folder and the name are checked now; the files per rank (and
+        # whether they exist already), once the ranks are known (TraceFeed).
+        check_destination(self.path, force or self.split != "none")
+
+    def publish(self) -> None:
+        """Put the staged files in place (after the dataset)."""
+        while self.staged:
+            writer = self.staged.pop(0)
+            writer.publish()
+            self.written.append(writer.path)
+
+    def abort(self) -> None:
+        """Remove the files not published (the conversion failed)."""
+        while self.staged:
+            self.staged.pop().abort()
 
 
 class TraceFeed:
@@ -74,7 +100,7 @@ class TraceFeed:
         force: bool,
     ) -> None:
         self.rows = 0
-        self.written = request.written
+        self.request = request
         held = ranks.held(ranks.of)
         per_rank = request.split == "rank" or (request.split == "auto" and len(held) > 1)
         if per_rank and not held:
@@ -84,9 +110,8 @@ class TraceFeed:
             if per_rank
             else [(request.path, None, ranks.info(held))]
         )
-        if per_rank:
-            for path, _, _ in targets:
-                check_destination(path, force)
+        for path, _, _ in targets:
+            check_destination(path, force)
         meta = header_meta(info)
         self._writers: list[TraceWriter] = []
         try:
@@ -127,14 +152,14 @@ class TraceFeed:
             self.abort()
             raise ExportError(NOTHING_TO_TRACE)
         try:
-            for writer in self._writers:
-                writer.close(threads)
-            for writer in self._writers:
-                writer.publish()
-                self.written.append(writer.path)
+            with outputs.writing(self.request.path, "the trace"):
+                for writer in self._writers:
+                    writer.close(threads)
         except BaseException:
             self.abort()
             raise
+        self.request.staged.extend(self._writers)  # published with the dataset
+        self._writers = []
 
     def abort(self) -> None:
         for writer in self._writers:
@@ -165,5 +190,4 @@ class _InMemory:
 def write_whole(model: Model, request: TraceRequest, force: bool) -> None:
     """The traces of a report read whole, from memory."""
     tables = _InMemory(header_meta(model.info), model.ops, model.api_calls, model.gpu_ops, model.threads, model.devices)
-    written = export_chrome_traces(tables, request.path, split=request.split, force=force)
-    request.written.extend(stats.path for stats in written.files)
+    export_chrome_traces(tables, request.path, split=request.split, force=force, staged=request.staged)

@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 from nvbridge.columns import np_col
 from nvbridge.engine import Model
 from nvbridge.errors import ExportError
+from nvbridge.export.dictionaries import compact_table
+from nvbridge.output_names import utf8_text
 from nvbridge.profile import SourceInfo
 from nvbridge.workers import worker_pool
 
@@ -42,7 +44,8 @@ def meta_table(info: SourceInfo, rows_per_table: Mapping[str, int], nvbridge_ver
     }
     for field in dataclasses.fields(info):
         value = getattr(info, field.name)
-        rows[field.name] = None if value is None else str(value)
+        # A file name that is not UTF-8 (``source``) is stored with its odd bytes as \xNN.
+        rows[field.name] = None if value is None else utf8_text(str(value))
     for name in TABLES:
         rows[f"rows.{name}"] = str(rows_per_table[name])
     return pa.table(
@@ -67,6 +70,8 @@ def _encodings(schema: pa.Schema) -> dict[str, object]:
 
 
 def write_table(table: pa.Table, path: Path) -> None:
+    # Dictionaries cut to the values the rows use: never the export's whole string table.
+    table = compact_table(table)
     pq.write_table(table, path, compression="zstd", row_group_size=ROW_GROUP_ROWS, **_encodings(table.schema))
 
 
@@ -103,7 +108,8 @@ class TableWriter:
         self._pending = self._pool.submit(self._write, part)
 
     def _write(self, part: pa.Table | Callable[[], pa.Table]) -> None:
-        table = part if isinstance(part, pa.Table) else part()
+        # Each row group's dictionaries hold only the values its rows use (see compact_table).
+        table = compact_table(part if isinstance(part, pa.Table) else part())
         if self._writer is None:
             self._schema = table.schema
             # Buffered: the writer's page headers and column metadata are a few bytes each, one
@@ -121,16 +127,26 @@ class TableWriter:
             self._pending = None
 
     def close(self) -> None:
-        try:
-            self.wait()
-        finally:
-            self._pool.shutdown()
+        """Finish the file. Every step runs even after one failed (a full disk): a stream left
+        open is flushed again when Arrow destroys it, which prints "Error ignored" lines after
+        nvbridge's own one-line error. The first failure is raised."""
+        first: BaseException | None = None
+        for step in (self.wait, self._pool.shutdown, self._close_writer, self._close_sink):
             try:
-                if self._writer is not None:
-                    self._writer.close()
-            finally:
-                if self._sink is not None:
-                    self._sink.close()
+                step()
+            except BaseException as exc:  # raised below, once everything is closed
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def _close_writer(self) -> None:
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.close()
+
+    def _close_sink(self) -> None:
+        if self._sink is not None and not self._sink.closed:
+            self._sink.close()
 
 
 def read_meta(directory: Path) -> dict[str, str | None]:
@@ -176,8 +192,12 @@ def read(
     wanted = dict(columns or {})
     if "ops" in wanted and "op_id" not in wanted["ops"]:
         wanted["ops"] = ["op_id", *wanted["ops"]]
+    # Compacted as read: a dataset written before dictionaries were compacted holds the export's
+    # whole string table in them.
     tables = {
-        name: pq.read_table(directory / f"{name}.parquet", columns=list(wanted[name]) if name in wanted else None)
+        name: compact_table(
+            pq.read_table(directory / f"{name}.parquet", columns=list(wanted[name]) if name in wanted else None)
+        )
         for name in TABLES
     }
     # A streamed conversion writes a range that stayed open across windows after later ops:

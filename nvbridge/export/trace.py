@@ -110,6 +110,7 @@ def export_chrome_traces(
     steps: tuple[int, int] | None = None,
     processes: set[int] | None = None,
     force: bool = True,
+    staged: list[TraceWriter] | None = None,
 ) -> Traces:
     """Write a report (or converted dataset) as Chrome/Perfetto traces.
 
@@ -126,6 +127,9 @@ def export_chrome_traces(
         steps: ``(first, last)`` ProfilerStep numbers: the window they span (not with start/end).
         processes: host process ids to keep.
         force: replace the files if they exist.
+        staged: where given, the files are left under their staging names and their writers
+            appended here, for the caller to publish (``convert --chrome`` puts them in place
+            after the dataset).
 
     Raises:
         InputError: the source cannot be read.
@@ -160,7 +164,7 @@ def export_chrome_traces(
     for target in targets:
         check_destination(target.path, force)
     try:
-        files = _write(src, found, targets, per_rank)
+        files = _write(src, found, targets, per_rank, staged)
     except OSError as exc:  # disk full, permissions: nothing is left behind
         raise ExportError(
             f"cannot write {path} ({exc.strerror or exc}); free some space or write it elsewhere."
@@ -170,8 +174,11 @@ def export_chrome_traces(
     return Traces(files, per_rank, left, stale)
 
 
-def _write(src: Source, found: Plan, targets: list[_Target], per_rank: bool) -> list[TraceStats]:
-    """One pass over the chunks, each fed to every target's writer; all published, or none."""
+def _write(
+    src: Source, found: Plan, targets: list[_Target], per_rank: bool, staged: list[TraceWriter] | None
+) -> list[TraceStats]:
+    """One pass over the chunks, each fed to every target's writer; all published (or all left
+    in ``staged``), or none."""
     writers: list[TraceWriter] = []
     owners = found.owners if per_rank else {}
     try:
@@ -196,6 +203,9 @@ def _write(src: Source, found: Plan, targets: list[_Target], per_rank: bool) -> 
                 for feed in feeds:
                     feed[name](chunk)
         stats = [w.close(src.threads, gpu_rows=src.rows("gpu_ops")) for w in writers]
+        if staged is not None:
+            staged.extend(writers)
+            return stats
         for w in writers:
             w.publish()
         return stats

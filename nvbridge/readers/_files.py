@@ -3,6 +3,7 @@ path that never writes beside it (WAL-mode files, hot journals)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -11,6 +12,7 @@ import urllib.parse
 from pathlib import Path
 
 from nvbridge.errors import DamagedDatabase, NotAProfileDatabase
+from nvbridge.output_names import PATH_MAX, printable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Nsight Systems' own report formats: the user has to export them to SQLite first.
@@ -21,7 +23,13 @@ def check_regular(path: Path) -> None:
     """An input that exists and is a regular file: a FIFO or a device is refused before anything
     opens it (opening would block or never end). Checked for every input before a conversion
     writes anything, Nsight Systems reports included."""
-    name = path.name
+    name = printable(path.name)
+    full = len(os.fsencode(path.absolute()))
+    if full >= PATH_MAX:  # SQLite opens it by its full path, which the kernel would refuse
+        raise NotAProfileDatabase(
+            f"{name}: its full path is {full} bytes, more than the system allows ({PATH_MAX}); move it, or work, "
+            "in a folder nearer the root."
+        )
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -40,7 +48,7 @@ def check_regular(path: Path) -> None:
 
 def check_file(path: Path) -> None:
     """Reject what is plainly not an SQLite profile, before any driver touches it."""
-    name = path.name
+    name = printable(path.name)
     check_regular(path)
     try:
         with path.open("rb") as fh:
@@ -71,8 +79,11 @@ def check_file(path: Path) -> None:
 
 
 def sqlite_uri(path: Path, immutable: bool = False) -> str:
-    """A read-only SQLite URI for ``path`` (percent-encoded, so odd file names work)."""
-    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro" + ("&immutable=1" if immutable else "")
+    """A read-only SQLite URI for ``path`` (percent-encoded, so odd file names work: the bytes
+    of the name, so a name that is not UTF-8 too)."""
+    return (
+        "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro" + ("&immutable=1" if immutable else "")
+    )
 
 
 def _is_wal(path: Path) -> bool:
@@ -91,7 +102,7 @@ def readable_copy(path: Path) -> tuple[Path, bool, Path | None]:
     another program's write was cut short: say so rather than call the file damaged.
     """
     journal = path.with_name(path.name + "-journal")
-    if journal.is_file() and journal.stat().st_size > 0:
+    if _nonempty(journal):
         raise DamagedDatabase(
             f"{path.name} is locked / in use by another program ({journal.name} beside it: a write "
             "in progress or cut short); let that program finish, or copy both files elsewhere and "
@@ -100,9 +111,20 @@ def readable_copy(path: Path) -> tuple[Path, bool, Path | None]:
     if not _is_wal(path):
         return path, False, None
     wal = path.with_name(path.name + "-wal")
-    if not (wal.is_file() and wal.stat().st_size > 0):
+    if not _nonempty(wal):
         return path, True, None
     tmp = Path(tempfile.mkdtemp(prefix="nvbridge-wal-"))
     shutil.copyfile(path, tmp / path.name)
     shutil.copyfile(wal, tmp / wal.name)
     return tmp / path.name, False, tmp
+
+
+def _nonempty(path: Path) -> bool:
+    """A non-empty file at ``path``; a name too long to exist (beside a 250-255-byte input name,
+    ``-journal`` overflows the file system's limit) is no file."""
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return False
+        raise

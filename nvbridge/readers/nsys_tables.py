@@ -18,7 +18,7 @@ from nvbridge.readers._arrow import align_gpu_ops, concat_gpu_ops, constant, loo
 from nvbridge.readers._column import Column
 from nvbridge.readers._db import Database
 from nvbridge.readers.nsys_info import meta_int
-from nvbridge.readers.validate import names_found, no_nulls, raw_names, times, unique
+from nvbridge.readers.validate import names_found, no_nulls, raw_names, sizes, times, unique
 
 # ENUM_NSYS_EVENT_TYPE: these ids are stable since NVTX_EVENTS exists; ENUM_* tables are
 # absent from <=2022 exports, so the values live here.
@@ -78,9 +78,11 @@ NVTX = [
     Column("start_ns", "start", required=True),
     Column("end_ns", "end", required=True),  # NULL: never closed; absent: every range would read open
     Column("event_type", "eventType", required=True),
-    Column("text", "text", "str"),
-    Column("text_id", "textId"),
-    Column("global_tid", "globalTid"),
+    # The name: inline (torch's ranges) or a StringIds id (registered strings, NCCL's); every
+    # export since NVTX_EVENTS exists has both columns. Without either, names would read null.
+    Column("text", "text", "str", required=True),
+    Column("text_id", "textId", required=True),
+    Column("global_tid", "globalTid", required=True),  # the thread a range nests on
     Column("end_global_tid", "endGlobalTid"),
     Column("domain_id", "domainId", default=0),
 ]
@@ -90,19 +92,22 @@ RUNTIME = [
     Column("start_ns", "start", required=True),
     Column("end_ns", "end", required=True),
     Column("event_class", "eventClass", default=0),
-    Column("global_tid", "globalTid"),
-    Column("correlation_id", "correlationId"),
+    Column("global_tid", "globalTid", required=True),  # the thread whose range a call belongs to
+    Column("correlation_id", "correlationId", required=True),  # the GPU ops a call launched
     Column("name_id", "nameId", required=True),
     Column("return_value", "returnValue"),
 ]
+# Device, stream, correlation id and process: where a GPU op ran and which API call (in which
+# process: correlation ids repeat across processes) launched it. Without one, every op would
+# read as launched by no call, or on no device.
 _GPU_COMMON = [
     Column("start_ns", "start", required=True),
     Column("end_ns", "end", required=True),
-    Column("device_id", "deviceId"),
+    Column("device_id", "deviceId", required=True),
     Column("context_id", "contextId"),
-    Column("stream_id", "streamId"),
-    Column("correlation_id", "correlationId"),
-    Column("process_key", "globalPid"),
+    Column("stream_id", "streamId", required=True),
+    Column("correlation_id", "correlationId", required=True),
+    Column("process_key", "globalPid", required=True),
     Column("graph_node_id", "graphNodeId"),
 ]
 # Sample row: start=38280134399 end=38280137055 deviceId=0 streamId=7 correlationId=120417
@@ -122,21 +127,21 @@ KERNEL = _GPU_COMMON + [
     Column("dynamic_shared_bytes", "dynamicSharedMemory"),
 ]
 MEMCPY = _GPU_COMMON + [
-    Column("bytes", "bytes"),
-    Column("copy_kind_id", "copyKind"),
+    Column("bytes", "bytes", required=True),
+    Column("copy_kind_id", "copyKind", required=True),  # the direction (HtoD, DtoH, ...)
     Column("src_kind_id", "srcKind"),
     Column("dst_kind_id", "dstKind"),
 ]
-MEMSET = _GPU_COMMON + [Column("bytes", "bytes")]
-GRAPH_TRACE = _GPU_COMMON + [Column("graph_id", "graphId")]
+MEMSET = _GPU_COMMON + [Column("bytes", "bytes", required=True)]
+GRAPH_TRACE = _GPU_COMMON + [Column("graph_id", "graphId", required=True)]  # its name
 STRINGS = [Column("id", "id", required=True), Column("value", "value", "str", required=True)]
 SYNC = [
     Column("start_ns", "start", required=True),
     Column("end_ns", "end", required=True),
     Column("device_id", "deviceId"),
     Column("stream_id", "streamId"),
-    Column("correlation_id", "correlationId"),
-    Column("process_key", "globalPid"),
+    Column("correlation_id", "correlationId", required=True),  # the API call that waited
+    Column("process_key", "globalPid", required=True),
     Column("sync_type_id", "syncType"),
     Column("deprecated_sync_type_id", "deprecatedSyncType"),  # 2025.1: syncType 0, the code here
 ]
@@ -153,7 +158,17 @@ WHOLE_TABLES: dict[str, tuple[str, list[Column]]] = {
 }
 
 
+THREAD_NAMES = [Column("name_id", "nameId", required=True), Column("global_tid", "globalTid", required=True)]
 _NVTX_RAW = raw_names(NVTX)
+
+
+def require_columns(db: Database) -> None:
+    """Refuse a table without a column that carries its meaning (MissingTable), before any
+    query: a streamed read plans its slabs with SQL over those columns first."""
+    db.require("NVTX_EVENTS", NVTX)
+    db.require("ThreadNames", THREAD_NAMES)
+    for table, columns in WHOLE_TABLES.values():
+        db.require(table, columns)
 
 
 def checked_strings(strings: pa.Table, table: str = "StringIds") -> pa.Table:
@@ -342,6 +357,7 @@ def gpu_part(key: str, t: pa.Table, strings: pa.Table | Future[pa.Table]) -> pa.
     no_nulls(table, t, raw, ["correlation_id", "device_id", "stream_id"])
     times(table, t, raw)
     unique(table, t, ["device_id", "stream_id", "start_ns", "end_ns"], "same device, stream and times")
+    sizes(table, t, raw, "bytes")
     if key == "kernel":
         no_nulls(table, t, raw, ["name_id"])
         t = set_column(t, "name", names := resolve_strings(strings, np_col(t, "name_id")))
@@ -382,7 +398,7 @@ def thread_table(db: Database, strings: pa.Table, ranges: pa.Table, api: pa.Tabl
     )
     names: dict[int, str] = {}
     if db.has("ThreadNames"):
-        tn = db.read_table("ThreadNames", [Column("name_id", "nameId"), Column("global_tid", "globalTid")])
+        tn = db.read_table("ThreadNames", THREAD_NAMES)
         ids = np_col(tn, "name_id", fill=-1)
         resolved = resolve_strings(strings, ids)
         names_found("ThreadNames", "nameId", ids, resolved, "StringIds")

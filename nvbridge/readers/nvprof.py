@@ -24,7 +24,7 @@ from nvbridge.readers._db import Database
 from nvbridge.readers.cupti_cbids import DRIVER_CBIDS, RUNTIME_CBIDS
 from nvbridge.readers.devices import clock_mhz, compute_capability, devices_table, gbps, sm_count
 from nvbridge.readers.nsys_tables import COPY_KINDS, MEM_KINDS, SYNC_TYPES, checked_strings
-from nvbridge.readers.validate import BadRows, names_found, no_nulls, raw_names, unique
+from nvbridge.readers.validate import BadRows, capture_span, names_found, no_nulls, raw_names, sizes, unique
 from nvbridge.readers.validate import times as check_times
 
 K = "CUPTI_ACTIVITY_KIND_"
@@ -38,7 +38,7 @@ MARKER = [
     Column("ts_ns", "timestamp", required=True),
     Column("id", "id", required=True),
     Column("object_id", "objectId", "bytes", required=True),
-    Column("name_id", "name"),
+    Column("name_id", "name", required=True),  # a range's name (its start row's)
     Column("domain_id", "domain", default=0),
 ]
 # cbid=211 start=1583978808645290866 end=... processId=15938 threadId=-354666688 correlationId=12
@@ -46,18 +46,20 @@ API = [
     Column("cbid", "cbid", required=True),
     Column("start_ns", "start", required=True),
     Column("end_ns", "end", required=True),
-    Column("process_id", "processId"),
-    Column("thread_id", "threadId"),
-    Column("correlation_id", "correlationId"),
+    # The thread whose range a call belongs to, and the GPU ops it launched.
+    Column("process_id", "processId", required=True),
+    Column("thread_id", "threadId", required=True),
+    Column("correlation_id", "correlationId", required=True),
     Column("return_value", "returnValue"),
 ]
+# Where a GPU op ran and the API call that launched it.
 _GPU = [
     Column("start_ns", "start", required=True),
     Column("end_ns", "end", required=True),
-    Column("device_id", "deviceId"),
+    Column("device_id", "deviceId", required=True),
     Column("context_id", "contextId"),
-    Column("stream_id", "streamId"),
-    Column("correlation_id", "correlationId"),
+    Column("stream_id", "streamId", required=True),
+    Column("correlation_id", "correlationId", required=True),
 ]
 KERNEL = _GPU + [
     Column("name_id", "name", required=True),
@@ -72,23 +74,23 @@ KERNEL = _GPU + [
     Column("dynamic_shared_bytes", "dynamicSharedMemory"),
 ]
 MEMCPY = _GPU + [
-    Column("bytes", "bytes"),
-    Column("copy_kind_id", "copyKind"),
+    Column("bytes", "bytes", required=True),
+    Column("copy_kind_id", "copyKind", required=True),
     Column("src_kind_id", "srcKind"),
     Column("dst_kind_id", "dstKind"),
 ]
-MEMSET = _GPU + [Column("bytes", "bytes")]
+MEMSET = _GPU + [Column("bytes", "bytes", required=True)]
 SYNC = [
     Column("start_ns", "start", required=True),
     Column("end_ns", "end", required=True),
     Column("stream_id", "streamId"),
-    Column("correlation_id", "correlationId"),
+    Column("correlation_id", "correlationId", required=True),
     Column("sync_type_id", "type"),
 ]
 NAMES = [
-    Column("object_kind", "objectKind"),
-    Column("object_id", "objectId", "bytes"),
-    Column("name_id", "name"),
+    Column("object_kind", "objectKind", required=True),
+    Column("object_id", "objectId", "bytes", required=True),
+    Column("name_id", "name", required=True),
 ]
 
 
@@ -129,6 +131,16 @@ def read(db: Database) -> RawProfile:
     end = [int(a.max()) for a in times if len(a)]
     if ranges.num_rows and ranges.column("end_ns").null_count < ranges.num_rows:
         end.append(int(pc.max(ranges.column("end_ns")).as_py()))
+    # Each table's times were checked alone; Unix-epoch times of one capture lie together too.
+    capture_span(
+        [
+            *((f"the API calls' {c[:-3]}", np_col(api, c)) for c in ("start_ns", "end_ns")),
+            *((f"the GPU activities' {c[:-3]}", np_col(gpu, c)) for c in ("start_ns", "end_ns")),
+            (K + "MARKER.timestamp", np_col(marks, "ts_ns")),
+            (K + "MARKER.timestamp", np_col(ranges, "start_ns")),
+            (K + "MARKER.timestamp", np_col(ranges.filter(ranges.column("end_ns").is_valid()), "end_ns")),
+        ]
+    )
     info = SourceInfo(
         source=db.name,
         kind="nvprof",
@@ -288,6 +300,7 @@ def _check_gpu(table: str, t: pa.Table, columns: list[Column]) -> None:
     raw = raw_names(columns)
     no_nulls(table, t, raw, ["correlation_id", "device_id", "stream_id"])
     check_times(table, t, raw)
+    sizes(table, t, raw, "bytes")
     unique(table, t, ["device_id", "stream_id", "start_ns", "end_ns"], "same device, stream and times")
 
 
@@ -324,8 +337,8 @@ def _devices(db: Database, strings: pa.Table) -> pa.Table:
     t = db.read_table(
         K + "DEVICE",
         [
-            Column("device_id", "id"),
-            Column("name_id", "name"),
+            Column("device_id", "id", required=True),
+            Column("name_id", "name", required=True),
             Column("bandwidth_kbps", "globalMemoryBandwidth"),
             Column("sm_count", "numMultiprocessors"),
             Column("clock_khz", "coreClockRate"),
@@ -333,6 +346,7 @@ def _devices(db: Database, strings: pa.Table) -> pa.Table:
             Column("minor", "computeCapabilityMinor"),
         ],
     )
+    sizes(K + "DEVICE", t, {"bandwidth_kbps": "globalMemoryBandwidth"}, "bandwidth_kbps")
     names = resolve_strings(strings, np_col(t, "name_id", fill=0)).cast(pa.string()).to_pylist()
     return devices_table(
         [

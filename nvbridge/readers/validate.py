@@ -27,7 +27,12 @@ if TYPE_CHECKING:
 
 # The largest timestamp a profiler writes, with 70 years to spare (epoch ns reach 2^62 in 2116).
 MAX_NS = 1 << 62
-_FIX = "the export is damaged or was edited; export the report again"
+# Longer than any capture (sessions last minutes to hours; CUPTI buffers and disks end them long
+# before): an event, or the events of one table or capture, spanning more is damage. A time
+# thrown that far (an nvprof marker at 0 among Unix-epoch times, an end at 2^61) gives ranges of
+# decades: sums that overflow later arithmetic and impossible totals.
+SPAN_NS = 1 << 50  # 13 days
+FIX = "the export is damaged or was edited; export the report again"
 
 
 class BadRows(Exception):
@@ -54,7 +59,7 @@ def no_nulls(table: str, t: pa.Table, raw: Mapping[str, str], fields: Sequence[s
     absent = set((t.schema.metadata or {}).get(_ABSENT, b"").decode().split(","))
     for name in fields:
         if name in t.column_names and name not in absent and (n := t.column(name).null_count):
-            raise BadRows(f"{table}.{raw.get(name, name)} is empty (NULL) in {_rows(n)}; {_FIX}.")
+            raise BadRows(f"{table}.{raw.get(name, name)} is empty (NULL) in {_rows(n)}; {FIX}.")
 
 
 def times(
@@ -74,22 +79,40 @@ def times(
     s = np_col(t, start)
     _in_range(table, raw.get(start, start), s)
     if end is None:
+        capture_span([(f"{table}.{raw.get(start, start)}", s)])
         return
     e = np_col(t, end, fill=0)
     if t.column(end).null_count:  # never closed: no duration to check here
         e = np.where(t.column(end).is_null().to_numpy(zero_copy_only=False), s, e)
     _in_range(table, raw.get(end, end), e)
     if bad := int(np.count_nonzero(e < s)):
-        raise BadRows(f"{table}.{raw.get(end, end)} is before {raw.get(start, start)} in {_rows(bad)}; {_FIX}.")
+        raise BadRows(f"{table}.{raw.get(end, end)} is before {raw.get(start, start)} in {_rows(bad)}; {FIX}.")
+    if bad := int(np.count_nonzero(e - s >= SPAN_NS)):
+        raise BadRows(f"{table}: {_rows(bad)} last more than 2^50 ns (13 days), longer than any capture; {FIX}.")
     if float((e - s).sum(dtype=np.float64)) >= MAX_NS:
         raise BadRows(
-            f"{table}: durations add up to more than 2^62 ns (146 years), more than a capture can hold; {_FIX}."
+            f"{table}: durations add up to more than 2^62 ns (146 years), more than a capture can hold; {FIX}."
+        )
+    capture_span([(f"{table}.{raw.get(start, start)}", s), (f"{table}.{raw.get(end, end)}", e)])
+
+
+def capture_span(parts: Sequence[tuple[str, np.ndarray]]) -> None:
+    """Refuse times (``parts``: where they come from, and the times) more than SPAN_NS apart."""
+    parts = [(where, values) for where, values in parts if len(values)]
+    if not parts:
+        return
+    lo_at, lo = min(((where, int(v.min())) for where, v in parts), key=lambda p: p[1])
+    hi_at, hi = max(((where, int(v.max())) for where, v in parts), key=lambda p: p[1])
+    if hi - lo >= SPAN_NS:
+        raise BadRows(
+            f"times {(hi - lo) / 86.4e12:,.0f} days apart ({lo_at} {lo:,} ns, {hi_at} {hi:,} ns), longer than any "
+            f"capture; {FIX}."
         )
 
 
 def _in_range(table: str, column: str, values: np.ndarray) -> None:
     if bad := int(np.count_nonzero((values < 0) | (values >= MAX_NS))):
-        raise BadRows(f"{table}.{column} is negative or beyond 2^62 ns (year 2116) in {_rows(bad)}; {_FIX}.")
+        raise BadRows(f"{table}.{column} is negative or beyond 2^62 ns (year 2116) in {_rows(bad)}; {FIX}.")
 
 
 def unique(table: str, t: pa.Table, key: Sequence[str], what: str) -> None:
@@ -101,7 +124,7 @@ def unique(table: str, t: pa.Table, key: Sequence[str], what: str) -> None:
     else:
         n = _duplicates([np_col(t, k, fill=-1).astype(np.uint64) for k in key])
     if n:
-        raise BadRows(f"{table} holds {_rows(n)} duplicated ({what}); {_FIX}.")
+        raise BadRows(f"{table} holds {_rows(n)} duplicated ({what}); {FIX}.")
 
 
 def _duplicates(cols: list[np.ndarray]) -> int:
@@ -130,8 +153,22 @@ def names_found(table: str, column: str, ids: np.ndarray, resolved: pa.Array, st
     if n := int(np.count_nonzero(missing)):
         raise BadRows(
             f"{table}.{column} names a string that {strings_table} lacks in {_rows(n)} "
-            f"(e.g. id {int(ids[missing][0])}); {_FIX}."
+            f"(e.g. id {int(ids[missing][0])}); {FIX}."
         )
+
+
+# More than any device holds or moves (GPU memory is 10^11 bytes today): a copy or memset size,
+# or a bandwidth in KB/s, beyond it is damage, and summing such values overflowed later sums.
+MAX_SIZE = 1 << 50
+
+
+def sizes(table: str, t: pa.Table, raw: Mapping[str, str], field: str) -> None:
+    """Refuse sizes (bytes, bandwidths) that are negative or beyond MAX_SIZE."""
+    if field not in t.column_names or not t.num_rows:
+        return
+    values = np_col(t, field, fill=0)
+    if bad := int(np.count_nonzero((values < 0) | (values >= MAX_SIZE))):
+        raise BadRows(f"{table}.{raw.get(field, field)} is negative or beyond 2^50 in {_rows(bad)}; {FIX}.")
 
 
 def raw_names(columns: Sequence[Column]) -> dict[str, str]:
@@ -143,4 +180,11 @@ def non_integers(counts: Mapping[str, int], table: str) -> None:
     """Refuse integer columns holding text, reals or BLOBs (counts from SQLite's typeof)."""
     for column, n in counts.items():
         if n:
-            raise BadRows(f"{table}.{column} holds text, a real or a BLOB instead of an integer in {_rows(n)}; {_FIX}.")
+            raise BadRows(f"{table}.{column} holds text, a real or a BLOB instead of an integer in {_rows(n)}; {FIX}.")
+
+
+def blobs_in_text(counts: Mapping[str, int], table: str) -> None:
+    """Refuse text columns (names) holding BLOBs (counts from SQLite's typeof)."""
+    for column, n in counts.items():
+        if n:
+            raise BadRows(f"{table}.{column} holds a BLOB instead of text in {_rows(n)}; {FIX}.")
