@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col, take_batches
-from nvbridge.engine.model import NO_API_CALL
+from nvbridge.engine.model import BY_TIME, NO_API_CALL
 from nvbridge.errors import CorrelationError, LateGpuOp
 from nvbridge.profile import GPU_OPS_SCHEMA
 
@@ -135,6 +135,7 @@ class GpuBuffer:
             "order_a": table_index,
             "order_b": rowid,
             "op": np.full(n, -1, np.int64),
+            "time_op": np.full(n, -1, np.int64),  # nvbridge.engine.by_time
             "api": np.full(n, -1, np.int64),
             "pid": np.zeros(n, np.int64),
             "tid": np.zeros(n, np.int64),
@@ -172,6 +173,10 @@ class GpuBuffer:
     def assign(self, rows: np.ndarray, op: np.ndarray, api: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> None:
         for name, values in (("op", op), ("api", api), ("pid", pid), ("tid", tid)):
             self._cols[name][rows] = values
+
+    def assign_time(self, rows: np.ndarray, op: np.ndarray) -> None:
+        """The op each of ``rows`` is attributed to by time (nvbridge.engine.by_time)."""
+        self._cols["time_op"][rows] = op
 
     def empty(self) -> pa.Table:
         """gpu_ops without rows."""
@@ -216,7 +221,7 @@ class GpuBuffer:
         return out
 
 
-_STATE = ("start", "end", "key", "order_a", "order_b", "op", "api", "pid", "tid", "late")
+_STATE = ("start", "end", "key", "order_a", "order_b", "op", "api", "pid", "tid", "late", "time_op")
 
 # gpu_ops columns copied from the reader's table as they are.
 _GPU_PASSED = (
@@ -241,13 +246,14 @@ _GPU_PASSED = (
 
 def _gpu_rows(gpu: pa.Table, ids: np.ndarray, c: dict[str, np.ndarray], nsys: bool) -> pa.Table:
     """gpu_ops rows from the reader's rows and their correlation (``c``: _STATE columns)."""
-    g_api, g_op = c["api"], c["op"]
+    g_api, g_op, g_time = c["api"], c["op"], c["time_op"]
     g_pkey = np_col(gpu, "process_key", fill=0)
     # Without an API row, nsys still knows the process from globalPid; nvprof does not.
     g_pid = np.where(g_api >= 0, c["pid"], (g_pkey >> 24) & 0xFFFFFF)
     cols = {
         "gpu_op_id": pa.array(ids),
         "op_id": pa.array(g_op, mask=g_op < 0),
+        "time_op_id": pa.array(g_time, mask=g_time < 0),
         "api_call_id": pa.array(g_api, mask=g_api < 0),
         "kind": gpu.column("kind"),
         "name": gpu.column("name"),
@@ -262,7 +268,7 @@ def _gpu_rows(gpu: pa.Table, ids: np.ndarray, c: dict[str, np.ndarray], nsys: bo
     }
     for name in _GPU_PASSED:
         cols[name] = gpu.column(name)
-    cols["flags"] = pa.array(np.where(g_api < 0, NO_API_CALL, 0).astype(np.int64))
+    cols["flags"] = pa.array((np.where(g_api < 0, NO_API_CALL, 0) | np.where(g_time >= 0, BY_TIME, 0)).astype(np.int64))
     return pa.table(cols)
 
 
@@ -333,6 +339,8 @@ class ActivityTally:
         self.gpu_ns = 0
         self.gpu_unattributed_ns = 0
         self.gpu_attributed_ns = 0
+        self.gpu_by_time = 0  # GPU ops attributed by time (nvbridge.engine.by_time), and their ns
+        self.gpu_by_time_ns = 0
         self.thread_keys: list[np.ndarray] = []
 
     def api(self, api: pa.Table, op: np.ndarray) -> None:
@@ -350,6 +358,9 @@ class ActivityTally:
         self.gpu_ns += int(dur.sum())
         self.gpu_unattributed_ns += int(dur[lost].sum())
         self.gpu_attributed_ns += int(dur[~lost].sum())
+        by_time = np_col(gpu, "time_op_id", fill=-1) >= 0
+        self.gpu_by_time += int(by_time.sum())
+        self.gpu_by_time_ns += int(dur[by_time].sum())
 
     def figures(self) -> dict[str, int]:
         """The summary's GPU counts and times."""

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from nvbridge import names, semantics
 from nvbridge.columns import np_col, take_sorted
-from nvbridge.engine import invariants, window
+from nvbridge.engine import by_time, invariants, window
 from nvbridge.engine.activity import ActivityTally, Correlated, GpuBuffer, ProcessKeys, Reorder, api_rows
 from nvbridge.engine.keys import through
 from nvbridge.engine.model import CROSS_THREAD, OPEN_AT_END
@@ -106,6 +106,7 @@ class Correlator:
         self._next_id = 0
         self._emitted = invariants.EmittedIds()
         self._self_gpu_sum = 0
+        self._time_gpu_sum = 0
         self._forward_horizon = semantics.FORWARD_HORIZON_ROWS * horizons
         self._forward = semantics.ForwardIndex(self._forward_horizon)
         self._open: _Carried | None = None
@@ -170,6 +171,12 @@ class Correlator:
         self._api_out.put(api_rows(api, a_op, count))
         self.tally.api(api, a_op)
         sums = window.roll_up(rows, tree, g_local, g_start, g_end)
+        t_local, time_sums = by_time.attribute(
+            rows, tree, self._end_thread_mask, g_call, g_local, g_end - g_start, by_start("thread_key"), a_start, a_end
+        )
+        if (t_local >= 0).any():
+            self._gpu.assign_time(g_rows[t_local >= 0], rows.op_id[t_local[t_local >= 0]])
+        sums.values.update(time_sums)
         parsed = parsing.result() if isinstance(parsing, Future) else parsing
         out = self._emit(rows, tree, sums, parsed, cut)
         released = self._gpu.release(cut)
@@ -299,6 +306,7 @@ class Correlator:
         if len(emit) < n:
             out = take_sorted(out, emit)
         self._self_gpu_sum += int(s["self_gpu"][emit].sum())
+        self._time_gpu_sum += int(s["time_gpu"][emit].sum())
         if len(carry):
             # Compact copies: slices would keep this window's buffers alive.
             self._open = _Carried(
@@ -326,6 +334,11 @@ class Correlator:
             raise CorrelationError(
                 f"self GPU time sums to {self._self_gpu_sum} ns but attributed GPU ops last "
                 f"{self.tally.gpu_attributed_ns} ns"
+            )
+        if self._time_gpu_sum != self.tally.gpu_by_time_ns:
+            raise CorrelationError(
+                f"GPU time attributed by time sums to {self._time_gpu_sum} ns over ops but "
+                f"{self.tally.gpu_by_time_ns} ns over GPU ops"
             )
         self._forward = semantics.ForwardIndex(self._forward_horizon)
         self._emitted = invariants.EmittedIds()
