@@ -63,25 +63,34 @@ def ranges(path: Path) -> list[NvtxRange]:
         con.close()
 
 
-def tree_ranges(all_ranges: list[NvtxRange]) -> dict[tuple[int, int], list[NvtxRange]]:
-    """Per (pid, tid), the ranges that nest (crossing ones dropped), by (start, -end, order)."""
+def nest(all_ranges: list[NvtxRange]) -> dict[NvtxRange, NvtxRange | None]:
+    """Each range that nests (crossing ones left out) -> its parent (None: a root), by a stack
+    walk per thread in (start, -end, order) order."""
     by_thread: dict[tuple[int, int], list[NvtxRange]] = defaultdict(list)
     for r in all_ranges:
         by_thread[(r.pid, r.tid)].append(r)
-    out = {}
-    for key, rs in by_thread.items():
+    out: dict[NvtxRange, NvtxRange | None] = {}
+    for rs in by_thread.values():
         rs.sort(key=lambda r: (r.start, -r.end, r.order))
-        kept: list[NvtxRange] = []
         stack: list[NvtxRange] = []
         for r in rs:
             while stack and stack[-1].end < r.end and stack[-1].end <= r.start:
                 stack.pop()
             if stack and stack[-1].end < r.end:
                 continue  # crosses the innermost open range
+            out[r] = stack[-1] if stack else None
             stack.append(r)
-            kept.append(r)
-        out[key] = kept
     return out
+
+
+def tree_ranges(all_ranges: list[NvtxRange]) -> dict[tuple[int, int], list[NvtxRange]]:
+    """Per (pid, tid), the ranges that nest (crossing ones dropped), by (start, -end, order)."""
+    out: dict[tuple[int, int], list[NvtxRange]] = defaultdict(list)
+    for r in nest(all_ranges):
+        out[(r.pid, r.tid)].append(r)
+    for rs in out.values():
+        rs.sort(key=lambda r: (r.start, -r.end, r.order))
+    return dict(out)
 
 
 def innermost(rs: list[NvtxRange], starts: list[int], s: int, e: int) -> NvtxRange | None:

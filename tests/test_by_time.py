@@ -7,6 +7,7 @@ and sample, the planted autograd shape, streamed in tiny windows, beside the thr
 from __future__ import annotations
 
 import importlib
+import json
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
@@ -153,3 +154,36 @@ def test_the_rule_on_hand_built_threads() -> None:
     ops = {r["name"]: r for r in model.ops.to_pylist()}
     assert (ops["main"]["time_self_gpu_ns"], ops["main"]["time_total_gpu_ns"], ops["main"]["self_gpu_ns"]) == (5, 5, 0)
     assert ops["late"]["time_total_gpu_ns"] == 0 and ops["late"]["total_gpu_ns"] == 5
+
+
+def test_summary_names_who_launched_the_no_op_row() -> None:
+    """summary lists the work attributed by time beside each op name's own, and the rest of
+    [no op] by launching thread, named from the threads table; by raw SQL on the planted shape."""
+    from click.testing import CliRunner
+
+    from nvbridge.analysis import format_time
+    from nvbridge.cli import cli
+
+    con = sqlite3.connect(f"file:{AUTOGRAD}?mode=ro", uri=True)
+    by_thread = dict(
+        con.execute(
+            """SELECT s.value, sum(g.end - g.start) FROM ThreadNames AS t JOIN StringIds AS s ON s.id = t.nameId
+               JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON r.globalTid = t.globalTid
+               JOIN (SELECT correlationId, start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
+                     SELECT correlationId, start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY) AS g
+                 ON g.correlationId = r.correlationId GROUP BY s.value"""
+        ).fetchall()
+    )
+    con.close()
+    result = CliRunner().invoke(cli, ["summary", str(AUTOGRAD), "--json"])
+    assert result.exit_code == 0, result.output
+    launches = json.loads(result.stdout)["launches"]
+    assert [(b["name"], b["own_ns"], b["by_time_ns"]) for b in launches["by_time"]] == [
+        ("Backward", 0, by_thread["pt_autograd_0"])
+    ]
+    assert [t["name"] for t in launches["by_time"][0]["threads"]] == ["pt_autograd_0"]
+    assert [(t["name"], t["gpu_ns"]) for t in launches["left"]] == [("pt_data_pin", by_thread["pt_data_pin"])]
+    assert launches["no_op_ns"] == by_thread["pt_autograd_0"] + by_thread["pt_data_pin"]
+    text = CliRunner().invoke(cli, ["summary", str(AUTOGRAD)]).stdout
+    line = f"  Backward: 0.000us own + {format_time(by_thread['pt_autograd_0'] / 1e3)} launched by pt_autograd_0"
+    assert line + " while it was open" in text
