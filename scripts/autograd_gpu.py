@@ -50,7 +50,8 @@ def plan(con: sqlite3.Connection) -> list[synthetic_gpu.Launch]:
     # never overlap each other and never cross a range.
     bounds: dict[int, list[int]] = {}
     for tid, t in con.execute(
-        "SELECT globalTid, start FROM NVTX_EVENTS UNION ALL SELECT globalTid, end FROM NVTX_EVENTS WHERE end IS NOT NULL"
+        "SELECT globalTid, start FROM NVTX_EVENTS"
+        " UNION ALL SELECT globalTid, end FROM NVTX_EVENTS WHERE end IS NOT NULL"
     ):
         bounds.setdefault(tid, []).append(t)
     for times in bounds.values():
@@ -103,7 +104,8 @@ def generate(source: Path, out: Path) -> dict[str, int]:
             "source_file": source.name,
             "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
             "placement": "one call per NVTX mark, on the mark's thread, from the mark's time, "
-            f"{API_NS} ns long or to 1 ns before the thread's next NVTX event: 'launch aten::<op>' -> cudaLaunchKernel_v7000 + kernel synthetic::<op>_kernel; "
+            f"{API_NS} ns long or to 1 ns before the thread's next NVTX event: "
+            "'launch aten::<op>' -> cudaLaunchKernel_v7000 + kernel synthetic::<op>_kernel; "
             "'copy <bytes>' -> cudaMemcpyAsync_v3020 + HtoD copy pageable -> device",
             "device_context_stream": f"{synthetic_gpu.DEVICE_ID},{synthetic_gpu.CONTEXT_ID},{synthetic_gpu.STREAM_ID}",
             "launch_latency_ns": str(synthetic_gpu.LAUNCH_LATENCY_NS),
