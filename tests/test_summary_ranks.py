@@ -219,3 +219,52 @@ def test_report_key_averages_takes_the_same_filters() -> None:
         rows = report.key_averages(rank=rank, device=device, unattributed=True).sorted(row_limit=-1).to_pylist()
         got = nvbridge.summarize(real_db(FSDP), rank=rank, device=device).averages.sorted(row_limit=-1).to_pylist()
         assert rows == got
+
+
+def _range_count(path: Path, pid: int) -> int:
+    """NVTX ranges of ``pid`` (every kind nvbridge makes an op of), by raw SQL."""
+    if raw(path, "SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'"):
+        return int(
+            raw(
+                path,
+                "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60, 70, 71) "
+                f"AND (globalTid >> 24) & 16777215 = {pid}",
+            )[0][0]
+        )
+    return sum(r.pid == pid for r in raw_by_time.ranges(path))
+
+
+@pytest.mark.parametrize("name", raw_gpu.EVERY)
+def test_every_rank_of_every_report_keeps_its_own(name: str) -> None:
+    """On every real export and sample, each rank alone: its ops, its GPU time (in its ops and in
+    [no op]: launched outside every range of its thread) and its lanes, against raw rows."""
+    path = _path(name)
+    pids = raw_ranks(path)
+    if not pids:
+        result = CliRunner().invoke(cli, ["summary", str(path), "--rank", "0"])
+        assert result.exit_code == 2 and "it has no ranks" in result.output
+        return
+    data = raw_gpu.read(path)
+    trees = raw_by_time.tree_ranges(raw_by_time.ranges(path))
+    starts = {k: [r.start for r in v] for k, v in trees.items()}
+    calls = data.call_of()
+    lanes = _lanes(path)
+    for rank, pid in enumerate(pids):
+        got = _json("summary", str(path), "--rank", str(rank), "--json", "--limit", "-1", *PEAKS)
+        rows = {r["name"]: r for r in got["rows"]}
+        no_op = rows.pop("[no op]", None)
+        assert sum(r["calls"] for r in rows.values()) == _range_count(path, pid)
+        mine = [g for g in data.gpu if g.pid == pid]
+        outside = 0
+        for g in mine:
+            call = calls.get((g.pid, g.corr)) if g.known_pid else None
+            owner = None
+            if call is not None and (call.pid, call.tid) in trees:
+                key = (call.pid, call.tid)
+                owner = raw_by_time.innermost(trees[key], starts[key], call.start, max(call.end, call.start))
+            if owner is None:
+                outside += g.end - g.start
+        assert sum(r["self_gpu_ns"] for r in rows.values()) == sum(g.end - g.start for g in mine) - outside
+        assert (no_op["self_gpu_ns"] if no_op else 0) == outside
+        header = {(pid, g["device_id"]): (g["start_ns"], g["end_ns"], g["busy_ns"], g["kernels"]) for g in got["gpu"]}
+        assert header == {k: v for k, v in lanes.items() if k[0] == pid}
