@@ -26,6 +26,7 @@ from nvbridge.analysis import (
 from nvbridge.cli._common import errors, human_bytes
 from nvbridge.errors import OptionError
 
+SHOWN_THREADS = 3  # launching threads named under the table; the rest are counted
 CPU_LABELS = {"self_cpu_ns": "self CPU time", "cpu_total_ns": "CPU total", "cpu_avg_ns": "CPU time avg"}
 
 
@@ -77,23 +78,28 @@ def _launch_lines(summary: Summary) -> list[str]:
     lines = []
     if x.by_time:
         lines.append(
-            f"{NO_OP} holds {t(x.no_op_ns)} of GPU time launched from threads with no range open; "
-            f"{t(x.by_time_ns)} of it ran while another thread of the process had one open "
+            f"{NO_OP} holds {t(x.no_op_ns)} of GPU time launched outside every range of its thread; "
+            f"{t(x.by_time_ns)} of it while another thread of its process had a range open "
             "(attributed by time, gpu_ops.time_op_id):"
         )
         for b in x.by_time:
             who = ", ".join(f"{t(th.gpu_ns)} launched by {th.name}" for th in b.threads)
             lines.append(f"  {b.name}: {t(b.own_ns)} own + {who} while it was open")
-    rest = [
-        f"{th.name} (pid {th.process_id}, thread {th.thread_id}) launched {t(th.gpu_ns)} "
-        "with no range open in its process"
-        for th in x.left
+    shown = [
+        f"{th.name} (pid {th.process_id}, thread {th.thread_id}) {t(th.gpu_ns)}"
+        if th.name != f"thread {th.thread_id}"
+        else f"thread {th.thread_id} (pid {th.process_id}) {t(th.gpu_ns)}"
+        for th in x.left[:SHOWN_THREADS]
     ]
+    more = x.left[SHOWN_THREADS:]
+    if more:
+        shown.append(f"{plural(len(more), 'more thread')} {t(sum(th.gpu_ns for th in more))}")
+    parts = [f"launched by threads with no range open in their process: {', '.join(shown)}"] if shown else []
     if x.no_call_ns:
-        rest.append(f"{plural(x.no_call_ops, 'GPU op')} ({t(x.no_call_ns)}) have no launching call in the capture")
-    if rest:
+        parts.append(f"{plural(x.no_call_ops, 'GPU op')} ({t(x.no_call_ns)}) with no launching call in the capture")
+    if parts:
         what = "the rest" if x.by_time else "all of it"
-        lines.append(f"{NO_OP} {t(x.no_op_ns - x.by_time_ns)}, {what}: " + "; ".join(rest) + ".")
+        lines.append(f"{NO_OP} {t(x.no_op_ns - x.by_time_ns)}, {what}: " + "; ".join(parts) + ".")
     return lines
 
 
