@@ -16,7 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 import nvbridge
+from nvbridge.analysis import throughput
 from nvbridge.cli import cli
+from nvbridge.gpus import resolve
 from tests import raw_by_time, raw_gpu
 from tests.conftest import SAMPLE_DB, raw, real_db
 
@@ -184,6 +186,13 @@ def test_one_report_of_several_processes_is_per_rank(name: str) -> None:
         if "span_ns" in got["flops"][r["rank"]]:
             assert got["flops"][r["rank"]]["span_ns"] == sum(lane["span_ns"] for lane in r["lanes"])
     assert sum(sum(lane["span_ns"] for lane in r["lanes"]) for r in ranks) == advice["span_ns"]
+    # MFU per rank: each rank's own model FLOPs and steps, the figures --rank K gives alone
+    for i in range(len(pids)):
+        alone = _json("summary", str(path), "--rank", str(i), "--json", *PEAKS)
+        assert got["flops"][f"rank {i}"] == alone["flops"]
+    whole = nvbridge.load(path)
+    total = throughput.mfu(whole.ops, whole.gpu_ops, resolve(None, peak_tflops=100, peak_gbps=1000))["flops"]
+    assert sum(f["flops"] or 0 for f in got["flops"].values()) == (total or 0)
     text = CliRunner().invoke(cli, ["summary", str(path), "--limit", "3"]).stdout
     assert text.startswith(f"2 ranks in {path.name}, one process each:\n  rank 0 (pid {pids[0]}, GPU 0): ")
     assert "The table sums the 2 ranks" in text
