@@ -79,7 +79,8 @@ def rank_facts(rank: int | None, source: str | None, ops: pa.Table, gpu: Sequenc
 
 
 def step_spreads(facts: Sequence[RankFacts]) -> list[StepSpread]:
-    """Per step, the slowest rank and the spread (slowest minus fastest): what a straggler looks like."""
+    """Per step run by two or more ranks, the slowest rank and the spread (slowest minus fastest):
+    what a straggler looks like."""
     steps: dict[int, dict[str, int]] = {}
     for f in facts:
         for step, ns in f.steps.items():
@@ -87,6 +88,8 @@ def step_spreads(facts: Sequence[RankFacts]) -> list[StepSpread]:
     out = []
     for step in sorted(steps):
         by_rank = steps[step]
+        if len(by_rank) < 2:
+            continue  # one rank's step has no spread
         slow = max(by_rank, key=lambda k: by_rank[k])
         fast = min(by_rank.values())
         out.append(StepSpread(step, slow, by_rank[slow], fast, by_rank[slow] - fast, len(by_rank)))

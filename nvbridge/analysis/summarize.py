@@ -130,15 +130,9 @@ def summarize(
 def _rank_facts(report: Report, figures: ReportFigures, several_reports: bool) -> list[RankFacts]:
     """One report's ranks: each of several (the kept ones), or the report as one rank."""
     source = report.meta.get("source")
-    if not figures.by_process:
-        kept = [
-            r.process_id for r in figures.ranks.ranks if figures.processes is None or r.process_id in figures.processes
-        ]
+    if not figures.by_process:  # a report of one rank (or the one rank a filter kept)
         busy = {d.device_id: d.busy_ns for d in figures.gpus}
-        one = kept[0] if len(kept) == 1 else None
-        return [
-            RankFacts(report.rank, source, figures.ops, sum(d.kernels for d in figures.gpus), busy, figures.steps, one)
-        ]
+        return [RankFacts(report.rank, source, figures.ops, sum(d.kernels for d in figures.gpus), busy, figures.steps)]
     out = []
     for p in figures.by_process.values():
         name = f"{source} rank {p.rank}" if several_reports else None

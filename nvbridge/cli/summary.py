@@ -31,25 +31,27 @@ CPU_LABELS = {"self_cpu_ns": "self CPU time", "cpu_total_ns": "CPU total", "cpu_
 
 
 def _rank_lines(summary: Summary) -> list[str]:
-    sources = {r.source for r in summary.ranks}
-    one = len(sources) == 1
-    head = f"{plural(len(summary.ranks), 'rank')} in {next(iter(sources))}" if one else None
-    lines = [f"{head}, one process each:" if head else f"{plural(len(summary.ranks), 'report')}:"]
+    sources = list(dict.fromkeys(r.source for r in summary.ranks))
+    n = plural(len(summary.ranks), "rank")
+    if len(sources) == 1:
+        lines = [f"{n} in {sources[0]}, one process each:"]
+    elif len(sources) == len(summary.ranks):
+        lines = [f"{plural(len(sources), 'report')}:"]
+    else:
+        lines = [f"{n} in {plural(len(sources), 'report')}:"]
     for r in summary.ranks:
-        if r.process_id is not None and r.lanes:
+        if r.process_id is not None:  # one of several processes of a report
             gpus = ", ".join(str(lane.device_id) for lane in r.lanes)
-            name = f"{r.label} (pid {r.process_id}, GPU {gpus})"
+            name = f"{r.label} (pid {r.process_id}{', GPU ' + gpus if gpus else ''})"
             busy = ", ".join(
                 f"GPU {d.device_id} busy {format_time(d.busy_ns / 1e3)} of {format_time(d.span_ns / 1e3)}"
                 for d in r.lanes
             )
             cpu = f"self CPU {format_time(r.self_cpu_ns / 1e3)}, self CUDA {format_time(r.self_gpu_ns / 1e3)}, "
-            lines.append(f"  {name}: {plural(r.ops, 'op')}, {cpu}{plural(r.kernels, 'kernel')}, {busy}")
+            lines.append(f"  {name}: {plural(r.ops, 'op')}, {cpu}{plural(r.kernels, 'kernel')}, {busy or 'no GPU ops'}")
             continue
         busy = ", ".join(f"GPU {d} {format_time(ns / 1e3)}" for d, ns in r.gpu_busy_ns.items()) or "no GPU ops"
         name = r.label if r.label == str(r.source) else f"{r.label} ({r.source})"
-        if r.process_id is not None and one:
-            name = f"{r.label} (pid {r.process_id})"
         lines.append(f"  {name}: {plural(r.ops, 'op')}, {plural(r.kernels, 'kernel')}, busy {busy}")
     for st in summary.steps:
         lines.append(
