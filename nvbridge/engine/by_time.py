@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from nvbridge.columns import np_col
+from nvbridge.engine.activity import GpuBuffer
 from nvbridge.engine.window import Rows, Tree
 from nvbridge.intervals import segment_keys
 
@@ -44,31 +45,35 @@ def attribute(
     rows: Rows,
     tree: Tree,
     thread_mask: int,
+    gpu: GpuBuffer,
+    g_rows: np.ndarray,
     g_call: np.ndarray,
-    g_local: np.ndarray,
-    g_dur: np.ndarray,
-    a_thread: np.ndarray,
-    a_start: np.ndarray,
-    a_end: np.ndarray,
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The window row each GPU op is attributed to by time (-1: none, or placed by its
-    thread), and TIME_SUMS per window row.
+    calls: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Attribute by time the GPU ops this window's calls launched outside every range on their
+    thread (their op ids set in ``gpu``), and return TIME_SUMS per window row.
 
     Args:
         rows, tree: the window's ranges and their tree.
         thread_mask: the thread bits of a thread key (the rest name the process).
-        g_call, g_local, g_dur: per GPU op matched in this window, its call (an index into the
-            ``a_`` arrays), the window row its call's thread placed it in (-1: none) and its duration.
-        a_thread, a_start, a_end: the window's calls' thread keys and times.
+        gpu, g_rows, g_call: the GPU buffer, the rows of the GPU ops this window's calls
+            claimed, and their call (an index into ``calls``).
+        calls: the window's calls' thread keys, starts and ends, in the window's call order.
     """
+    g_local = tree.api_local[g_call]
+    start, end = gpu.times(g_rows)
     outside = np.flatnonzero(g_local < 0)
     t_local = np.full(len(g_local), -1, np.int64)
     if len(outside) and rows.n:
-        calls, at = np.unique(g_call[outside], return_inverse=True)
+        a_thread, a_start, a_end = calls
+        uniq, at = np.unique(g_call[outside], return_inverse=True)
         main = np_col(rows.raw, "thread_id", fill=-1) == np_col(rows.raw, "process_id", fill=-2)
-        found = time_ranges(rows, tree, thread_mask, main, a_thread[calls], a_start[calls], a_end[calls])
+        found = time_ranges(rows, tree, thread_mask, main, a_thread[uniq], a_start[uniq], a_end[uniq])
         t_local[outside] = found[at.ravel()]
-    return t_local, time_sums(tree, rows.n, t_local, g_dur)
+        hit = t_local >= 0
+        if hit.any():
+            gpu.assign_time(g_rows[hit], rows.op_id[t_local[hit]])
+    return time_sums(tree, rows.n, t_local, end - start)
 
 
 def time_ranges(

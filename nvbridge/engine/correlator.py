@@ -171,12 +171,8 @@ class Correlator:
         self._api_out.put(api_rows(api, a_op, count))
         self.tally.api(api, a_op)
         sums = window.roll_up(rows, tree, g_local, g_start, g_end)
-        t_local, time_sums = by_time.attribute(
-            rows, tree, self._end_thread_mask, g_call, g_local, g_end - g_start, by_start("thread_key"), a_start, a_end
-        )
-        if (t_local >= 0).any():
-            self._gpu.assign_time(g_rows[t_local >= 0], rows.op_id[t_local[t_local >= 0]])
-        sums.values.update(time_sums)
+        calls = (by_start("thread_key"), a_start, a_end)
+        sums.values.update(by_time.attribute(rows, tree, self._end_thread_mask, self._gpu, g_rows, g_call, calls))
         parsed = parsing.result() if isinstance(parsing, Future) else parsing
         out = self._emit(rows, tree, sums, parsed, cut)
         released = self._gpu.release(cut)
@@ -330,16 +326,7 @@ class Correlator:
         if not self._done:
             raise CorrelationError("the last window never came")
         self._emitted.check_complete(self._next_id)
-        if self._self_gpu_sum != self.tally.gpu_attributed_ns:
-            raise CorrelationError(
-                f"self GPU time sums to {self._self_gpu_sum} ns but attributed GPU ops last "
-                f"{self.tally.gpu_attributed_ns} ns"
-            )
-        if self._time_gpu_sum != self.tally.gpu_by_time_ns:
-            raise CorrelationError(
-                f"GPU time attributed by time sums to {self._time_gpu_sum} ns over ops but "
-                f"{self.tally.gpu_by_time_ns} ns over GPU ops"
-            )
+        invariants.check_sums(self._self_gpu_sum, self._time_gpu_sum, self.tally)
         self._forward = semantics.ForwardIndex(self._forward_horizon)
         self._emitted = invariants.EmittedIds()
 

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
+from nvbridge.engine.activity import ActivityTally
 from nvbridge.engine.model import CROSS_THREAD, CROSSING, Model
 from nvbridge.errors import CorrelationError
 
@@ -79,6 +80,20 @@ def check_window(
             f"total GPU time below self GPU time (op {int(op_id[i])}: self {int(sums['self_gpu'][i])} ns, "
             f"total {int(sums['total_gpu'][i])} ns, after the window starting at {after_cut}); "
             "please report this file"
+        )
+
+
+def check_sums(self_gpu_ns: int, time_gpu_ns: int, tally: ActivityTally) -> None:
+    """The GPU time summed over the ops emitted, thread-exact and by time, equals that of the
+    GPU ops each names."""
+    if self_gpu_ns != tally.gpu_attributed_ns:
+        raise CorrelationError(
+            f"self GPU time sums to {self_gpu_ns} ns but attributed GPU ops last {tally.gpu_attributed_ns} ns"
+        )
+    if time_gpu_ns != tally.gpu_by_time_ns:
+        raise CorrelationError(
+            f"GPU time attributed by time sums to {time_gpu_ns} ns over ops but {tally.gpu_by_time_ns} ns "
+            "over GPU ops; please report this file"
         )
 
 
