@@ -135,9 +135,11 @@ class Report:
         top_level_events_only: bool = False,
         device: int | None = None,
         unattributed: bool = False,
+        rank: int | None = None,
     ) -> KeyAverages:
         """Ops grouped like torch's ``key_averages``; ``.table(sort_by=..., row_limit=...)`` prints it.
-        ``unattributed`` adds a ``[no op]`` row for GPU ops launched outside every op."""
+        ``unattributed`` adds a ``[no op]`` row for GPU ops launched outside every op; ``device``
+        and ``rank`` keep the processes that used that GPU / are that rank (as ``summary``)."""
         from nvbridge.analysis import key_averages
 
         return key_averages(
@@ -149,6 +151,8 @@ class Report:
             top_level_events_only=top_level_events_only,
             device=device,
             unattributed=unattributed,
+            rank=rank,
+            recorded_rank=self.rank,
         )
 
     def gpu_summary(self) -> list[GpuHeader]:

@@ -73,6 +73,13 @@ CONTRACT = {
 }
 
 
+# Columns beside the contract ones, with their types (docs/dataset.md).
+ADDED = {
+    "ops": {"time_self_gpu_ns": I64, "time_total_gpu_ns": I64, "time_gpu_op_count": I64},
+    "gpu_ops": {"time_op_id": I64, "flags": I64},
+}
+
+
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ds") / "fsdp"
@@ -82,7 +89,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_contract_columns_and_types(dataset: Path) -> None:
     report = nvbridge.load(dataset)
-    for table, columns in CONTRACT.items():
+    for table, columns in [*CONTRACT.items(), *ADDED.items()]:
         schema = getattr(report, table).schema
         for name, typ in columns.items():
             got = schema.field(name).type

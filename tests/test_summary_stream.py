@@ -31,6 +31,7 @@ OPTIONS: list[tuple[dict[str, Any], list[str]]] = [
     ({"group_by_stack_n": 2}, ["--group-by", "stack", "--stack-depth", "2"]),
     ({"top_level_events_only": True}, ["--top-level"]),
     ({"device": 1}, ["--device", "1"]),
+    ({"rank": 1}, ["--rank", "1"]),
 ]
 
 
@@ -129,6 +130,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
 
 
 COMMON = {"op_name", "self_cpu_ns", "total_cpu_ns", "flops", "bytes", "compute_dtype", "flags", "start_ns", "end_ns"}
+COMMON |= {"process_id"}  # the ranks (nvbridge.process_ranks)
 NEEDED = {  # the ops columns of each summary mode (on a report whose ops record no model FLOPs)
     "": {*COMMON, "self_gpu_ns", "total_gpu_ns"},
     "--group-by shape": {*COMMON, "self_gpu_ns", "total_gpu_ns", "input_shapes"},
@@ -136,6 +138,7 @@ NEEDED = {  # the ops columns of each summary mode (on a report whose ops record
     "--group-by stack --stack-depth 2": {*COMMON, "self_gpu_ns", "total_gpu_ns", "stack"},
     "--top-level": {*COMMON, "self_gpu_ns", "total_gpu_ns", "parent_id"},
     "--device 1": {*COMMON, "op_id", "parent_id", "depth"},
+    "--rank 1": {*COMMON, "self_gpu_ns", "total_gpu_ns"},
 }
 
 

@@ -8,6 +8,7 @@ same ``Report`` tables and never touch a database.
 
 from __future__ import annotations
 
+from nvbridge.analysis.averages import gpu_time_by_op, key_averages
 from nvbridge.analysis.gpu import GpuHeader, busy_ns, gpu_header
 from nvbridge.analysis.ranks import RankFacts, StepSpread, rank_facts, step_spreads, step_times
 from nvbridge.analysis.summarize import Summary, summarize
@@ -19,8 +20,6 @@ from nvbridge.analysis.summary import (
     KeyAverages,
     check_regex,
     format_time,
-    gpu_time_by_op,
-    key_averages,
     merge_averages,
     parse_time,
     plural,

@@ -75,11 +75,14 @@ def counted_once(report: Report) -> np.ndarray | None:
     return once
 
 
-def model_flops(report: Report, peaks: Peaks | None, gpus: int, span_ns: int | None = None) -> dict[str, Any]:
+def model_flops(
+    report: Report, peaks: Peaks | None, gpus: int, span_ns: int | None = None, processes: set[int] | None = None
+) -> dict[str, Any]:
     """Model FLOPs, their precision and MFU per ``ProfilerStep#N`` of ``report``, on ``gpus``
     GPUs (those that ran GPU ops; at least 1), and over the whole GPU timeline: ``span_ns``,
     the GPU timelines summed over GPUs (nvbridge.timeline: first to last GPU op of each, the
-    start-up before it left out), so MFU = FLOPs / (span_ns x peak)."""
+    start-up before it left out), so MFU = FLOPs / (span_ns x peak). ``processes``: only these
+    processes' ops and steps (a rank's: nvbridge.process_ranks)."""
     if "flops" not in report.column_names("ops"):
         return {"flops": None, "unknown": "the dataset has no cost columns; convert the report again", "steps": []}
     once = counted_once(report)
@@ -89,7 +92,10 @@ def model_flops(report: Report, peaks: Peaks | None, gpus: int, span_ns: int | N
     by_step: dict[int, int] = {}
     step_rows: list[tuple[int, int]] = []  # (N, wall ns) of each ProfilerStep range, in row order
     total = assumed = 0
-    for chunk in report.chunks("ops", FIGURE_COLUMNS):
+    columns = FIGURE_COLUMNS + (["process_id"] if processes is not None else [])
+    for chunk in report.chunks("ops", columns):
+        if processes is not None:
+            chunk = chunk.filter(pc.is_in(chunk.column("process_id"), pa.array(sorted(processes), pa.int64())))
         mine = once[np_col(chunk, "op_id")]
         f = np_col(chunk, "flops", fill=0)
         names = chunk.column("op_name").cast(pa.string()).fill_null("")

@@ -11,11 +11,13 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.gpu import GpuHeader
 from nvbridge.columns import np_col
+from nvbridge.timeline import step_numbers
 
 
 @dataclass(frozen=True, slots=True)
 class RankFacts:
-    """What the cross-rank summary needs of one report, so reports can be read one at a time."""
+    """What the cross-rank summary needs of one rank (a report of one, or one process of a report
+    of several: nvbridge.process_ranks), so reports can be read one at a time."""
 
     rank: int | None
     source: str | None
@@ -23,9 +25,16 @@ class RankFacts:
     kernels: int
     gpu_busy_ns: Mapping[int, int]  # by device
     steps: Mapping[int, int]  # ProfilerStep#N -> ns
+    process_id: int | None = None  # its process, where a report holds several ranks
+    self_cpu_ns: int = 0
+    self_gpu_ns: int = 0
+    lanes: tuple[GpuHeader, ...] = ()  # its work on each GPU (nvbridge.timeline), where a report holds several
+    name: str | None = None  # the label, where "rank R" alone would repeat across reports
 
     @property
     def label(self) -> str:
+        if self.name is not None:
+            return self.name
         return f"rank {self.rank}" if self.rank is not None else str(self.source)
 
 
@@ -41,15 +50,21 @@ class StepSpread:
     ranks: int
 
 
+def step_rows(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, N) of the ``ProfilerStep#N`` ranges in ``ops``: a prefix test on every name, the
+    regular expression only on the few that pass it."""
+    names = ops.column("op_name") if "op_name" in ops.column_names else ops.column("name")
+    rows = np.flatnonzero(np.asarray(pc.fill_null(pc.starts_with(names, "ProfilerStep#"), False)))
+    if not len(rows):
+        return rows, rows
+    n = step_numbers(names.take(pa.array(rows)))
+    return rows[n >= 0], n[n >= 0]
+
+
 def step_times(ops: pa.Table) -> dict[int, int]:
     """Duration (ns) of each ``ProfilerStep#N`` range, by N (summed if a step repeats)."""
-    names = ops.column("op_name") if "op_name" in ops.column_names else ops.column("name")
-    m = pc.extract_regex(names, r"^ProfilerStep#(?P<n>\d+)$")
-    valid = np.asarray(pc.is_valid(m).to_numpy(zero_copy_only=False))
-    if not valid.any():
-        return {}
-    n = np.asarray(pc.struct_field(m, "n").cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False))[valid]
-    dur = (np_col(ops, "end_ns") - np_col(ops, "start_ns"))[valid]
+    rows, n = step_rows(ops)
+    dur = (np_col(ops, "end_ns") - np_col(ops, "start_ns"))[rows]
     out: dict[int, int] = {}
     for step, d in zip(n.tolist(), dur.tolist()):
         out[step] = out.get(step, 0) + d
@@ -64,7 +79,8 @@ def rank_facts(rank: int | None, source: str | None, ops: pa.Table, gpu: Sequenc
 
 
 def step_spreads(facts: Sequence[RankFacts]) -> list[StepSpread]:
-    """Per step, the slowest rank and the spread (slowest minus fastest): what a straggler looks like."""
+    """Per step run by two or more ranks, the slowest rank and the spread (slowest minus fastest):
+    what a straggler looks like."""
     steps: dict[int, dict[str, int]] = {}
     for f in facts:
         for step, ns in f.steps.items():
@@ -72,6 +88,8 @@ def step_spreads(facts: Sequence[RankFacts]) -> list[StepSpread]:
     out = []
     for step in sorted(steps):
         by_rank = steps[step]
+        if len(by_rank) < 2:
+            continue  # one rank's step has no spread
         slow = max(by_rank, key=lambda k: by_rank[k])
         fast = min(by_rank.values())
         out.append(StepSpread(step, slow, by_rank[slow], fast, by_rank[slow] - fast, len(by_rank)))

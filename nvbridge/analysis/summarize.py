@@ -12,28 +12,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nvbridge.analysis.gpu import GpuHeader
+from nvbridge.analysis.launches import Launches, merge_launches
 from nvbridge.analysis.mfu import model_flops
 from nvbridge.analysis.ranks import RankFacts, StepSpread, step_spreads
-from nvbridge.analysis.streamed import report_figures
+from nvbridge.analysis.streamed import ReportFigures, report_figures
 from nvbridge.analysis.summary import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
-from nvbridge.dataset import is_partitioned, load, report_dirs
+from nvbridge.dataset import Report, is_partitioned, load, report_dirs
 from nvbridge.errors import OptionError
 from nvbridge.gpus import Peaks
 
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """Grouped op rows, a GPU header per report and device, and across reports (a
-    partitioned dataset) per-rank facts and per-step spreads."""
+    """Grouped op rows, a GPU header per report and device, and across ranks (a partitioned
+    dataset, or a report of several processes: nvbridge.process_ranks) per-rank facts and
+    per-step spreads."""
 
     averages: KeyAverages
     gpus: tuple[GpuHeader, ...]
-    ranks: tuple[RankFacts, ...]  # empty for one report
+    ranks: tuple[RankFacts, ...]  # empty for one rank
     steps: tuple[StepSpread, ...]
     ops: int  # ops over all reports
     open_at_end: int  # ops clamped to the capture end (never closed)
     peaks: Peaks | None = None  # the GPU's (first report's device), with the user's overrides
-    flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (report label, throughput.mfu)
+    flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, throughput.mfu)
+    launches: Launches = field(default_factory=Launches)  # who launched the [no op] row's GPU time
 
     @property
     def several(self) -> bool:
@@ -66,52 +69,107 @@ def summarize(
     device: int | None = None,
     peak_tflops: float | None = None,
     peak_gbps: float | None = None,
+    rank: int | None = None,
 ) -> Summary:
     """Summarize a report, a dataset or a partitioned dataset (reports merged, rows adding up).
 
+    ``device`` and ``rank`` keep the processes that ran GPU work on that GPU / are that rank
+    (nvbridge.process_ranks) in every figure: ops, CPU and GPU times, the header, MFU.
+
     Raises:
         NvbridgeError: a report or dataset that cannot be read.
-        OptionError: ``device`` names a GPU no report has.
+        OptionError: ``device`` names a GPU no report has, ``rank`` a rank none has.
     """
     sources = report_dirs(path) if is_partitioned(path) else [path]
     grouping = Grouping(group_by_input_shape, group_by_stack_n, group_by_module, top_level_events_only)
     parts, facts, gpus, flops = [], [], [], []
     peaks: Peaks | None = None
     devices: set[int] = set()
+    ranks: set[int] = set()
     ops = open_at_end = 0
+    launches: list[Launches] = []
     for source in sources:
         report = load(source, SUMMARY_COLUMNS, in_order=False, streamed=True)
-        figures = report_figures(report, grouping, device)
+        figures = report_figures(report, grouping, device, rank)
+        devices.update(figures.ranks.device_users)
+        ranks.update(figures.ranks.numbers())
+        if figures.processes is not None and not figures.processes:
+            continue  # the filter keeps nothing of this report
         parts.append(figures.averages)
-        header = figures.gpus
-        if len(sources) > 1:
-            facts.append(
-                RankFacts(
-                    report.rank,
-                    report.meta.get("source"),
-                    figures.ops,
-                    sum(d.kernels for d in header),
-                    {d.device_id: d.busy_ns for d in header},
-                    figures.steps,
-                )
-            )
-        gpus += header
-        # FLOPs figures (nvbridge.analysis.throughput): the peaks, then MFU per step of this report.
+        gpus += figures.gpus
         peaks = peaks or figures.peaks(report.devices, device, peak_tflops, peak_gbps)
-        flops.append(
-            (
-                facts[-1].label if len(sources) > 1 else "",
-                model_flops(report, peaks, figures.gpus_used, sum(d.span_ns for d in header)),
-            )
-        )
-        devices.update(d.device_id for d in header)
+        mine = _rank_facts(report, figures, several_reports=len(sources) > 1)
+        facts += mine
+        # FLOPs figures (nvbridge.analysis.throughput): MFU per step of each rank, of its processes
+        for fact in mine:
+            lanes = fact.lanes if fact.process_id is not None and figures.by_process else tuple(figures.gpus)
+            keep = {fact.process_id} if fact.process_id is not None and figures.by_process else figures.processes
+            figure = model_flops(report, peaks, max(len(lanes), 1), sum(d.span_ns for d in lanes), keep)
+            flops.append((fact.label, figure))
         ops += figures.ops
         open_at_end += figures.open_at_end
+        launches.append(figures.launches)
         del report
+    _check_filter(path, device, rank, devices, ranks, parts)
+    averages = parts[0] if len(parts) == 1 else merge_averages(parts)
+    if len(facts) <= 1:
+        facts, flops = [], [("", f) for _, f in flops]
+    return Summary(
+        averages,
+        tuple(gpus),
+        tuple(facts),
+        tuple(step_spreads(facts)),
+        ops,
+        open_at_end,
+        peaks,
+        tuple(flops),
+        merge_launches(launches),
+    )
+
+
+def _rank_facts(report: Report, figures: ReportFigures, several_reports: bool) -> list[RankFacts]:
+    """One report's ranks: each of several (the kept ones), or the report as one rank."""
+    source = report.meta.get("source")
+    if not figures.by_process:  # a report of one rank (or the one rank a filter kept)
+        busy = {d.device_id: d.busy_ns for d in figures.gpus}
+        return [RankFacts(report.rank, source, figures.ops, sum(d.kernels for d in figures.gpus), busy, figures.steps)]
+    out = []
+    for p in figures.by_process.values():
+        name = f"{source} rank {p.rank}" if several_reports else None
+        busy = {lane.device_id: lane.busy_ns for lane in p.lanes}
+        out.append(
+            RankFacts(
+                p.rank,
+                source,
+                p.ops,
+                p.kernels,
+                busy,
+                p.steps,
+                p.process_id,
+                p.self_cpu_ns,
+                p.self_gpu_ns,
+                p.lanes,
+                name,
+            )
+        )
+    return out
+
+
+def _check_filter(
+    path: str | os.PathLike[str],
+    device: int | None,
+    rank: int | None,
+    devices: set[int],
+    ranks: set[int],
+    parts: list[KeyAverages],
+) -> None:
+    """A filter that kept nothing names what the input has."""
+    where = os.fspath(path)
     if device is not None and device not in devices:
         have = f"GPUs {', '.join(map(str, sorted(devices)))}" if devices else "no GPU ops"
-        raise OptionError(f"there is no GPU {device} in {os.fspath(path)}: it has {have}")
-    averages = parts[0] if len(parts) == 1 else merge_averages(parts)
-    return Summary(
-        averages, tuple(gpus), tuple(facts), tuple(step_spreads(facts)), ops, open_at_end, peaks, tuple(flops)
-    )
+        raise OptionError(f"there is no GPU {device} in {where}: it has {have}")
+    if rank is not None and rank not in ranks:
+        have = f"ranks {', '.join(map(str, sorted(ranks)))}" if ranks else "no ranks"
+        raise OptionError(f"there is no rank {rank} in {where}: it has {have}")
+    if not parts:
+        raise OptionError(f"rank {rank} ran no GPU work on GPU {device} in {where}; drop --device or --rank")

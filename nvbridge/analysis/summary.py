@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.analysis.throughput import COST_AGGREGATES, COST_COLUMNS, cost_inputs
-from nvbridge.columns import np_col, roll_up, sum_by
+from nvbridge.columns import np_col
 
 SORT_KEYS = {
     # torch's sort_by names, and the column each sorts on
@@ -37,9 +37,10 @@ CPU_FALLBACK = {"self_gpu_ns": "self_cpu_ns", "gpu_total_ns": "cpu_total_ns", "g
 TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 NO_OP = "[no op]"  # the row of GPU ops launched outside every op
 
-# What the summary tables (key_averages, gpu_header, rank_facts) may read of a dataset, checked
+# What the summary tables (key_averages, gpu_header, rank_facts) need of a dataset, checked
 # before anything is read: a third of the ops columns, without the range names (unique per row;
-# op_name is what they group by). Each mode reads only its part (nvbridge.analysis.streamed).
+# op_name is what they group by). Each mode reads only its part (nvbridge.analysis.streamed), and
+# columns newer datasets have where present (the attribution by time).
 SUMMARY_COLUMNS: dict[str, list[str]] = {
     "ops": [
         "op_id",
@@ -56,33 +57,18 @@ SUMMARY_COLUMNS: dict[str, list[str]] = {
         "module_path",
         "stack",
         "flags",
+        "process_id",  # the ranks (nvbridge.process_ranks)
         *COST_COLUMNS,
     ],
-    "gpu_ops": ["op_id", "kind", "device_id", "process_id", "start_ns", "end_ns", "bytes", "copy_kind"],
+    # thread_id: who launched the [no op] row's GPU time (nvbridge.analysis.launches)
+    "gpu_ops": ["op_id", "kind", "device_id", "process_id", "thread_id", "start_ns", "end_ns", "bytes", "copy_kind"],
     # API calls: the start-up before each process's first GPU op (nvbridge.timeline), and the
     # check that no interval ends before it starts (dataset.load)
     "api_calls": ["process_id", "name", "start_ns", "end_ns"],
     "marks": [],
     "syncs": [],
-    "threads": [],
+    "threads": ["process_id", "thread_id", "thread_name"],
 }
-
-
-def gpu_time_by_op(ops: pa.Table, gpu_ops: pa.Table, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(self, total) GPU ns per op row, optionally of one device.
-
-    Over all devices these are the conversion's own ``self_gpu_ns`` / ``total_gpu_ns``; for one
-    device they are summed again from that device's GPU ops and rolled up the op tree.
-    """
-    if device is None:
-        return np_col(ops, "self_gpu_ns"), np_col(ops, "total_gpu_ns")
-    # Ops in any row order (a dataset read without its op_id sort): ids -> row positions.
-    row = np.full(ops.num_rows + 1, -1, np.int64)  # the last slot maps id -1 to -1
-    row[np_col(ops, "op_id")] = np.arange(ops.num_rows)
-    op = row[np_col(gpu_ops, "op_id", fill=-1)]
-    op = np.where(np_col(gpu_ops, "device_id", fill=-1) == device, op, -1)
-    self_ns = sum_by(op, np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns"), ops.num_rows)
-    return self_ns, roll_up(self_ns, row[np_col(ops, "parent_id", fill=-1)], np_col(ops, "depth"))
 
 
 def parse_time(text: str) -> float:
@@ -240,42 +226,6 @@ class KeyAverages:
         text.append(f"Self CPU time total: {t(self.self_cpu_total_ns)}")
         text.append(f"Self CUDA time total: {t(self.self_gpu_total_ns)}")
         return "\n".join(text) + "\n"
-
-
-def key_averages(
-    ops: pa.Table,
-    gpu_ops: pa.Table,
-    *,
-    group_by_input_shape: bool = False,
-    group_by_stack_n: int = 0,
-    group_by_module: bool = False,
-    top_level_events_only: bool = False,
-    device: int | None = None,
-    unattributed: bool = False,
-) -> KeyAverages:
-    """Group ops like torch's ``EventList.key_averages``.
-
-    Args:
-        ops, gpu_ops: a report's tables (with the PyTorch columns).
-        group_by_input_shape: one row per (name, input shapes).
-        group_by_stack_n: one row per (name, first n stack frames) where ops carry a stack.
-        group_by_module: one row per (name, enclosing module path).
-        top_level_events_only: only ops without a parent range.
-        device: count GPU time of this device only.
-        unattributed: add a ``[no op]`` row for GPU ops launched outside every op.
-    """
-    self_gpu, total_gpu = gpu_time_by_op(ops, gpu_ops, device)
-    grouping = Grouping(group_by_input_shape, group_by_stack_n, group_by_module, top_level_events_only)
-    agg = grouping.aggregate(ops, self_gpu, total_gpu)
-    if unattributed:
-        outside = np_col(gpu_ops, "op_id", fill=-1) < 0
-        if device is not None:
-            outside &= np_col(gpu_ops, "device_id", fill=-1) == device
-        ns = int((np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns"))[outside].sum())
-        no_op: tuple[int, int] | None = (int(outside.sum()), ns)
-    else:
-        no_op = None
-    return finish([agg], grouping, int(np.sum(np_col(ops, "self_cpu_ns"))), int(self_gpu.sum()), no_op)
 
 
 @dataclass(frozen=True, slots=True)

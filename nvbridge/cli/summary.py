@@ -13,6 +13,7 @@ import click
 
 import nvbridge.analysis.throughput as throughput
 from nvbridge.analysis import (
+    NO_OP,
     GpuHeader,
     Summary,
     check_regex,
@@ -25,12 +26,30 @@ from nvbridge.analysis import (
 from nvbridge.cli._common import errors, human_bytes
 from nvbridge.errors import OptionError
 
+SHOWN_THREADS = 3  # launching threads named under the table; the rest are counted
 CPU_LABELS = {"self_cpu_ns": "self CPU time", "cpu_total_ns": "CPU total", "cpu_avg_ns": "CPU time avg"}
 
 
 def _rank_lines(summary: Summary) -> list[str]:
-    lines = [f"{plural(len(summary.ranks), 'report')}:"]
+    sources = list(dict.fromkeys(r.source for r in summary.ranks))
+    n = plural(len(summary.ranks), "rank")
+    if len(sources) == 1:
+        lines = [f"{n} in {sources[0]}, one process each:"]
+    elif len(sources) == len(summary.ranks):
+        lines = [f"{plural(len(sources), 'report')}:"]
+    else:
+        lines = [f"{n} in {plural(len(sources), 'report')}:"]
     for r in summary.ranks:
+        if r.process_id is not None:  # one of several processes of a report
+            gpus = ", ".join(str(lane.device_id) for lane in r.lanes)
+            name = f"{r.label} (pid {r.process_id}{', GPU ' + gpus if gpus else ''})"
+            busy = ", ".join(
+                f"GPU {d.device_id} busy {format_time(d.busy_ns / 1e3)} of {format_time(d.span_ns / 1e3)}"
+                for d in r.lanes
+            )
+            cpu = f"self CPU {format_time(r.self_cpu_ns / 1e3)}, self CUDA {format_time(r.self_gpu_ns / 1e3)}, "
+            lines.append(f"  {name}: {plural(r.ops, 'op')}, {cpu}{plural(r.kernels, 'kernel')}, {busy or 'no GPU ops'}")
+            continue
         busy = ", ".join(f"GPU {d} {format_time(ns / 1e3)}" for d, ns in r.gpu_busy_ns.items()) or "no GPU ops"
         name = r.label if r.label == str(r.source) else f"{r.label} ({r.source})"
         lines.append(f"  {name}: {plural(r.ops, 'op')}, {plural(r.kernels, 'kernel')}, busy {busy}")
@@ -42,7 +61,52 @@ def _rank_lines(summary: Summary) -> list[str]:
     return lines
 
 
+def _summed_line(summary: Summary) -> str:
+    return (
+        f"The table sums the {len(summary.ranks)} ranks: calls, CPU and CUDA times add up, so averages are per "
+        "call over all of them; --rank K shows one rank's."
+    )
+
+
+def _launch_lines(summary: Summary) -> list[str]:
+    """Who launched the [no op] row's GPU time: by time (beside each op's own), then by thread."""
+    x = summary.launches
+    if not x.no_op_ns:
+        return []
+
+    def t(ns: int) -> str:
+        return format_time(ns / 1e3)
+
+    lines = []
+    if x.by_time:
+        lines.append(
+            f"{NO_OP} holds {t(x.no_op_ns)} of GPU time launched outside every range of its thread; "
+            f"{t(x.by_time_ns)} of it while another thread of its process had a range open "
+            "(attributed by time, gpu_ops.time_op_id):"
+        )
+        for b in x.by_time:
+            who = ", ".join(f"{t(th.gpu_ns)} launched by {th.name}" for th in b.threads)
+            lines.append(f"  {b.name}: {t(b.own_ns)} own + {who} while it was open")
+    shown = [
+        f"{th.name} (pid {th.process_id}, thread {th.thread_id}) {t(th.gpu_ns)}"
+        if th.name != f"thread {th.thread_id}"
+        else f"thread {th.thread_id} (pid {th.process_id}) {t(th.gpu_ns)}"
+        for th in x.left[:SHOWN_THREADS]
+    ]
+    more = x.left[SHOWN_THREADS:]
+    if more:
+        shown.append(f"{plural(len(more), 'more thread')} {t(sum(th.gpu_ns for th in more))}")
+    parts = [f"launched by threads with no range open in their process: {', '.join(shown)}"] if shown else []
+    if x.no_call_ns:
+        parts.append(f"{plural(x.no_call_ops, 'GPU op')} ({t(x.no_call_ns)}) with no launching call in the capture")
+    if parts:
+        what = "the rest" if x.by_time else "all of it"
+        lines.append(f"{NO_OP} {t(x.no_op_ns - x.by_time_ns)}, {what}: " + "; ".join(parts) + ".")
+    return lines
+
+
 def gpu_line(d: GpuHeader, several: bool) -> str:
+    """One device's header line (``several``: prefixed with its report's name)."""
     copies = ", ".join(f"{k} {human_bytes(v)}" for k, v in d.memcpy_bytes.items()) or "none"
     where = f"{d.report}: " if d.report and several else ""
     # start-up (CUDA calls before the first GPU op) is beside the span, never in its idle share
@@ -65,14 +129,20 @@ def _json(summary: Summary, rows: list[dict[str, Any]]) -> str:
                     "ops": r.ops,
                     "kernels": r.kernels,
                     "gpu_busy_ns": dict(r.gpu_busy_ns),
+                    "process_id": r.process_id,
+                    "self_cpu_ns": r.self_cpu_ns,
+                    "self_gpu_ns": r.self_gpu_ns,
+                    "lanes": [dataclasses.asdict(lane) for lane in r.lanes],
                 }
                 for r in summary.ranks
             ],
             "steps": [dataclasses.asdict(s) for s in summary.steps],
+            "summed": True,  # the rows add the ranks up
         }
     gpu = [dict(dataclasses.asdict(d), several=summary.several) for d in summary.gpus]
     flops = dict(summary.flops) if summary.several else summary.flops[0][1] if summary.flops else None
-    return json.dumps({"gpu": gpu, "ranks": ranks, "flops": flops, "rows": rows}, indent=1)
+    launches = dataclasses.asdict(summary.launches)
+    return json.dumps({"gpu": gpu, "ranks": ranks, "flops": flops, "launches": launches, "rows": rows}, indent=1)
 
 
 def _check_options(
@@ -141,7 +211,18 @@ def _check_options(
     help="Hide rows whose CPU and CUDA totals are both below this (10us, 1ms; a bare number is microseconds).",
 )
 @click.option("--filter", "name_regex", default=None, help="Only rows whose name matches this regular expression.")
-@click.option("--device", type=int, default=None, help="Count GPU time of this device only.")
+@click.option(
+    "--device",
+    type=int,
+    default=None,
+    help="Only the processes that ran GPU work on this GPU, and GPU time of it only.",
+)
+@click.option(
+    "--rank",
+    type=int,
+    default=None,
+    help="Only this rank's process: its ops, CPU and CUDA times, GPU header and MFU.",
+)
 @click.option("--top-level", is_flag=True, help="Only ops without a parent range.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows and the GPU header as JSON.")
@@ -161,6 +242,7 @@ def summary_cmd(
     min_time: str,
     name_regex: str | None,
     device: int | None,
+    rank: int | None,
     top_level: bool,
     as_csv: bool,
     as_json: bool,
@@ -184,9 +266,11 @@ def summary_cmd(
                 device=device,
                 peak_tflops=peak_tflops,
                 peak_gbps=peak_gbps,
+                rank=rank,
             )
         except OptionError as exc:
-            raise click.BadParameter(str(exc), param_hint="--device") from exc
+            hint = "--rank" if "rank" in str(exc).split(":")[0] and rank is not None else "--device"
+            raise click.BadParameter(str(exc), param_hint=hint) from exc
         averages = summary.averages
         rows = throughput.rates(averages.sorted(sort_by, limit, name_regex, min_us), summary.peaks)
     notes = summary.notes()
@@ -208,9 +292,14 @@ def summary_cmd(
         if summary.several:
             for line in _rank_lines(summary):
                 click.echo(line)
+        several_reports = len({d.report for d in summary.gpus}) > 1
         for d in summary.gpus:
-            click.echo(gpu_line(d, summary.several))
+            click.echo(gpu_line(d, several_reports))
+        if summary.several:
+            click.echo(_summed_line(summary))
         click.echo(averages.table(sort_by, limit, name_regex, min_us), nl=False)
+        for line in _launch_lines(summary):
+            click.echo(line)
         for line in throughput.header_lines(summary.peaks, list(summary.flops)):
             click.echo(line)
         if any(r < c for r, c in zip(rows.column("unknown_calls").to_pylist(), rows.column("calls").to_pylist())):

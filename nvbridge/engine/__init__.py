@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from nvbridge.engine.correlator import Correlator, capture_end, with_parsed_names
 from nvbridge.engine.invariants import check
-from nvbridge.engine.model import CROSS_THREAD, CROSSING, NO_API_CALL, OPEN_AT_END, Model
+from nvbridge.engine.model import BY_TIME, CROSS_THREAD, CROSSING, NO_API_CALL, OPEN_AT_END, Model
 from nvbridge.engine.passes import correlate, stream, whole_activity
 from nvbridge.engine.tables import devices_table, other_tables
 
 __all__ = [
+    "BY_TIME",
     "CROSSING",
     "CROSS_THREAD",
     "NO_API_CALL",

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from nvbridge import kernel_dtypes
 from nvbridge.columns import np_col, take_batches
-from nvbridge.engine.model import NO_API_CALL
+from nvbridge.engine.model import BY_TIME, NO_API_CALL
 from nvbridge.errors import CorrelationError, LateGpuOp
 from nvbridge.profile import GPU_OPS_SCHEMA
 
@@ -136,6 +136,7 @@ class GpuBuffer:
             "order_a": table_index,
             "order_b": rowid,
             "op": np.full(n, -1, np.int64),
+            "time_op": np.full(n, -1, np.int64),  # nvbridge.engine.by_time
             "api": np.full(n, -1, np.int64),
             "pid": np.zeros(n, np.int64),
             "tid": np.zeros(n, np.int64),
@@ -181,6 +182,10 @@ class GpuBuffer:
         for name, values in (("op", op), ("api", api), ("pid", pid), ("tid", tid)):
             self._cols[name][rows] = values
 
+    def assign_time(self, rows: np.ndarray, op: np.ndarray) -> None:
+        """The op each of ``rows`` is attributed to by time (nvbridge.engine.by_time)."""
+        self._cols["time_op"][rows] = op
+
     def empty(self) -> pa.Table:
         """gpu_ops without rows."""
         state = {name: np.zeros(0, bool if name == "late" else np.int64) for name in _STATE}
@@ -224,7 +229,7 @@ class GpuBuffer:
         return out
 
 
-_STATE = ("start", "end", "key", "order_a", "order_b", "op", "api", "pid", "tid", "late", "dtype")
+_STATE = ("start", "end", "key", "order_a", "order_b", "op", "api", "pid", "tid", "late", "dtype", "time_op")
 
 # gpu_ops columns copied from the reader's table as they are.
 _GPU_PASSED = (
@@ -249,13 +254,14 @@ _GPU_PASSED = (
 
 def _gpu_rows(gpu: pa.Table, ids: np.ndarray, c: dict[str, np.ndarray], nsys: bool) -> pa.Table:
     """gpu_ops rows from the reader's rows and their correlation (``c``: _STATE columns)."""
-    g_api, g_op = c["api"], c["op"]
+    g_api, g_op, g_time = c["api"], c["op"], c["time_op"]
     g_pkey = np_col(gpu, "process_key", fill=0)
     # Without an API row, nsys still knows the process from globalPid; nvprof does not.
     g_pid = np.where(g_api >= 0, c["pid"], (g_pkey >> 24) & 0xFFFFFF)
     cols = {
         "gpu_op_id": pa.array(ids),
         "op_id": pa.array(g_op, mask=g_op < 0),
+        "time_op_id": pa.array(g_time, mask=g_time < 0),
         "api_call_id": pa.array(g_api, mask=g_api < 0),
         "kind": gpu.column("kind"),
         "name": gpu.column("name"),
@@ -270,7 +276,7 @@ def _gpu_rows(gpu: pa.Table, ids: np.ndarray, c: dict[str, np.ndarray], nsys: bo
     }
     for name in _GPU_PASSED:
         cols[name] = gpu.column(name)
-    cols["flags"] = pa.array(np.where(g_api < 0, NO_API_CALL, 0).astype(np.int64))
+    cols["flags"] = pa.array((np.where(g_api < 0, NO_API_CALL, 0) | np.where(g_time >= 0, BY_TIME, 0)).astype(np.int64))
     return pa.table(cols)
 
 
@@ -341,6 +347,8 @@ class ActivityTally:
         self.gpu_ns = 0
         self.gpu_unattributed_ns = 0
         self.gpu_attributed_ns = 0
+        self.gpu_by_time = 0  # GPU ops attributed by time (nvbridge.engine.by_time), and their ns
+        self.gpu_by_time_ns = 0
         self.thread_keys: list[np.ndarray] = []
 
     def api(self, api: pa.Table, op: np.ndarray) -> None:
@@ -358,6 +366,9 @@ class ActivityTally:
         self.gpu_ns += int(dur.sum())
         self.gpu_unattributed_ns += int(dur[lost].sum())
         self.gpu_attributed_ns += int(dur[~lost].sum())
+        by_time = np_col(gpu, "time_op_id", fill=-1) >= 0
+        self.gpu_by_time += int(by_time.sum())
+        self.gpu_by_time_ns += int(dur[by_time].sum())
 
     def figures(self) -> dict[str, int]:
         """The summary's GPU counts and times."""

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from nvbridge import kernel_dtypes, names, semantics
 from nvbridge.columns import np_col, take_sorted
-from nvbridge.engine import invariants, window
+from nvbridge.engine import by_time, invariants, window
 from nvbridge.engine.activity import ActivityTally, Correlated, GpuBuffer, ProcessKeys, Reorder, api_rows
 from nvbridge.engine.keys import through
 from nvbridge.engine.model import CROSS_THREAD, OPEN_AT_END
@@ -107,6 +107,7 @@ class Correlator:
         self._next_id = 0
         self._emitted = invariants.EmittedIds()
         self._self_gpu_sum = 0
+        self._time_gpu_sum = 0
         self._forward_horizon = semantics.FORWARD_HORIZON_ROWS * horizons
         self._forward = semantics.ForwardIndex(self._forward_horizon)
         self._open: _Carried | None = None
@@ -175,6 +176,8 @@ class Correlator:
         has = g_local >= 0
         np.minimum.at(own, g_local[has], self._gpu.dtype_codes(g_rows)[has].astype(np.uint8))
         codes = kernel_dtypes.subtree_min(np.where(tree.in_tree, tree.parent, -1), own)
+        calls = (by_start("thread_key"), a_start, a_end)
+        sums.values.update(by_time.attribute(rows, tree, self._end_thread_mask, self._gpu, g_rows, g_call, calls))
         parsed = parsing.result() if isinstance(parsing, Future) else parsing
         out = self._emit(rows, tree, sums, parsed, cut, codes)
         released = self._gpu.release(cut)
@@ -313,6 +316,7 @@ class Correlator:
         if len(emit) < n:
             out = take_sorted(out, emit)
         self._self_gpu_sum += int(s["self_gpu"][emit].sum())
+        self._time_gpu_sum += int(s["time_gpu"][emit].sum())
         if len(carry):
             # Compact copies: slices would keep this window's buffers alive.
             self._open = _Carried(
@@ -337,11 +341,7 @@ class Correlator:
         if not self._done:
             raise CorrelationError("the last window never came")
         self._emitted.check_complete(self._next_id)
-        if self._self_gpu_sum != self.tally.gpu_attributed_ns:
-            raise CorrelationError(
-                f"self GPU time sums to {self._self_gpu_sum} ns but attributed GPU ops last "
-                f"{self.tally.gpu_attributed_ns} ns"
-            )
+        invariants.check_sums(self._self_gpu_sum, self._time_gpu_sum, self.tally)
         self._forward = semantics.ForwardIndex(self._forward_horizon)
         self._emitted = invariants.EmittedIds()
 

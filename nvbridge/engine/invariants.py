@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from nvbridge.columns import np_col
+from nvbridge.engine.activity import ActivityTally
 from nvbridge.engine.model import CROSS_THREAD, CROSSING, Model
 from nvbridge.errors import CorrelationError
 
@@ -69,6 +71,8 @@ def check_window(
         raise CorrelationError("a child range is not inside its parent")
     if (self_cpu[tree] < 0).any():
         raise CorrelationError("negative self CPU time")
+    if (sums["time_total_gpu"][emit] < sums["time_gpu"][emit]).any():
+        raise CorrelationError("GPU time attributed by time totals below its own; please report this file")
     below = emit[sums["total_gpu"][emit] < sums["self_gpu"][emit]]
     if len(below):
         i = int(below[0])
@@ -76,6 +80,20 @@ def check_window(
             f"total GPU time below self GPU time (op {int(op_id[i])}: self {int(sums['self_gpu'][i])} ns, "
             f"total {int(sums['total_gpu'][i])} ns, after the window starting at {after_cut}); "
             "please report this file"
+        )
+
+
+def check_sums(self_gpu_ns: int, time_gpu_ns: int, tally: ActivityTally) -> None:
+    """The GPU time summed over the ops emitted, thread-exact and by time, equals that of the
+    GPU ops each names."""
+    if self_gpu_ns != tally.gpu_attributed_ns:
+        raise CorrelationError(
+            f"self GPU time sums to {self_gpu_ns} ns but attributed GPU ops last {tally.gpu_attributed_ns} ns"
+        )
+    if time_gpu_ns != tally.gpu_by_time_ns:
+        raise CorrelationError(
+            f"GPU time attributed by time sums to {time_gpu_ns} ns over ops but {tally.gpu_by_time_ns} ns "
+            "over GPU ops; please report this file"
         )
 
 
@@ -91,7 +109,8 @@ def check(model: Model) -> None:
 
     - op ids are 0..n-1, parents precede children, a tree child lies inside its parent;
     - every GPU op is counted in exactly one op's self time or is unattributed;
-    - self times are never negative and totals are at least self.
+    - self times are never negative and totals are at least self;
+    - GPU ops attributed by time are counted once, beside the thread-exact attribution.
     """
     ops = model.ops
     n = ops.num_rows
@@ -114,3 +133,17 @@ def check(model: Model) -> None:
         raise CorrelationError("negative self CPU time")
     if (np_col(ops, "total_gpu_ns") < np_col(ops, "self_gpu_ns")).any():
         raise CorrelationError("total GPU time below self GPU time")
+    check_time_attribution(ops, g)
+
+
+def check_time_attribution(ops: pa.Table, gpu_ops: pa.Table) -> None:
+    """GPU ops attributed by time (nvbridge.engine.by_time) are ones the thread-exact rule left
+    out, each counted once in an op's ``time_self_gpu_ns``, and totals are at least self."""
+    time_op = np_col(gpu_ops, "time_op_id", fill=-1)
+    if ((time_op >= 0) & (np_col(gpu_ops, "op_id", fill=-1) >= 0)).any():
+        raise CorrelationError("a GPU op is attributed both to its thread's range and by time")
+    dur = np_col(gpu_ops, "end_ns") - np_col(gpu_ops, "start_ns")
+    if int(np_col(ops, "time_self_gpu_ns").sum()) != int(dur[time_op >= 0].sum()):
+        raise CorrelationError("GPU time attributed by time is double counted or lost")
+    if (np_col(ops, "time_total_gpu_ns") < np_col(ops, "time_self_gpu_ns")).any():
+        raise CorrelationError("GPU time attributed by time totals below its own")

@@ -14,6 +14,7 @@ CROSS_THREAD = 2
 CROSSING = 4
 # gpu_ops.flags bits
 NO_API_CALL = 1
+BY_TIME = 2  # launched outside every range on its thread, attributed by time (time_op_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,12 @@ from nvbridge.engine.model import CROSSING
 from nvbridge.errors import CorrelationError
 from nvbridge.intervals import Forest, stable_order
 
-# Per-op sums a range still open at a window's end carries into the next window.
-SUMS = ("self_gpu", "self_count", "api_count", "child_cpu", "total_gpu", "total_count")
+# Per-op sums a range still open at a window's end carries into the next window (the last three:
+# GPU work attributed by time, nvbridge.engine.by_time, added to the roll-up's by the correlator).
+SUMS = (
+    *("self_gpu", "self_count", "api_count", "child_cpu", "total_gpu", "total_count"),
+    *("time_gpu", "time_count", "time_total_gpu"),
+)
 
 
 def ends(
@@ -249,6 +253,9 @@ def ops_table(
                 "gpu_op_count": pa.array(s["self_count"]),
                 "total_gpu_op_count": pa.array(s["total_count"]),
                 "api_call_count": pa.array(s["api_count"]),
+                "time_self_gpu_ns": pa.array(s["time_gpu"]),
+                "time_total_gpu_ns": pa.array(s["time_total_gpu"]),
+                "time_gpu_op_count": pa.array(s["time_count"]),
                 "gpu_start_ns": pa.array(sums.gpu_first, mask=~has_gpu),
                 "gpu_end_ns": pa.array(sums.gpu_last, mask=~has_gpu),
                 "style": raw.column("style"),
