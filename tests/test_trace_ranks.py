@@ -76,10 +76,12 @@ def _slices(paths: list[Path]) -> Counter[str]:
 
 
 def test_the_rule() -> None:
-    assert report_ranks([149, 148], [148, 149, 7], None) == Ranks({148: 0, 149: 1}, 2)
-    assert report_ranks([], [9360, 9359], None) == Ranks({9359: 0, 9360: 1}, 2)  # no GPU work: every process
-    assert report_ranks([148], [7, 148], 3) == Ranks({148: 3}, None, 3)  # one rank: the one recorded
-    assert report_ranks([148, 149], [], 3) == Ranks({148: 0, 149: 1}, 2)  # a capture's rank is no process's
+    """nvbridge.process_ranks' rule: GPU users by the lowest GPU each ran work on, then pid."""
+    assert report_ranks({0: [149], 1: [148]}, [148, 149, 7], None) == Ranks({149: 0, 148: 1}, 2)
+    assert report_ranks({0: [148, 149]}, [], None) == Ranks({148: 0, 149: 1}, 2)  # one GPU: by pid
+    assert report_ranks({}, [9360, 9359], None) == Ranks({9359: 0, 9360: 1}, 2)  # no GPU work: every process
+    assert report_ranks({0: [148]}, [7, 148], 3) == Ranks({148: 3}, None, 3)  # one rank: the one recorded
+    assert report_ranks({0: [148], 1: [149]}, [], 3) == Ranks({148: 0, 149: 1}, 2)  # a capture's rank is no process's
     r = Ranks({148: 0, 149: 1}, 2)
     assert r.info([148]) == {"rank": 0, "world_size": 2} and r.info([7, 149]) == {"rank": 1, "world_size": 2}
     assert r.info([148, 149, 7]) == {"world_size": 2, "rank_of_process": {"148": 0, "149": 1}}
@@ -116,7 +118,7 @@ def test_a_launcher_with_ranges_only_is_no_rank(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "t.rank0.json (rank 0 of 2)" in result.output and "t.rank1.json (rank 1 of 2)" in result.output
     assert "process 50 ran no GPU work" in result.output
-    for rank, pid in enumerate((100, 200)):
+    for rank, pid in enumerate((200, 100)):  # by the GPU each ran work on: 200 ran on GPU 0
         doc = load_strict(tmp_path / f"t.rank{rank}.json")
         kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
         assert {e["pid"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"} == {pid}
@@ -124,7 +126,7 @@ def test_a_launcher_with_ranges_only_is_no_rank(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["trace", str(db), "-o", str(out), "--split", "none"])
     assert result.exit_code == 0, result.output
     doc = load_strict(out)
-    assert doc["distributedInfo"] == {"world_size": 2, "rank_of_process": {"100": 0, "200": 1}}
+    assert doc["distributedInfo"] == {"world_size": 2, "rank_of_process": {"200": 0, "100": 1}}
     assert {e["pid"] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"} == {50, 100, 200}
 
 

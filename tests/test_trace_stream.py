@@ -223,7 +223,8 @@ def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
         )
         # the ranks as convert --chrome knows them before reading the rows: two, so the whole
         # report in one file names no rank
-        distributed = report_ranks(*read.processes(), read.info.rank).info(read.processes()[0])
+        work, host = read.processes()
+        distributed = report_ranks(work, host, read.info.rank).info(set().union(*work.values()))
         assert distributed == {"world_size": 2, "rank_of_process": {"148": 0, "149": 1}}
         with chrome.TraceWriter(
             tmp_path / "conv.json.gz", origin_ns=origin, meta=meta, devices=devices, distributed=distributed

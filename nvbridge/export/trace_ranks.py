@@ -6,16 +6,14 @@ treats every GPU event in it as that rank's. A report of a multi-process run (``
 torchrun ...``) holds several ranks in one capture; in one trace file their GPU timelines would
 be read as one (HTA's comm/compute overlap of the FSDP export: 54% where each rank's is 0%).
 
-The rule (the ranks of one report):
-
-- The ranks are the processes that ran GPU work (launched a GPU op), by increasing process id:
-  torchrun starts its workers in rank order, and a process that only launched others (the
-  launcher) or only recorded ranges is not a rank. A report without GPU work: the processes that
-  recorded ranges or CUDA calls, by process id.
-- A report with one rank: its rank is the one the report recorded (``RANK`` from the captured
-  environment or the file name: ``meta.rank``), else 0; its world size is 1 when no rank was
-  recorded, else unknown (not written). With several ranks a recorded rank is the capture's
-  (the launcher's environment, a file name), not a process's, and is not used.
+The rule is nvbridge.process_ranks' (the one summary's --rank/--device and advise's lanes use):
+the processes that ran GPU work, numbered by the lowest GPU each ran work on, then by process id
+(a process that only launched others or only recorded ranges is no rank); a report without GPU
+work, the processes with ranges or CUDA calls. A report with one rank: its rank is the one the
+report recorded (``RANK`` from the captured environment or the file name: ``meta.rank``), else 0;
+its world size is 1 when no rank was recorded, else unknown (not written). With several ranks a
+recorded rank is the capture's (the launcher's environment, a file name), not a process's, and is
+not used.
 
 A file holding one rank says ``{"rank": R, "world_size": N}``. A file holding several ranks
 (``--split none``) names no rank, so HTA warns that the file has none instead of silently taking
@@ -32,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
-from nvbridge.timeline import owning_process
+from nvbridge.process_ranks import RankTally, rank_processes
 
 SPLITS = ("auto", "rank", "none")
 
@@ -62,24 +60,23 @@ class Ranks:
         return {"rank": rank} if self.world_size is None else {"rank": rank, "world_size": self.world_size}
 
 
-def report_ranks(gpu_processes: Iterable[int], host_processes: Iterable[int], recorded: int | None) -> Ranks:
-    """The rule of the module doc. ``gpu_processes``: processes that launched GPU ops;
-    ``host_processes``: processes with ranges or CUDA calls; ``recorded``: ``meta.rank``."""
-    procs = sorted(set(gpu_processes)) or sorted(set(host_processes))
-    if len(procs) <= 1 and recorded is not None:
-        return Ranks({p: recorded for p in procs}, None, recorded)
-    return Ranks({p: i for i, p in enumerate(procs)}, max(len(procs), 1))
+def report_ranks(gpu_work: Mapping[int, Iterable[int]], host_processes: Iterable[int], recorded: int | None) -> Ranks:
+    """The rule of the module doc. ``gpu_work``: per device, the processes that launched GPU ops
+    on it (-1: unknown); ``host_processes``: processes with ranges or CUDA calls;
+    ``recorded``: ``meta.rank``."""
+    found = rank_processes(set(host_processes), {d: set(ps) for d, ps in gpu_work.items()}, recorded)
+    of = {r.process_id: r.rank for r in found.ranks}
+    if len(of) <= 1 and recorded is not None:
+        return Ranks(of, None, recorded)
+    return Ranks(of, max(len(of), 1))
 
 
 def tables_ranks(ops: pa.Table, api_calls: pa.Table, gpu_ops: pa.Table, recorded: int | None) -> Ranks:
-    """The ranks of a report held whole (:func:`nvbridge.export.trace_ranks.report_ranks`)."""
-    gpu = owning_process(np_col(gpu_ops, "process_id", fill=-1), np_col(gpu_ops, "device_id", fill=-1))
+    """The ranks of a report held whole (:func:`report_ranks`)."""
+    tally = RankTally()
+    tally.add_gpu(gpu_ops)
     host = [np.unique(np_col(t, "process_id", fill=-1)) for t in (ops, api_calls)]
-    return report_ranks(
-        (p for p in np.unique(gpu).tolist() if p >= 0),
-        (p for p in np.unique(np.concatenate(host)).tolist() if p >= 0),
-        recorded,
-    )
+    return report_ranks(tally.gpu_work, (p for p in np.unique(np.concatenate(host)).tolist() if p >= 0), recorded)
 
 
 def recorded_rank(meta: Mapping[str, str | None]) -> int | None:

@@ -110,16 +110,12 @@ class Plan:
     kept_processes: frozenset[int] = frozenset()  # with rows in the window and process filter
 
     @property
-    def gpu_processes(self) -> frozenset[int]:
-        return frozenset().union(*self.gpu_users.values())
-
-    @property
     def owners(self) -> dict[int, int]:
         """Device -> its only user: GPU ops without a process belong to it (nvbridge.timeline)."""
         return {d: next(iter(u)) for d, u in self.gpu_users.items() if len(u) == 1}
 
     def ranks(self, meta: Mapping[str, str | None]) -> Ranks:
-        return report_ranks(self.gpu_processes, self.host_processes, recorded_rank(meta))
+        return report_ranks(self.gpu_users, self.host_processes, recorded_rank(meta))
 
 
 def plan(source: Source, start_ns: int | None, end_ns: int | None, processes: set[int] | None) -> Plan:

@@ -326,22 +326,28 @@ class Stream:
         union = " UNION ".join(f"SELECT DISTINCT deviceId FROM {t}" for t in tables if "deviceId" in self.db.columns(t))
         return [int(d) for (d,) in self.db.scalar_rows(union) if d is not None] if union else []
 
-    def processes(self) -> tuple[list[int], list[int]]:
-        """Host process ids that ran GPU work, and (only when none did) those with ranges or CUDA
-        calls: one scan of each table, for the ranks of a trace written while converting
-        (nvbridge.export.trace_ranks), known before the rows are read."""
+    def processes(self) -> tuple[dict[int, set[int]], list[int]]:
+        """Per device, the host processes that ran GPU work on it, and (only when none did) the
+        processes with ranges or CUDA calls: one scan of each table, for the ranks of a trace
+        written while converting (nvbridge.export.trace_ranks), known before the rows are read."""
 
-        def scan(tables: list[tuple[str, str]], column: str) -> list[int]:
+        def scan(tables: list[tuple[str, str]], column: str, device: str) -> list[tuple[int, int]]:
             union = " UNION ".join(
-                f"SELECT DISTINCT ({column} >> 24) & 16777215 FROM {t}{where}"
+                f"SELECT DISTINCT {device}, ({column} >> 24) & 16777215 FROM {t}{where}"
                 for t, where in tables
-                if column in self.db.columns(t)
+                if column in self.db.columns(t) and (device == "-1" or device in self.db.columns(t))
             )
-            return sorted({int(p) for (p,) in self.db.scalar_rows(union) if p is not None}) if union else []
+            rows = self.db.scalar_rows(union) if union else []
+            return sorted({(int(d), int(p)) for d, p in rows if p is not None and d is not None})
 
-        gpu = scan([(WHOLE_TABLES[key][0], "") for key in GPU_TABLES], "globalPid")
+        work: dict[int, set[int]] = {}
+        for d, p in scan([(WHOLE_TABLES[key][0], "") for key in GPU_TABLES], "globalPid", "deviceId"):
+            work.setdefault(d, set()).add(p)
+        if work:
+            return work, []
         ranges = f" WHERE eventType IN ({', '.join(str(t) for t in RANGE_TYPES)})"  # the ops table's rows, not marks
-        return gpu, [] if gpu else scan([("NVTX_EVENTS", ranges), (WHOLE_TABLES["runtime"][0], "")], "globalTid")
+        host = scan([("NVTX_EVENTS", ranges), (WHOLE_TABLES["runtime"][0], "")], "globalTid", "-1")
+        return work, [p for _, p in host]
 
     @property
     def rows_read(self) -> int:
