@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from nvbridge.columns import one_chunk
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
 from nvbridge.readers._column import ARROW_TYPES, ROWID, Column, lenient_text
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
 from nvbridge.readers._pages import Latest, Member, RowFilter, TableLayout, latest_sql, quote, table_layout
-from nvbridge.readers._sqlite import FastPathFailed, FastReads
+from nvbridge.readers._sqlite import FastPathFailed, FastReads, kinds_of, typed
+from nvbridge.readers._tally import PagesDamaged
 from nvbridge.readers.slabs import Chunks, chunk_queries, chunk_size, chunks, from_spans
 from nvbridge.readers.validate import BadRows, mark_absent
 from nvbridge.workers import worker_pool
@@ -57,24 +57,6 @@ class _Results(Mapping[str, pa.Table]):
 
     def __len__(self) -> int:
         return len(self._items)
-
-
-def _typed(raw: pa.Table, columns: Sequence[Column], present: frozenset[str]) -> pa.Table:
-    """A fast read's columns as ``columns`` declare them: absent ones as their default, each of
-    its type; numbers in one chunk, so every later NumPy view is zero-copy (text stays in the
-    reader's chunks: Arrow kernels and Parquet take them as they are)."""
-    arrays: list[pa.Array | pa.ChunkedArray] = []
-    for col in columns:
-        typ = ARROW_TYPES[col.type]
-        if col.raw not in present and col.raw != ROWID:
-            arrays.append(pa.repeat(pa.scalar(col.default, typ), raw.num_rows))
-        elif raw.num_rows == 0:  # nothing to type the column by
-            arrays.append(pa.array([], typ))
-        else:
-            arr = raw.column(col.field)
-            arr = one_chunk(arr) if col.type != "str" else arr
-            arrays.append(arr if arr.type == typ else arr.cast(typ))
-    return pa.table(arrays, names=[c.field for c in columns])
 
 
 class Database:
@@ -185,8 +167,13 @@ class Database:
     def __enter__(self) -> Database:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if kind is None and self._fast is not None:  # reads not yet checked against SQLite's count
+                with self.translate_errors():
+                    self._fast.tally.finish()
+        finally:
+            self.close()
 
     @contextlib.contextmanager
     def translate_errors(self) -> Iterator[None]:
@@ -195,6 +182,8 @@ class Database:
             yield
         except BadRows as exc:
             raise DamagedDatabase(f"{self.name}: {exc}") from exc
+        except PagesDamaged as exc:  # never read through SQLite instead: see _tally.PagesDamaged
+            raise DamagedDatabase(f"{self.name}: {exc}; the file is damaged, export it again.") from exc
         except self._errors as exc:
             detail = str(getattr(exc, "orig", exc)).splitlines()[0]
             if "locked" in detail or "busy" in detail or "readonly" in detail or "read-only" in detail:
@@ -270,18 +259,19 @@ class Database:
             sql = f"{sql} WHERE {sql_where}"
         read = [c for c in columns if c.raw in present or c.raw == ROWID]
         layout = self._layout(table) if not isinstance(where, str) else None
-        scan = None if layout is None or isinstance(where, str) else layout.scan_args([c.raw for c in read], where)
+        kinds = kinds_of([c.type for c in read])
+        scan = None if layout is None or isinstance(where, str) else layout.scan([c.raw for c in read], kinds, where)
         fast = self._fast
 
         def fetch() -> pa.Table:
             with self.translate_errors():
                 try:
-                    raw = fast.read(sql, [c.field for c in read], [c.type for c in read], scan and (layout, scan))
+                    raw = fast.read(sql, [c.field for c in read], [c.type for c in read], scan)
                 except FastPathFailed:  # rare: the slower cursor path reads it or names the damage
                     _generic = self._sqlalchemy()
                     _generic.check_integers(self.engine, table, present, columns, sql_where)
                     return mark_absent(self._read_generic(table, columns, sql_where), absent)
-            return mark_absent(_typed(raw, columns, present), absent)
+            return mark_absent(typed(raw, columns, present), absent)
 
         return fetch
 
@@ -295,13 +285,12 @@ class Database:
         if layout is not None and self._fast is not None:
             present = self.columns(table)
             read = [c for c in columns if c.raw in present or c.raw == ROWID]
-            scan = layout.scan_args([c.raw for c in read], RowFilter(member=member))
-            names, types = [c.field for c in read], [c.type for c in read]
-            found = None if scan is None else self._fast.read_window(layout, scan, first, count, names, types)
-            if found is not None:
-                absent = [c.field for c in columns if c.raw not in present and c.raw != ROWID]
-                with self.translate_errors():
-                    return mark_absent(_typed(found[0], columns, present), absent), found[1]
+            scan = layout.scan([c.raw for c in read], kinds_of([c.type for c in read]), RowFilter(member=member))
+            with self.translate_errors():
+                found = None if scan is None else self._fast.read_window(scan, first, count, [c.field for c in read])
+                if found is not None:
+                    absent = [c.field for c in columns if c.raw not in present and c.raw != ROWID]
+                    return mark_absent(typed(found[0], columns, present), absent), found[1]
         end = self.scalar_rows(
             f"SELECT rowid FROM {quote(table)} WHERE rowid >= {first} ORDER BY rowid LIMIT 1 OFFSET {count}"
         )
@@ -409,12 +398,11 @@ class Database:
         size, where, figure = chunk_size(first, last), rows.sql(), latest_sql(latest)
         if self._fast is not None:
             sql = f"SELECT rowid, start, {figure} FROM {table} WHERE rowid BETWEEN {first} AND {last} AND ({where})"
-            layout = self._layout(table)
-            args = None if layout is None else layout.chunk_args(rows, latest)
+            layout, n = self._layout(table), -(-(last - first + 1) // size)
+            scan = None if layout is None else layout.chunk_scan(rows, latest, first, last, size, n)
             try:
-                spans = self._fast.chunk_spans(
-                    sql, first, size, -(-(last - first + 1) // size), args and (layout, first, last, args)
-                )
+                with self.translate_errors():
+                    spans = self._fast.chunk_spans(sql, first, size, n, scan)
                 return None if spans is None else from_spans(first, size, spans)
             except FastPathFailed:
                 pass  # the aggregates below read it, or name what is wrong

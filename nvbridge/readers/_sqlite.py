@@ -3,7 +3,8 @@ built (``nvbridge._native``), ConnectorX otherwise.
 
 The compiled readers write each value once into Arrow's layout. The page reader walks a table's
 b-tree itself (:mod:`nvbridge.readers._pages` says which reads it takes: half the CPU of SQLite's
-virtual machine); every other read, and any it refuses, goes through SQLite, one connection per
+virtual machine); damage it finds is refused, never read through SQLite (which may read a damaged page
+without an error); every other read, and any it refuses, goes through SQLite, one connection per
 reader thread (20% less CPU than ConnectorX, which also leaves three threads behind per query:
 7,500 of them at 50M NVTX rows). All refuse a value of another type than its column's, and text
 that is not UTF-8: the caller then reads the query the slow way (:class:`FastPathFailed`).
@@ -19,15 +20,27 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from nvbridge.columns import one_chunk
 from nvbridge.compiled import native
+from nvbridge.readers._column import ARROW_TYPES, ROWID
+from nvbridge.readers._pages import enabled
+from nvbridge.readers._tally import Figures, PagesDamaged, RowTally
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from nvbridge._native import Buffer, Pages, Reader
-    from nvbridge.readers._pages import ScanArgs, TableLayout
+    from nvbridge.readers._column import Column
+    from nvbridge.readers._page_scan import ChunkScan, PageScan
 # Column types (readers._column.ColumnType) -> the compiled reader's kinds and Arrow types.
 _KINDS = {"int": "i", "float": "f", "str": "s", "bytes": "b"}
+
+
+def kinds_of(types: Sequence[str]) -> str:
+    """The compiled readers' kinds of columns typed ``types`` (ColumnType)."""
+    return "".join(_KINDS[t] for t in types)
+
+
 _ARROW = {"i": pa.int64(), "f": pa.float64(), "s": pa.string(), "b": pa.binary()}
 
 
@@ -38,7 +51,13 @@ class FastPathFailed(Exception):
 
 class FastReads:
     """Bulk reads of one SQLite file (``uri``: an SQLite ``file:`` URI, read-only; ``path``: the
-    file it opens), from any thread: each thread reads through its own connection and pages."""
+    file it opens), from any thread: each thread reads through its own connection and pages.
+
+    The page reader's first use surveys the file (``Pages.survey``: every b-tree and the free
+    list, as PRAGMA integrity_check marks them), and each of its reads is tallied against
+    SQLite's own count (:mod:`nvbridge.readers._tally`). Damage it finds raises
+    :class:`PagesDamaged`, never a read through SQLite instead.
+    """
 
     def __init__(self, uri: str, path: Path) -> None:
         self._uri = uri
@@ -46,17 +65,20 @@ class FastReads:
         self._local = threading.local()
         self._readers: list[Reader | Pages] = []
         self._lock = threading.Lock()
-        # Whether the page reader takes this file (UTF-8, not in WAL mode): known at the first read.
-        self.pages = native is not None and self._pages() is not None
+        self._survey: bytes | None = None
+        self._survey_lock = threading.Lock()
+        self._damage: str | None = None  # what the survey found, refused at every page read
+        self.tally = RowTally(self._figures)
+        # Whether the page reader takes this file (turned on, UTF-8, not in WAL mode).
+        self.pages = native is not None and enabled() and self._thread_pages() is not None
 
-    def read(
-        self, sql: str, names: Sequence[str], types: Sequence[str], scan: tuple[TableLayout, ScanArgs] | None = None
-    ) -> pa.Table:
+    def read(self, sql: str, names: Sequence[str], types: Sequence[str], scan: PageScan | None = None) -> pa.Table:
         """Every row of ``sql``, its columns named ``names`` and typed ``types`` (ColumnType);
         ``scan``: the same read for the page reader (:mod:`nvbridge.readers._pages`), tried first.
 
         Raises:
             FastPathFailed: see the class.
+            PagesDamaged: the page reader found the file damaged.
         """
         if native is None:
             return self._connectorx(sql)
@@ -64,11 +86,8 @@ class FastReads:
         columns = None
         pages = self._pages() if scan is not None else None
         if pages is not None and scan is not None:
-            layout, (spans, positions, alias, member, bound) = scan
-            try:
-                columns = pages.scan(layout.root, positions, kinds, spans, alias, member, bound)
-            except native.Unreadable:
-                columns = None  # SQLite reads it, or names the damage
+            found = self._scan(pages, scan)
+            columns = None if found is None else found[0]
         if columns is None:
             try:
                 columns = self._reader().read(sql, kinds)
@@ -77,30 +96,55 @@ class FastReads:
         return pa.table([_array(kind, col) for kind, col in zip(kinds, columns)], names=list(names))
 
     def read_window(
-        self, layout: TableLayout, scan: ScanArgs, first: int, count: int, names: Sequence[str], types: Sequence[str]
+        self, scan: PageScan, first: int, count: int, names: Sequence[str]
     ) -> tuple[pa.Table, int | None] | None:
-        """Pages.scan's window (``scan``: without spans) as a table, and the rowid after it; None
-        when the page reader cannot read it (the caller reads it through SQLite)."""
+        """``scan`` (without spans) as a window of ``count`` rows from rowid ``first``, as a table,
+        and the rowid after it; None when the page reader cannot read it (the caller reads it
+        through SQLite).
+
+        Raises:
+            PagesDamaged: see :meth:`read`.
+        """
         pages = self._pages() if native is not None else None
-        if pages is None or native is None:
+        found = None if pages is None else self._scan(pages, scan.window(first, count))
+        if found is None:
             return None
-        kinds = "".join(_KINDS[t] for t in types)
-        _, positions, alias, member, bound = scan
+        columns, stop = found
+        return pa.table([_array(kind, col) for kind, col in zip(scan.kinds, columns)], names=list(names)), stop
+
+    def _scan(self, pages: Pages, scan: PageScan) -> tuple[list[tuple[object, ...]], int | None] | None:
+        """The page reader's columns and window end; None where it leaves the read to SQLite."""
+        assert native is not None
         try:
-            columns, stop = pages.scan(layout.root, positions, kinds, None, alias, member, bound, first, count)
+            columns, stop, tally = scan.run(pages)
         except native.Unreadable:
-            return None
-        return pa.table([_array(kind, col) for kind, col in zip(kinds, columns)], names=list(names)), stop
+            return None  # SQLite reads it, or names the damage
+        except native.Damaged as exc:
+            raise PagesDamaged(f"table {scan.table}, {exc}") from exc
+        self.tally.add(scan.table, tally)
+        return columns, stop
 
     def _pages(self) -> Pages | None:
-        """This thread's page reader; None where the file is not one it reads."""
+        """This thread's page reader; None where the file is not one it reads.
+
+        Raises:
+            PagesDamaged: the survey found the file damaged.
+        """
+        pages = self._thread_pages()
+        if self._damage is not None:
+            raise PagesDamaged(self._damage)
+        return pages
+
+    def _thread_pages(self) -> Pages | None:
         assert native is not None
         if not hasattr(self._local, "pages"):
             pages: Pages | None = None
-            try:
-                pages = native.Pages(self._path)
-            except (native.Unreadable, OSError):
-                pass
+            if enabled():
+                try:
+                    pages = native.Pages(self._path)
+                    self._surveyed(pages)
+                except (native.Unreadable, OSError, FastPathFailed):
+                    pages = None
             self._local.pages = pages
             if pages is not None:
                 with self._lock:
@@ -108,15 +152,45 @@ class FastReads:
         found: Pages | None = self._local.pages
         return found
 
-    def chunk_spans(
-        self, sql: str, first: int, size: int, n: int, scan: tuple[TableLayout, int, int, ScanArgs] | None = None
-    ) -> np.ndarray | None:
+    def _surveyed(self, pages: Pages) -> None:
+        """Survey the file with ``pages`` once; later threads' pages take that survey."""
+        assert native is not None
+        with self._survey_lock:
+            if self._survey is not None:
+                pages.survey((), known=self._survey)
+                return
+            if self._damage is not None:
+                return
+            roots = self._reader().read("SELECT rootpage FROM sqlite_master WHERE rootpage > 1", "i")
+            values = _array("i", roots[0]).to_pylist()
+            try:
+                self._survey = pages.survey(tuple(int(r) for r in values if r is not None))
+            except native.Damaged as exc:
+                self._damage = str(exc)
+
+    def _figures(self, table: str) -> Figures:
+        """SQLite's count, least and greatest rowid of ``table`` (on the tally's thread).
+
+        Raises:
+            PagesDamaged: SQLite cannot count the table.
+        """
+        assert native is not None
+        name = '"' + table.replace('"', '""') + '"'
+        sql = f"SELECT (SELECT count(*) FROM {name}), (SELECT min(rowid) FROM {name}), (SELECT max(rowid) FROM {name})"
+        try:
+            row = [_array("i", col).to_pylist()[0] for col in self._reader().read(sql, "iii")]
+        except (native.Unreadable, FastPathFailed) as exc:
+            raise PagesDamaged(f"table {table}: SQLite cannot count its rows ({exc})") from exc
+        return int(row[0]), row[1], row[2]
+
+    def chunk_spans(self, sql: str, first: int, size: int, n: int, scan: ChunkScan | None = None) -> np.ndarray | None:
         """nvbridge._native's per-chunk spans of ``sql``'s (rowid, start, latest) rows: an int64
         array [5][n]; None where a start or latest is not an integer. ``scan``: the same pass for
-        the page reader (layout, first and last rowid, Pages.chunk_spans' last arguments).
+        the page reader.
 
         Raises:
             FastPathFailed: the reader is not built, or SQLite failed.
+            PagesDamaged: see :meth:`read`.
         """
         if native is None:
             raise FastPathFailed("nvbridge._native is not built")
@@ -124,11 +198,14 @@ class FastReads:
         spans: Buffer | None = None
         read = False
         if pages is not None and scan is not None:
-            layout, lo, hi, args = scan
             try:
-                spans, read = pages.chunk_spans(layout.root, lo, hi, size, n, *args), True
+                spans, tally = scan.run(pages)
+                read = True
+                self.tally.add(scan.table, tally)
             except native.Unreadable:
                 pass  # SQLite reads it, or names the damage
+            except native.Damaged as exc:
+                raise PagesDamaged(f"table {scan.table}, {exc}") from exc
         if not read:
             try:
                 spans = self._reader().chunk_spans(sql, first, size, n)
@@ -151,6 +228,7 @@ class FastReads:
 
     def close(self) -> None:
         """Close every thread's connection (once no read is running)."""
+        self.tally.close()
         with self._lock:
             for reader in self._readers:
                 reader.close()
@@ -178,3 +256,21 @@ def _array(kind: str, column: tuple[object, ...]) -> pa.Array:
     rows, nulls, validity, *buffers = column
     valid = pa.py_buffer(validity) if validity is not None else None
     return pa.Array.from_buffers(_ARROW[kind], rows, [valid, *(pa.py_buffer(b) for b in buffers)], nulls)
+
+
+def typed(raw: pa.Table, columns: Sequence[Column], present: frozenset[str]) -> pa.Table:
+    """A fast read's columns as ``columns`` declare them: absent ones as their default, each of
+    its type; numbers in one chunk, so every later NumPy view is zero-copy (text stays in the
+    reader's chunks: Arrow kernels and Parquet take them as they are)."""
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    for col in columns:
+        typ = ARROW_TYPES[col.type]
+        if col.raw not in present and col.raw != ROWID:
+            arrays.append(pa.repeat(pa.scalar(col.default, typ), raw.num_rows))
+        elif raw.num_rows == 0:  # nothing to type the column by
+            arrays.append(pa.array([], typ))
+        else:
+            arr = raw.column(col.field)
+            arr = one_chunk(arr) if col.type != "str" else arr
+            arrays.append(arr if arr.type == typ else arr.cast(typ))
+    return pa.table(arrays, names=[c.field for c in columns])
