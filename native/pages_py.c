@@ -310,7 +310,8 @@ static PyMethodDef Pages_methods[] = {
      "Check the file's b-trees (page 1's and ``roots``, a tuple of every other root page) and free "
      "list as PRAGMA integrity_check marks them: each page used once, interior pages sound, no "
      "b-tree page outside them; scans then refuse an overflow page that is a b-tree or free page. "
-     "``known``: another Pages' survey of the same file, taken as it is. Raises Damaged."},
+     "``known``: another Pages' survey of the same file, taken as it is. Raises Damaged with args "
+     "(what, root): the b-tree's root page, 0 for the free list or a page nothing refers to."},
     {"close", (PyCFunction)Pages_close, METH_NOARGS, "Close the file."},
     {NULL, NULL, 0, NULL}};
 

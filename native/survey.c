@@ -25,6 +25,7 @@ typedef struct {
     uint32_t *scratch;
     const char *why; /* NULL with a failure: out of memory */
     uint32_t at;     /* the page it is about */
+    uint32_t root;   /* the b-tree it is in (0: the free list, or none) */
 } Survey;
 
 static int wrong(Survey *v, uint32_t pgno, const char *why) {
@@ -130,9 +131,10 @@ static int orphans(Survey *v) {
 static int survey_run(Survey *v, const uint32_t *roots, Py_ssize_t n) {
     uint32_t lock = LOCK_BYTE / v->p->page_size + 1;
     if (lock <= v->p->pages) v->marks[lock / 8] |= (uint8_t)(1u << (lock % 8));
-    if (tree(v, 1)) return -1;
+    if (tree(v, v->root = 1)) return -1;
     for (Py_ssize_t i = 0; i < n; i++)
-        if (tree(v, roots[i])) return -1;
+        if (tree(v, v->root = roots[i])) return -1;
+    v->root = 0;
     return free_list(v) || orphans(v) ? -1 : 0;
 }
 
@@ -202,8 +204,9 @@ PyObject *Pages_survey(Pages *self, PyObject *args, PyObject *kwds) {
         self->marks = v.marks;
     } else {
         free(v.marks);
-        if (v.why && v.marks && v.scratch)
-            PyErr_Format(native_damaged, "page %u: %s", (unsigned)v.at, v.why);
+        PyObject *what = v.why && v.marks && v.scratch ? PyUnicode_FromFormat("page %u: %s", (unsigned)v.at, v.why) : NULL;
+        if (what) /* args: (what, the root of the b-tree it is in, or 0) */
+            PyErr_SetObject(native_damaged, Py_BuildValue("(NI)", what, (unsigned)v.root));
         else
             PyErr_NoMemory();
     }

@@ -1,7 +1,6 @@
 """Types of nvbridge._native (nvbridge/_native/*.c), the optional compiled loops."""
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 Buffer = Any

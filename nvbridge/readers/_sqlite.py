@@ -161,12 +161,14 @@ class FastReads:
                 return
             if self._damage is not None:
                 return
-            roots = self._reader().read("SELECT rootpage FROM sqlite_master WHERE rootpage > 1", "i")
-            values = _array("i", roots[0]).to_pylist()
+            rows = self._reader().read("SELECT rootpage, name FROM sqlite_master WHERE rootpage > 1", "is")
+            roots, names = (_array(k, c).to_pylist() for k, c in zip("is", rows))
             try:
-                self._survey = pages.survey(tuple(int(r) for r in values if r is not None))
+                self._survey = pages.survey(tuple(int(r) for r in roots if r is not None))
             except native.Damaged as exc:
-                self._damage = str(exc)
+                what, root = exc.args
+                where = {1: "sqlite_master", **dict(zip(roots, names))}.get(root)
+                self._damage = f"table {where}, {what}" if where else str(what)
 
     def _figures(self, table: str) -> Figures:
         """SQLite's count, least and greatest rowid of ``table`` (on the tally's thread).
