@@ -138,17 +138,18 @@ static inline int int_field(const Scan *s, const unsigned char *rec, int pos, in
 
 /* The header of record ``rec`` (``size`` bytes, on page ``pgno``), checked whole as OP_Column
  * checks it: header size within the record and SQLite's limit, every serial type inside the
- * header, values filling the record exactly. A header of size 0, or of only its size, reads as
- * every column NULL (SQLite's "historical" leniency). The first npos types and offsets kept. */
+ * header, values filling the record exactly. The first npos types and offsets kept. */
 static int parse_record(Scan *s, const unsigned char *rec, uint64_t size, uint32_t pgno) {
     uint64_t header;
     int k = varint(rec, rec + size, &header), pos = 0;
     if (!k) return damage(s, pgno, "an empty record, or one whose header size runs past it");
     if (header > MAX_HEADER || header > size) return damage(s, pgno, "a record header longer than its record");
-    if (header && header < (uint64_t)k) return damage(s, pgno, "a record header shorter than its own size");
+    /* SQLite reads a header of size 0, or of its size alone, as every column NULL, but never
+     * writes one (a table has a column): a type-less header over a payload is damage */
+    if (header <= (uint64_t)k) return damage(s, pgno, "a record header without column types");
     const unsigned char *h = rec + k, *hend = rec + header;
     uint64_t body = header;
-    if (header > (uint64_t)k) {
+    {
         while (h < hend) {
             uint64_t t;
             int len = varint(h, hend, &t);
@@ -281,7 +282,8 @@ static int chunk_row(Scan *s, const unsigned char *rec, int64_t rowid) {
 /* The rest of a payload from its overflow chain into s->payload (``have`` bytes there already),
  * as accessPayload and integrity_check's checkList read it: ``chain`` pages, each in the file,
  * none a b-tree or free-list page (the survey's marks), none twice, the last one ending it. */
-static int overflow_chain(Scan *s, uint32_t next, uint64_t have, uint64_t size, uint64_t chain, uint32_t pgno) {
+static int overflow_chain(Scan *s, uint32_t next, uint64_t have, uint64_t size, uint64_t chain, uint32_t pgno,
+                          int64_t rowid) {
     uint32_t u = s->p->usable;
     const uint8_t *marks = s->p->marks;
     size_t slots = 16;
@@ -289,12 +291,15 @@ static int overflow_chain(Scan *s, uint32_t next, uint64_t have, uint64_t size, 
     uint32_t *seen = calloc(slots, sizeof(uint32_t)); /* the chain's pages so far, hashed */
     if (!seen) return fail(s, NULL);
     const char *why = NULL;
+    int claim = 0;
     for (uint64_t k = 0; k < chain && !why; k++) {
         size_t at = native_mix64(next) & (slots - 1);
         while (seen[at] && seen[at] != next) at = (at + 1) & (slots - 1);
         if (seen[at]) why = "an overflow chain that loops";
         else if (!next || pages_read(s->p, next, s->overflow)) why = "an overflow chain shorter than its payload";
         else if (marks && marked(marks, next)) why = "an overflow page that is a b-tree or free-list page";
+        else if ((claim = owners_claim(s->p, next, s->root, rowid)) > 0) why = "an overflow page two records use";
+        if (claim < 0) break;
         if (why) break;
         seen[at] = next;
         uint64_t take = size - have < u - 4 ? size - have : u - 4;
@@ -303,6 +308,7 @@ static int overflow_chain(Scan *s, uint32_t next, uint64_t have, uint64_t size, 
         next = be32(s->overflow);
     }
     free(seen);
+    if (claim < 0) return fail(s, NULL);
     if (!why && next) why = "an overflow chain longer than its payload";
     return why ? damage(s, pgno, why) : SCAN_OK;
 }
@@ -310,7 +316,7 @@ static int overflow_chain(Scan *s, uint32_t next, uint64_t have, uint64_t size, 
 /* The payload of the cell at ``cell`` on page ``pgno`` (its size, rowid read already): local part
  * and overflow pages, in one piece. ``local_end``: the end of the page's usable area. */
 static const unsigned char *payload(Scan *s, const unsigned char *cell, const unsigned char *local_end,
-                                    uint64_t size, uint32_t pgno) {
+                                    uint64_t size, uint32_t pgno, int64_t rowid) {
     uint32_t u = s->p->usable;
     uint64_t local = local_size(size, u, 0);
     if (cell + local + (local < size ? 4 : 0) > local_end) {
@@ -328,7 +334,7 @@ static const unsigned char *payload(Scan *s, const unsigned char *cell, const un
         return NULL;
     }
     memcpy(s->payload, cell, (size_t)local);
-    return overflow_chain(s, be32(cell + local), local, size, chain, pgno) ? NULL : s->payload;
+    return overflow_chain(s, be32(cell + local), local, size, chain, pgno, rowid) ? NULL : s->payload;
 }
 
 /* Rowids a page's keys must lie in: (lo, hi], each end only where has_ says. */
@@ -367,7 +373,7 @@ static int leaf_cell(Scan *s, const unsigned char *page, uint32_t pgno, const Pa
     if (!s->passed++) s->seen_lo = rowid;
     s->seen_hi = rowid;
     if (size > MAX_PAYLOAD) return fail(s, "a record longer than SQLite reads");
-    const unsigned char *rec = payload(s, cell + a + b, end, size, pgno);
+    const unsigned char *rec = payload(s, cell + a + b, end, size, pgno, rowid);
     if (!rec || parse_record(s, rec, size, pgno)) return SCAN_FAIL;
     int keep = keep_row(s, rec, rowid);
     if (keep == SCAN_FAIL) return SCAN_FAIL;
@@ -430,5 +436,6 @@ static int visit(Scan *s, uint32_t pgno, int depth, Range r) {
 
 int scan_walk(Scan *s, uint32_t root) {
     Range all = {0, 0, 0, 0};
+    s->root = root;
     return visit(s, root, 0, all);
 }

@@ -23,7 +23,20 @@ typedef struct {
     unsigned char *block;   /* BLOCK_PAGES pages from block_first, block_count of them read */
     uint32_t block_first, block_count;
     uint8_t *marks;         /* the survey's bit per page: a b-tree or free-list page (NULL: none yet) */
+    struct Owner *owners;   /* overflow pages read so far, each with its record (owners_claim) */
+    size_t owners_cap, owners_n;
 } Pages;
+
+/* An overflow page and the record whose chain holds it: the table's root and the rowid. */
+typedef struct Owner {
+    uint32_t page, root;
+    int64_t rowid;
+} Owner;
+
+/* Overflow page ``page`` read for record (``root``, ``rowid``): 0 if no other record's chain held
+ * it so far (then it is this one's), 1 if one did (a page used twice: integrity_check's "2nd
+ * reference"), -1 out of memory. Kept for the life of the Pages, across its scans. */
+int owners_claim(Pages *p, uint32_t page, uint32_t root, int64_t rowid);
 
 /* nvbridge._native.Damaged: the page reader found a page SQLite's checks call corrupt. */
 extern PyObject *native_damaged;

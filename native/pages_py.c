@@ -201,8 +201,11 @@ static void forget(Pages *self) {
     self->fd = -1;
     free(self->block);
     free(self->marks);
+    free(self->owners);
     self->block = NULL;
     self->marks = NULL;
+    self->owners = NULL;
+    self->owners_cap = self->owners_n = 0;
     self->block_count = self->page_size = self->usable = self->pages = self->changes = 0;
 }
 

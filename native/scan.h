@@ -17,6 +17,7 @@ typedef struct {
 /* One scan: the query, its output, and where it is. */
 typedef struct {
     Pages *p;
+    uint32_t root;
     /* rows kept: rowid in a span (NULL: every rowid), then the two filters */
     const int64_t *span_lo, *span_hi;
     Py_ssize_t nspans, span_at;

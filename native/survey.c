@@ -34,6 +34,30 @@ static int wrong(Survey *v, uint32_t pgno, const char *why) {
     return -1;
 }
 
+int owners_claim(Pages *p, uint32_t page, uint32_t root, int64_t rowid) {
+    if (2 * (p->owners_n + 1) > p->owners_cap) { /* grow, rehash: open addressing at most half full */
+        size_t cap = p->owners_cap ? 2 * p->owners_cap : 256;
+        Owner *grown = calloc(cap, sizeof(Owner));
+        if (!grown) return -1;
+        for (size_t i = 0; i < p->owners_cap; i++) {
+            if (!p->owners[i].page) continue;
+            size_t at = native_mix64(p->owners[i].page) & (cap - 1);
+            while (grown[at].page) at = (at + 1) & (cap - 1);
+            grown[at] = p->owners[i];
+        }
+        free(p->owners);
+        p->owners = grown;
+        p->owners_cap = cap;
+    }
+    size_t at = native_mix64(page) & (p->owners_cap - 1);
+    while (p->owners[at].page && p->owners[at].page != page) at = (at + 1) & (p->owners_cap - 1);
+    Owner *o = &p->owners[at];
+    if (o->page) return o->root != root || o->rowid != rowid;
+    *o = (Owner){page, root, rowid};
+    p->owners_n++;
+    return 0;
+}
+
 /* Page ``pgno`` is used once more: -1 past the file's end or used already. */
 static int use(Survey *v, uint32_t pgno) {
     if (pgno < 1 || pgno > v->p->pages) return wrong(v, pgno, "a page number past the end of the file");

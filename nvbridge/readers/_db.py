@@ -27,7 +27,7 @@ from nvbridge.readers._column import ARROW_TYPES, ROWID, Column, lenient_text
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
 from nvbridge.readers._pages import Latest, Member, RowFilter, TableLayout, latest_sql, quote, table_layout
 from nvbridge.readers._sqlite import FastPathFailed, FastReads, kinds_of, typed
-from nvbridge.readers._tally import PagesDamaged
+from nvbridge.readers._tally import PagesDamaged, no_forbidden_nulls
 from nvbridge.readers.slabs import Chunks, chunk_queries, chunk_size, chunks, from_spans
 from nvbridge.readers.validate import BadRows, mark_absent
 from nvbridge.workers import worker_pool
@@ -105,6 +105,7 @@ class Database:
             self._fast = FastReads(self._uri, opened)
         self._pool: ThreadPoolExecutor | None = None
         self._columns: dict[str, frozenset[str]] = {}
+        self._not_null: dict[str, frozenset[str]] = {}  # columns declared NOT NULL (local files)
         with self.translate_errors():
             if self._url is not None:
                 _generic = self._sqlalchemy()
@@ -218,7 +219,9 @@ class Database:
                     _generic = self._sqlalchemy()
                     names = _generic.column_names(self.engine, table)
                 else:
-                    names = [str(row[1]) for row in self.scalar_rows(f"PRAGMA table_info({quote(table)})")]
+                    info = self.scalar_rows(f"PRAGMA table_info({quote(table)})")
+                    names = [str(row[1]) for row in info]
+                    self._not_null[table] = frozenset(str(row[1]) for row in info if row[3])
             self._columns[table] = frozenset(names)
         return self._columns[table]
 
@@ -267,6 +270,7 @@ class Database:
             with self.translate_errors():
                 try:
                     raw = fast.read(sql, [c.field for c in read], [c.type for c in read], scan)
+                    no_forbidden_nulls(table, raw, self._not_null.get(table, frozenset()), read)
                 except FastPathFailed:  # rare: the slower cursor path reads it or names the damage
                     _generic = self._sqlalchemy()
                     _generic.check_integers(self.engine, table, present, columns, sql_where)
@@ -289,6 +293,7 @@ class Database:
             with self.translate_errors():
                 found = None if scan is None else self._fast.read_window(scan, first, count, [c.field for c in read])
                 if found is not None:
+                    no_forbidden_nulls(table, found[0], self._not_null.get(table, frozenset()), read)
                     absent = [c.field for c in columns if c.raw not in present and c.raw != ROWID]
                     return mark_absent(typed(found[0], columns, present), absent), found[1]
         end = self.scalar_rows(

@@ -14,11 +14,17 @@ engine's walk of one b-tree.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from nvbridge.readers._page_scan import Tally
 from nvbridge.workers import worker_pool
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from nvbridge.readers._column import Column
 
 # SQLite's (count, least rowid, greatest rowid) of a table; None ends when it is empty.
 Figures = tuple[int, int | None, int | None]
@@ -27,9 +33,24 @@ _Part = tuple[int | None, int | None, int, int | None, int | None]
 
 
 class PagesDamaged(Exception):
-    """The page reader found a page SQLite's own checks call corrupt, or a table's rows do not add
-    up to SQLite's count. Never read such a file through SQLite instead: on a damaged page it
-    may return another subset of the rows without an error."""
+    """What was read is damaged: a page SQLite's own checks call corrupt, a table's rows that do
+    not add up to SQLite's count, a NULL where the schema says NOT NULL (integrity_check's
+    "NULL value in"). Never read such a file through SQLite instead: on a damaged page it may
+    return another subset of the rows without an error."""
+
+
+def no_forbidden_nulls(table: str, raw: pa.Table, not_null: frozenset[str], columns: Sequence[Column]) -> None:
+    """Refuse a read of ``table`` (``columns``, as ``raw`` holds them) with a NULL in a column the
+    schema declares NOT NULL: SQLite reads it, but integrity_check calls the file damaged (a
+    serial type changed to NULL's keeps a record's sizes, so no page check sees it).
+
+    Raises:
+        PagesDamaged: such a NULL.
+    """
+    for col in columns:
+        n = raw.column(col.field).null_count if col.raw in not_null else 0
+        if n:
+            raise PagesDamaged(f"table {table}: column {col.raw} holds NULL in {n:,} rows; its schema says NOT NULL")
 
 
 def _overlap(a: tuple[int | None, int | None], b: tuple[int | None, int | None]) -> bool:
