@@ -5,6 +5,7 @@ off and read with Python's sqlite3.
 
     python scripts/fuzz_pages.py --mutants 5000 --save verdicts.jsonl [--sanitize]  # resumable
     python scripts/fuzz_pages.py --table verdicts.jsonl                             # the figures
+    python scripts/fuzz_pages.py --slice 1/2 ...                                    # every 2nd mutant
     python scripts/fuzz_pages.py --scan-only --mutants 200                          # readers only
 
 Families (scripts/page_mutants.py): cell pointers, payload and rowid varints, record headers,
@@ -63,7 +64,7 @@ def sources() -> list[Path]:
 
 
 def sqlite_verdict(path: Path) -> str:
-    """"refuses" (integrity_check not ok, or a plain read of a table raises) or "accepts"."""
+    """ "refuses" (integrity_check not ok, or a plain read of a table raises) or "accepts"."""
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
@@ -187,18 +188,23 @@ def plan(count: int, seed: int) -> list[tuple[Path, str, int]]:
     """The mutants to make: (source, family, seed), sources and families in turn."""
     found = sources()
     families = list(FAMILIES)
-    return [(found[i % len(found)], families[(i // len(found)) % len(families)], seed * 1_000_003 + i) for i in range(count)]
+    return [
+        (found[i % len(found)], families[(i // len(found)) % len(families)], seed * 1_000_003 + i) for i in range(count)
+    ]
 
 
 def fuzz(args: argparse.Namespace) -> int:
     saved = Path(args.save) if args.save else None
     done = set()
-    if saved and saved.exists():
-        done = {json.loads(line)["i"] for line in saved.read_text().splitlines() if line.strip()}
+    for old in [saved, *(Path(p) for p in args.resume)]:
+        if old and old.exists():
+            done |= {json.loads(line)["i"] for line in old.read_text().splitlines() if line.strip()}
+    part, parts = (int(x) for x in args.slice.split("/"))
     work = Path(tempfile.mkdtemp(prefix="nvbridge-fuzz-pages-"))
+    import pyarrow.parquet  # noqa: F401
+
     import nvbridge.cli  # noqa: F401 - imported once, before the forks
     import nvbridge.conversion.report  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
 
     mutators: dict[Path, Mutator] = {}
     base = Converted(work, args.timeout)
@@ -206,7 +212,7 @@ def fuzz(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         for i, (source, family, seed) in enumerate(plan(args.mutants, args.seed)):
-            if i in done or (args.seconds and time.monotonic() - started > args.seconds):
+            if i in done or i % parts != part or (args.seconds and time.monotonic() - started > args.seconds):
                 continue
             mutator = mutators.setdefault(source, Mutator(source))
             mutant = mutator.make(family, random.Random(seed))
@@ -227,8 +233,9 @@ def fuzz(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def table(path: Path) -> None:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def table(paths: list[Path]) -> None:
+    found = (json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip())
+    rows = list({r["i"]: r for r in found}.values())  # a mutant run twice (an interrupted slice) counts once
     for key in ("family", "source"):
         groups: dict[str, Counter[str]] = defaultdict(Counter)
         for r in rows:
@@ -253,14 +260,16 @@ def main() -> int:
     parser.add_argument("--mutants", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--save", help="append each verdict to this JSON-lines file (resumable)")
-    parser.add_argument("--table", help="print the figures of a saved run and stop")
+    parser.add_argument("--table", nargs="+", help="print the figures of saved runs and stop")
+    parser.add_argument("--slice", default="0/1", help="K/N: only the mutants whose index is K modulo N")
+    parser.add_argument("--resume", nargs="*", default=[], help="more saved runs whose mutants are done")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: no limit)")
     parser.add_argument("--scan-only", action="store_true", help="the page reader's reads only, no conversion")
     parser.add_argument("--sanitize", action="store_true", help="run under ASan/UBSan (scripts/sanitize.py)")
     args = parser.parse_args()
     if args.table:
-        table(Path(args.table))
+        table([Path(p) for p in args.table])
         return 0
     if args.sanitize and not os.environ.get("NVBRIDGE_SANITIZED"):
         import subprocess
@@ -268,7 +277,14 @@ def main() -> int:
         from scripts import sanitize
 
         built = sanitize.build(Path(tempfile.mkdtemp(prefix="nvbridge-asan-")))
-        argv = [sys.executable, str(ROOT / "scripts" / "sanitize.py"), "run", str(built.parent), __file__, *sys.argv[1:]]
+        argv = [
+            sys.executable,
+            str(ROOT / "scripts" / "sanitize.py"),
+            "run",
+            str(built.parent),
+            __file__,
+            *sys.argv[1:],
+        ]
         return subprocess.run(argv).returncode
     if args.scan_only:
         from scripts.fuzz_pages_scan import scan_fuzz

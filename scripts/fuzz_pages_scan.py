@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scripts.fuzz_pages import sqlite_verdict
+from scripts.fuzz_pages import keep, sqlite_verdict
 from scripts.page_mutants import Mutator
 
 
@@ -56,7 +56,11 @@ def reads(path: Path, schema_from: Path) -> dict[str, Any]:
     for name, layout in layouts.items():
         if layout is None:
             continue
-        cols = [(str(r[1]), _kind(str(r[2] or ""))) for r in infos[name] if _kind(str(r[2] or "")) and str(r[1]) in layout.positions]
+        cols = [
+            (str(r[1]), _kind(str(r[2] or "")))
+            for r in infos[name]
+            if _kind(str(r[2] or "")) and str(r[1]) in layout.positions
+        ]
         kinds = "".join(k for _, k in cols) + "i"
         scan = layout.scan([c for c, _ in cols] + ["rowid"], kinds, None)
         if scan is None:
@@ -78,7 +82,11 @@ def _one(path: Path, source: Path, want: dict[str, Any], result: Path) -> None:
     verdict = sqlite_verdict(path)
     got = reads(path, source)
     wrong = [t for t, v in got.items() if isinstance(v, list) and v != want.get(t)]
-    outcome = {"sqlite": verdict, "different": wrong, "damaged": sum(isinstance(v, str) and v.startswith("damaged") for v in got.values())}
+    outcome = {
+        "sqlite": verdict,
+        "different": wrong,
+        "damaged": sum(isinstance(v, str) and v.startswith("damaged") for v in got.values()),
+    }
     result.write_text(json.dumps(outcome))
 
 
@@ -131,6 +139,8 @@ def scan_fuzz(planned: list[tuple[Path, str, int]], seconds: float) -> int:
                 why = f"read {outcome['different']} differently where SQLite refuses"
         if why:
             failures += 1
+            keep({**mutant.recipe(), "failure": f"scan-only: {why}"})
             print(f"FAIL {i} {source.name} {family}: {why} ({mutant.what}) {json.dumps(mutant.recipe())}", flush=True)
-    print(f"scan-only: {i + 1} mutants, SQLite refused {refused}, the page reader found damage in {damaged}, {failures} failing")
+    summary = f"SQLite refused {refused}, the page reader found damage in {damaged}"
+    print(f"scan-only: {i + 1} mutants, {summary}, {failures} failing")
     return 1 if failures else 0

@@ -50,7 +50,12 @@ class Mutant:
         edits = [(int(at), bytes.fromhex(str(v))) for at, v in r["edits"]]  # type: ignore[attr-defined]
         truncate = r.get("truncate")
         return Mutant(
-            str(r["source"]), str(r["sha256"]), str(r["family"]), str(r["what"]), edits, None if truncate is None else int(truncate)  # type: ignore[call-overload]
+            str(r["source"]),
+            str(r["sha256"]),
+            str(r["family"]),
+            str(r["what"]),
+            edits,
+            None if truncate is None else int(truncate),  # type: ignore[call-overload]
         )
 
 
@@ -112,7 +117,9 @@ def _cell_pointer(m: Mutator, rng: random.Random, edits: list[tuple[int, bytes]]
     at = page.pointers_at + 2 * i
     old = m._u16(at)
     others = [m._u16(page.pointers_at + 2 * k) for k in range(page.ncells)]
-    new = rng.choice([old + 1, old - 1, old + rng.randint(2, 40), rng.randrange(0, m.map.page_size), 0, rng.choice(others)])
+    new = rng.choice(
+        [old + 1, old - 1, old + rng.randint(2, 40), rng.randrange(0, m.map.page_size), 0, rng.choice(others)]
+    )
     edits.append((at, (new & 0xFFFF).to_bytes(2, "big")))
     return f"{tree.table} page {page.pgno} cell pointer {i}: {old} -> {new & 0xFFFF}", None
 

@@ -37,19 +37,21 @@ def compiler() -> str:
     return os.environ.get("CC", "cc")
 
 
-def build(out: Path) -> Path:
-    """Compile native/ instrumented into ``out``; the extension's path."""
+def build(out: Path, extra: tuple[str, ...] = ()) -> Path:
+    """Compile native/ instrumented into ``out`` (``extra``: more flags, e.g. libFuzzer's
+    coverage for scripts/fuzz_pages_raw.py); the extension's path."""
     out.mkdir(parents=True, exist_ok=True)
     include = sysconfig.get_paths()["include"]
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     objects = []
     for source in sorted((ROOT / "native").glob("*.c")):
         obj = out / (source.stem + ".o")
-        cmd = [compiler(), *FLAGS, "-std=c11", "-fPIC", "-Wall", "-Wextra", f"-I{include}", "-c", str(source), "-o", str(obj)]
+        cmd = [compiler(), *FLAGS, *extra, "-std=c11", "-fPIC", "-Wall", "-Wextra", f"-I{include}", "-c", str(source)]
+        cmd += ["-o", str(obj)]
         subprocess.run(cmd, check=True)
         objects.append(str(obj))
     so = out / f"_native{suffix}"
-    subprocess.run([compiler(), *FLAGS, "-shared", *objects, "-lsqlite3", "-o", str(so)], check=True)
+    subprocess.run([compiler(), *FLAGS, *extra, "-shared", *objects, "-lsqlite3", "-o", str(so)], check=True)
     return so
 
 
@@ -59,9 +61,10 @@ def runtime() -> str:
     return found.stdout.strip()
 
 
-def environment(so: Path) -> dict[str, str]:
-    """The environment a process running the instrumented extension ``so`` starts with."""
-    return {**os.environ, **OPTIONS, "LD_PRELOAD": runtime(), _MARK: str(so), "PYTHONPATH": str(ROOT)}
+def environment(so: Path, preload: str | None = None) -> dict[str, str]:
+    """The environment a process running the instrumented extension ``so`` starts with
+    (``preload``: the sanitizer runtime, by default the compiler's ASan)."""
+    return {**os.environ, **OPTIONS, "LD_PRELOAD": preload or runtime(), _MARK: str(so), "PYTHONPATH": str(ROOT)}
 
 
 def install() -> None:
@@ -78,6 +81,22 @@ def install() -> None:
 
     assert nvbridge.compiled.native is module, "nvbridge._native was imported before the instrumented one"
     setattr(nvbridge, "_native", module)  # noqa: B010 - the import system sets it only when it loads the module
+    _interposed_free()
+
+
+def _interposed_free() -> None:
+    """cxxfilt (nvprof's kernel names) frees __cxa_demangle's result with ``free`` looked up in
+    libc itself, past ASan's interposed one: glibc then aborts on ASan's pointer. Give it the
+    process's ``free`` (ASan's here), which is what a normal process resolves too."""
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(ImportError, AttributeError):
+        import cxxfilt
+
+        free = ctypes.CDLL(None).free
+        free.argtypes = [ctypes.c_void_p]
+        cxxfilt.default_demangler._free = free
 
 
 def main(argv: list[str]) -> int:

@@ -220,3 +220,17 @@ def test_typed_scan_arguments_refuse_a_wrong_shape() -> None:
     for call in wrong:
         with pytest.raises(TypeError):
             call()
+
+
+def test_a_null_where_the_schema_says_not_null_is_refused(tmp_path: Path) -> None:
+    """A kernel's gridY stored as the constant 1 (serial type 9) turned NULL (type 0): the record's
+    sizes still add up, so no page check sees it; SQLite reads NULL, integrity_check reports it
+    ("NULL value in"), and the readers used to write a GPU op without its grid."""
+    with sqlite3.connect(f"file:{SAMPLE}?mode=ro", uri=True) as con:
+        info = con.execute('PRAGMA table_info("CUPTI_ACTIVITY_KIND_KERNEL")').fetchall()
+    column = next(int(r[0]) for r in info if r[1] == "gridY" and r[3])
+    m = PageMap(SAMPLE)
+    cell = next(c for c in m.trees["CUPTI_ACTIVITY_KIND_KERNEL"].cells if m.data[c.types_at[column]] == 9)
+    path = _mutant(tmp_path, _setting(cell.types_at[column], b"\0"))
+    assert _sqlite_refuses(path, "CUPTI_ACTIVITY_KIND_KERNEL")
+    assert "column gridY holds NULL in 1 rows; its schema says NOT NULL" in _refusal(path)
