@@ -222,7 +222,8 @@ def fuzz(args: argparse.Namespace) -> int:
             row["i"] = i
             if row["failure"]:
                 failures += 1
-                keep(row)
+                if not args.no_keep:
+                    keep(row)
                 print(f"FAIL {i} {source.name} {family}: {row['failure']} ({mutant.what})", flush=True)
             if saved:
                 with saved.open("a") as f:
@@ -267,6 +268,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: no limit)")
     parser.add_argument("--scan-only", action="store_true", help="the page reader's reads only, no conversion")
     parser.add_argument("--sanitize", action="store_true", help="run under ASan/UBSan (scripts/sanitize.py)")
+    parser.add_argument("--no-keep", action="store_true", help="do not write failing recipes to tests/regress/pages")
     args = parser.parse_args()
     if args.table:
         table([Path(p) for p in args.table])
@@ -289,7 +291,7 @@ def main() -> int:
     if args.scan_only:
         from scripts.fuzz_pages_scan import scan_fuzz
 
-        return scan_fuzz(plan(args.mutants, args.seed), args.seconds)
+        return scan_fuzz(plan(args.mutants, args.seed), args.seconds, not args.no_keep)
     return fuzz(args)
 
 

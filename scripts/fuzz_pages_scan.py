@@ -90,7 +90,7 @@ def _one(path: Path, source: Path, want: dict[str, Any], result: Path) -> None:
     result.write_text(json.dumps(outcome))
 
 
-def scan_fuzz(planned: list[tuple[Path, str, int]], seconds: float) -> int:
+def scan_fuzz(planned: list[tuple[Path, str, int]], seconds: float, keep_found: bool = True) -> int:
     work = Path(tempfile.mkdtemp(prefix="nvbridge-fuzz-scan-"))
     mutators: dict[Path, Mutator] = {}
     wants: dict[Path, dict[str, Any]] = {}
@@ -139,7 +139,8 @@ def scan_fuzz(planned: list[tuple[Path, str, int]], seconds: float) -> int:
                 why = f"read {outcome['different']} differently where SQLite refuses"
         if why:
             failures += 1
-            keep({**mutant.recipe(), "failure": f"scan-only: {why}"})
+            if keep_found:
+                keep({**mutant.recipe(), "failure": f"scan-only: {why}"})
             print(f"FAIL {i} {source.name} {family}: {why} ({mutant.what}) {json.dumps(mutant.recipe())}", flush=True)
     summary = f"SQLite refused {refused}, the page reader found damage in {damaged}"
     print(f"scan-only: {i + 1} mutants, {summary}, {failures} failing")

@@ -57,5 +57,7 @@ def test_the_page_reader_runs_clean_under_the_sanitizers(tmp_path: Path) -> None
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert "Sanitizer" not in done.stderr
 
-    fuzz = _run(folder, str(ROOT / "scripts" / "fuzz_pages.py"), "--scan-only", "--mutants", "120", "--seed", "24")
+    fuzz = _run(
+        folder, str(ROOT / "scripts" / "fuzz_pages.py"), "--scan-only", "--no-keep", "--mutants", "120", "--seed", "24"
+    )
     assert fuzz.returncode == 0 and ", 0 failing" in fuzz.stdout, (fuzz.stdout + fuzz.stderr)[-4000:]
