@@ -15,7 +15,7 @@ setup(
             sources=sorted(str(p) for p in Path("native").glob("*.c")),
             depends=sorted(str(p) for p in Path("native").glob("*.h")),
             libraries=["sqlite3"],
-            # -Wall -Wextra: the page reader parses untrusted files; tests/test_native_warnings.py
+            # -Wall -Wextra: the page reader parses untrusted files; tests/test_pages_warnings.py
             # keeps native/ free of warnings under these flags.
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
             optional=True,
