@@ -27,7 +27,7 @@ tests/test_pages_regress.py replays.
 
 --scan-only skips the conversions: the page reader reads every table it takes (survey, then
 each table whole) and its rows are compared with the undamaged file's; a page reader that reads
-rows SQLite refuses, differing from the undamaged ones, fails. tests/test_sanitized.py runs a
+rows SQLite refuses, differing from the undamaged ones, fails. tests/test_pages_sanitized.py runs a
 bounded scan-only fuzz under the sanitizers.
 """
 

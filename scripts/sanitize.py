@@ -11,7 +11,7 @@ first in the process), puts the instrumented module in place of ``nvbridge._nati
 anything imports it, then runs ``python ARGS`` (``-m module`` or a script) in that process. Any
 out-of-bounds access, use after free, overflow or other undefined behaviour aborts the process
 with the sanitizer's report (exit status 1 or SIGABRT). Leak detection is off: CPython keeps
-its arenas to the end. tests/test_sanitized.py runs the page reader's tests and a bounded fuzz
+its arenas to the end. tests/test_pages_sanitized.py runs the page reader's tests and a bounded fuzz
 this way; scripts/fuzz_pages.py --sanitize does too.
 """
 
