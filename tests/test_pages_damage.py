@@ -234,3 +234,26 @@ def test_a_null_where_the_schema_says_not_null_is_refused(tmp_path: Path) -> Non
     path = _mutant(tmp_path, _setting(cell.types_at[column], b"\0"))
     assert _sqlite_refuses(path, "CUPTI_ACTIVITY_KIND_KERNEL")
     assert "column gridY holds NULL in 1 rows; its schema says NOT NULL" in _refusal(path)
+
+
+def test_a_table_sqlite_reads_is_walked_first(tmp_path: Path) -> None:
+    """A kernel table with an index (so SQLite, not the page reader, reads it) whose second leaf
+    lost its last cell: SQLite reads one row fewer without an error (integrity_check sees the
+    bytes no cell or free block accounts for). The page reader's walk of the table, made once
+    before SQLite reads it, refuses it."""
+    indexed = tmp_path / "indexed.sqlite"
+    shutil.copyfile(SAMPLE, indexed)
+    con = sqlite3.connect(indexed)
+    con.execute("CREATE INDEX kernel_start ON CUPTI_ACTIVITY_KIND_KERNEL (start)")
+    con.commit()
+    con.close()
+    leaf = PageMap(indexed).trees["CUPTI_ACTIVITY_KIND_KERNEL"].leaves()[1]
+    data = bytearray(indexed.read_bytes())
+    data[leaf.head + 3 : leaf.head + 5] = (leaf.ncells - 1).to_bytes(2, "big")
+    path = tmp_path / "m.sqlite"
+    path.write_bytes(bytes(data))
+    assert _sqlite_refuses(path, "CUPTI_ACTIVITY_KIND_KERNEL")
+    cells = len(PageMap(indexed).trees["CUPTI_ACTIVITY_KIND_KERNEL"].cells)
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        assert len(con.execute("SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()) == cells - 1
+    assert f"table CUPTI_ACTIVITY_KIND_KERNEL, page {leaf.pgno}: free bytes its header does not count" in _refusal(path)

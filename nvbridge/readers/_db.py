@@ -25,7 +25,9 @@ import pyarrow as pa
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
 from nvbridge.readers._column import ARROW_TYPES, ROWID, Column, lenient_text
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
-from nvbridge.readers._pages import Latest, Member, RowFilter, TableLayout, latest_sql, quote, table_layout
+from nvbridge.readers._page_scan import PageScan
+from nvbridge.readers._pages import Latest, Member, RowFilter, TableLayout, latest_sql, quote, table_layout, table_root
+from nvbridge.readers._results import Results
 from nvbridge.readers._sqlite import FastPathFailed, FastReads, kinds_of, typed
 from nvbridge.readers._tally import PagesDamaged, no_forbidden_nulls
 from nvbridge.readers.slabs import Chunks, chunk_queries, chunk_size, chunks, from_spans
@@ -39,24 +41,6 @@ if TYPE_CHECKING:
 # page reader applies itself (its SQL for every other path).
 Where = str | RowFilter | None
 _LAST_ROWID = (1 << 63) - 1
-
-
-class _Results(Mapping[str, pa.Table]):
-    """Tables that may still be reading: an item waits for its own query only."""
-
-    def __init__(self, items: dict[str, Any]) -> None:
-        self._items = items
-
-    def __getitem__(self, key: str) -> pa.Table:
-        item = self._items[key]
-        table: pa.Table = item.result() if isinstance(item, Future) else item
-        return table
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 class Database:
@@ -94,6 +78,7 @@ class Database:
         self._uri: str | None = None
         self._heads: dict[tuple[str, tuple[Column, ...]], str] = {}
         self._layouts: dict[str, TableLayout | None] = {}
+        self._roots: dict[str, int | None] = {}
         self._local = threading.local()  # each thread's own sqlite3 connection
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -169,8 +154,8 @@ class Database:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
-        try:
-            if kind is None and self._fast is not None:  # reads not yet checked against SQLite's count
+        try:  # reads not yet checked against SQLite's count, checked before anything is published
+            if kind is None and self._fast is not None:
                 with self.translate_errors():
                     self._fast.tally.finish()
         finally:
@@ -264,12 +249,12 @@ class Database:
         layout = self._layout(table) if not isinstance(where, str) else None
         kinds = kinds_of([c.type for c in read])
         scan = None if layout is None or isinstance(where, str) else layout.scan([c.raw for c in read], kinds, where)
-        fast = self._fast
+        fast, walk = self._fast, self._walk(table)
 
         def fetch() -> pa.Table:
             with self.translate_errors():
                 try:
-                    raw = fast.read(sql, [c.field for c in read], [c.type for c in read], scan)
+                    raw = fast.read(sql, [c.field for c in read], [c.type for c in read], scan, walk)
                     no_forbidden_nulls(table, raw, self._not_null.get(table, frozenset()), read)
                 except FastPathFailed:  # rare: the slower cursor path reads it or names the damage
                     _generic = self._sqlalchemy()
@@ -302,6 +287,13 @@ class Database:
         stop = int(end[0][0]) if end else None
         rows = RowFilter(((first, stop - 1 if stop is not None else _LAST_ROWID),), member)
         return self.read_table(table, columns, rows), stop
+
+    def _walk(self, table: str) -> PageScan | None:
+        """The page reader's walk of ``table`` without columns (FastReads.check), if it can walk it."""
+        if table not in self._roots:
+            self._roots[table] = table_root(table, self.scalar_rows) if self._fast and self._fast.pages else None
+        root = self._roots[table]
+        return None if root is None else PageScan(table, root, (), "")
 
     def _layout(self, table: str) -> TableLayout | None:
         """``table``'s record layout for the page reader (None: it reads through SQLite)."""
@@ -380,7 +372,7 @@ class Database:
             # pyarrow imports pandas (when installed) on its first array conversion, 0.3 s:
             # pay that now, while the scans run with the GIL released, not after them.
             pa.array([0])
-            yield _Results(results)
+            yield Results(results)
         finally:
             futures = [f for f in results.values() if isinstance(f, Future)]
             for f in futures:
@@ -407,7 +399,7 @@ class Database:
             scan = None if layout is None else layout.chunk_scan(rows, latest, first, last, size, n)
             try:
                 with self.translate_errors():
-                    spans = self._fast.chunk_spans(sql, first, size, n, scan)
+                    spans = self._fast.chunk_spans(sql, first, size, n, scan, self._walk(table))
                 return None if spans is None else from_spans(first, size, spans)
             except FastPathFailed:
                 pass  # the aggregates below read it, or name what is wrong

@@ -150,17 +150,28 @@ def _opt_int(v: int | None) -> int | None:
     return None if v is None else int(v)
 
 
-def table_layout(table: str, rows: Callable[[str], list[tuple[Any, ...]]]) -> TableLayout | None:
-    """``table``'s layout from the schema (``rows`` runs a small SQL query), or None when the page
-    reader must not read it."""
+def table_root(table: str, rows: Callable[[str], list[tuple[Any, ...]]]) -> int | None:
+    """``table``'s root page when it is a rowid table (a b-tree the page reader can walk, if not
+    read), else None (``rows`` runs a small SQL query)."""
     name = "'" + table.replace("'", "''") + "'"
     found = rows(f"SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = {name}")
     if len(found) != 1:
         return None
     root, sql = found[0]
-    if not isinstance(root, int) or root < 1 or not isinstance(sql, str):
+    if not isinstance(root, int) or root < 1 or not isinstance(sql, str) or _WITHOUT_ROWID.search(sql):
         return None
-    if _WITHOUT_ROWID.search(sql) or _KEY_DESC.search(sql):
+    return root
+
+
+def table_layout(table: str, rows: Callable[[str], list[tuple[Any, ...]]]) -> TableLayout | None:
+    """``table``'s layout from the schema (``rows`` runs a small SQL query), or None when the page
+    reader must not read it."""
+    name = "'" + table.replace("'", "''") + "'"
+    root = table_root(table, rows)
+    if root is None:
+        return None
+    sql = str(rows(f"SELECT sql FROM sqlite_master WHERE type = 'table' AND name = {name}")[0][0])
+    if _KEY_DESC.search(sql):
         return None
     indexes = rows(f"SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = {name}")
     if indexes[0][0]:

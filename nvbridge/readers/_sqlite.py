@@ -68,13 +68,23 @@ class FastReads:
         self._survey: bytes | None = None
         self._survey_lock = threading.Lock()
         self._damage: str | None = None  # what the survey found, refused at every page read
+        self._checked: set[str] = set()  # tables walked before SQLite read them (check)
         self.tally = RowTally(self._figures)
         # Whether the page reader takes this file (turned on, UTF-8, not in WAL mode).
         self.pages = native is not None and enabled() and self._thread_pages() is not None
 
-    def read(self, sql: str, names: Sequence[str], types: Sequence[str], scan: PageScan | None = None) -> pa.Table:
+    def read(
+        self,
+        sql: str,
+        names: Sequence[str],
+        types: Sequence[str],
+        scan: PageScan | None = None,
+        check: PageScan | None = None,
+    ) -> pa.Table:
         """Every row of ``sql``, its columns named ``names`` and typed ``types`` (ColumnType);
-        ``scan``: the same read for the page reader (:mod:`nvbridge.readers._pages`), tried first.
+        ``scan``: the same read for the page reader (:mod:`nvbridge.readers._pages`), tried first;
+        ``check``: the table's walk without columns, made once (:meth:`check`) before SQLite
+        reads the table instead.
 
         Raises:
             FastPathFailed: see the class.
@@ -89,6 +99,7 @@ class FastReads:
             found = self._scan(pages, scan)
             columns = None if found is None else found[0]
         if columns is None:
+            self.check(check)
             try:
                 columns = self._reader().read(sql, kinds)
             except native.Unreadable as exc:
@@ -111,6 +122,25 @@ class FastReads:
             return None
         columns, stop = found
         return pa.table([_array(kind, col) for kind, col in zip(scan.kinds, columns)], names=list(names)), stop
+
+    def check(self, walk: PageScan | None) -> None:
+        """Before SQLite reads a table the page reader does not (an index, REAL affinity, a value
+        it leaves to SQLite): the table's b-tree walked once by the page reader's checks, no
+        column decoded (``walk``: its PageScan without positions), and tallied. SQLite reads a
+        damaged page without an error where its own checks do not look.
+
+        Raises:
+            PagesDamaged: the walk found damage.
+        """
+        if walk is None or native is None:
+            return
+        with self._lock:
+            if walk.table in self._checked:
+                return
+            self._checked.add(walk.table)
+        pages = self._pages()
+        if pages is not None:
+            self._scan(pages, walk)
 
     def _scan(self, pages: Pages, scan: PageScan) -> tuple[list[tuple[object, ...]], int | None] | None:
         """The page reader's columns and window end; None where it leaves the read to SQLite."""
@@ -185,10 +215,12 @@ class FastReads:
             raise PagesDamaged(f"table {table}: SQLite cannot count its rows ({exc})") from exc
         return int(row[0]), row[1], row[2]
 
-    def chunk_spans(self, sql: str, first: int, size: int, n: int, scan: ChunkScan | None = None) -> np.ndarray | None:
+    def chunk_spans(
+        self, sql: str, first: int, size: int, n: int, scan: ChunkScan | None = None, check: PageScan | None = None
+    ) -> np.ndarray | None:
         """nvbridge._native's per-chunk spans of ``sql``'s (rowid, start, latest) rows: an int64
         array [5][n]; None where a start or latest is not an integer. ``scan``: the same pass for
-        the page reader.
+        the page reader; ``check``: as :meth:`read`'s.
 
         Raises:
             FastPathFailed: the reader is not built, or SQLite failed.
@@ -209,6 +241,7 @@ class FastReads:
             except native.Damaged as exc:
                 raise PagesDamaged(f"table {scan.table}, {exc}") from exc
         if not read:
+            self.check(check)
             try:
                 spans = self._reader().chunk_spans(sql, first, size, n)
             except native.Unreadable as exc:
