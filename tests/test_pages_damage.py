@@ -257,3 +257,25 @@ def test_a_table_sqlite_reads_is_walked_first(tmp_path: Path) -> None:
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
         assert len(con.execute("SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()) == cells - 1
     assert f"table CUPTI_ACTIVITY_KIND_KERNEL, page {leaf.pgno}: free bytes its header does not count" in _refusal(path)
+
+
+def test_a_value_its_index_does_not_hold_is_refused(tmp_path: Path) -> None:
+    """A string of an indexed StringIds (as nvprof's tables all are) changed by a letter: a sound
+    page and a plausible row, which SQLite reads; only its index disagrees (integrity_check:
+    "row missing from index"). Such a table is checked by SQLite's integrity_check before it is
+    read; the readers used to name ops after the changed string."""
+    indexed = tmp_path / "indexed.sqlite"
+    shutil.copyfile(SAMPLE, indexed)
+    con = sqlite3.connect(indexed)
+    con.execute("CREATE UNIQUE INDEX string_value ON StringIds (value)")
+    con.commit()
+    con.close()
+    m = PageMap(indexed)
+    cell = next(c for c in m.trees["StringIds"].cells if c.overflow_at is None and c.payload_size > 20)
+    at = cell.at + cell.payload_size  # inside the string, the cell's last bytes
+    data = bytearray(m.data)
+    data[at] = ord("A") if data[at] != ord("A") else ord("B")
+    path = tmp_path / "m.sqlite"
+    path.write_bytes(bytes(data))
+    assert _sqlite_refuses(path, "StringIds")
+    assert "table StringIds: SQLite's integrity_check finds row" in _refusal(path)
