@@ -246,10 +246,11 @@ class Database:
         if sql_where is not None:
             sql = f"{sql} WHERE {sql_where}"
         read = [c for c in columns if c.raw in present or c.raw == ROWID]
-        layout = self._layout(table) if not isinstance(where, str) else None
-        kinds = kinds_of([c.type for c in read])
+        layout, kinds = self._layout(table), kinds_of([c.type for c in read])
         scan = None if layout is None or isinstance(where, str) else layout.scan([c.raw for c in read], kinds, where)
-        fast, walk = self._fast, self._walk(table)
+        # SQLite's read checked first where the page reader never reads the table (an SQL filter
+        # on one it reads, as NO_ROWS, needs no walk: its reads check the pages)
+        fast, walk = self._fast, None if isinstance(where, str) and layout is not None else self._walk(table)
 
         def fetch() -> pa.Table:
             with self.translate_errors():
