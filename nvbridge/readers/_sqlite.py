@@ -213,6 +213,9 @@ class FastReads:
                 return
             rows = self._reader().read("SELECT rootpage, name FROM sqlite_master WHERE rootpage > 1", "is")
             roots, names = (_array(k, c).to_pylist() for k, c in zip("is", rows))
+            if any(r is not None and r >= 1 << 32 for r in roots):  # SQLite's page numbers are 32-bit
+                self._damage = "sqlite_master holds a root page number past 32 bits"
+                return
             try:
                 self._survey = pages.survey(tuple(int(r) for r in roots if r is not None))
             except native.Damaged as exc:
