@@ -309,10 +309,11 @@ static PyMethodDef Pages_methods[] = {
      "``latest`` and ``gate`` are record positions (-1: none); latest counts only where the gate "
      "column is in ``gates`` (a tuple). None where a start or latest is not an integer."},
     {"survey", (PyCFunction)(void (*)(void))Pages_survey, METH_VARARGS | METH_KEYWORDS,
-     "survey(roots, *, known=None) -> bytes\n\n"
+     "survey(roots, *, known=None) -> (marks, leaves)\n\n"
      "Check the file's b-trees (page 1's and ``roots``, a tuple of every other root page) and free "
      "list as PRAGMA integrity_check marks them: each page used once, interior pages sound, no "
      "b-tree page outside them; scans then refuse an overflow page that is a b-tree or free page. "
+     "``leaves``: each root's leaf pages (empty with ``known``). "
      "``known``: another Pages' survey of the same file, taken as it is. Raises Damaged with args "
      "(what, root): the b-tree's root page, 0 for the free list or a page nothing refers to."},
     {"close", (PyCFunction)Pages_close, METH_NOARGS, "Close the file."},

@@ -26,6 +26,7 @@ typedef struct {
     const char *why; /* NULL with a failure: out of memory */
     uint32_t at;     /* the page it is about */
     uint32_t root;   /* the b-tree it is in (0: the free list, or none) */
+    uint64_t leaves; /* leaf pages of the b-tree being walked */
 } Survey;
 
 static int wrong(Survey *v, uint32_t pgno, const char *why) {
@@ -100,7 +101,7 @@ static int leaf_depth(Survey *v, uint32_t root, int *out) {
 static int walk(Survey *v, uint32_t pgno, int depth, int leaves, uint8_t family) {
     PageHead h;
     if (use(v, pgno)) return -1;
-    if (depth == leaves) return 0;
+    if (depth == leaves) return v->leaves++, 0;
     if (load(v, pgno, depth, &h)) return -1;
     if (h.type != family) return wrong(v, pgno, h.type >= 0x0A ? "leaves at different depths" : "a b-tree of two kinds");
     for (uint32_t i = 0; i <= h.ncells; i++)
@@ -152,12 +153,15 @@ static int orphans(Survey *v) {
     return 0;
 }
 
-static int survey_run(Survey *v, const uint32_t *roots, Py_ssize_t n) {
+static int survey_run(Survey *v, const uint32_t *roots, Py_ssize_t n, uint64_t *leaves) {
     uint32_t lock = LOCK_BYTE / v->p->page_size + 1;
     if (lock <= v->p->pages) v->marks[lock / 8] |= (uint8_t)(1u << (lock % 8));
     if (tree(v, v->root = 1)) return -1;
-    for (Py_ssize_t i = 0; i < n; i++)
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v->leaves = 0;
         if (tree(v, v->root = roots[i])) return -1;
+        leaves[i] = v->leaves;
+    }
     v->root = 0;
     return free_list(v) || orphans(v) ? -1 : 0;
 }
@@ -192,7 +196,7 @@ static PyObject *adopt(Pages *self, PyObject *known, size_t bytes) {
     }
     if (!(self->marks = malloc(bytes))) return PyErr_NoMemory();
     memcpy(self->marks, PyBytes_AS_STRING(known), bytes);
-    return Py_NewRef(known);
+    return Py_BuildValue("(O())", known);
 }
 
 PyObject *Pages_survey(Pages *self, PyObject *args, PyObject *kwds) {
@@ -211,11 +215,12 @@ PyObject *Pages_survey(Pages *self, PyObject *args, PyObject *kwds) {
     uint32_t *roots = parse_roots(roots_arg, &n);
     if (!roots) return NULL;
     Survey v = {.p = self, .marks = calloc(bytes, 1), .scratch = malloc(page_scratch_entries(self->page_size) * 4)};
+    uint64_t *leaves = calloc((size_t)n + 1, sizeof(uint64_t));
     int status = -1;
-    if (v.marks && v.scratch) {
+    if (v.marks && v.scratch && leaves) {
         self->busy = 1;
         Py_BEGIN_ALLOW_THREADS
-        status = survey_run(&v, roots, n);
+        status = survey_run(&v, roots, n, leaves);
         Py_END_ALLOW_THREADS
         self->busy = 0;
     }
@@ -224,15 +229,20 @@ PyObject *Pages_survey(Pages *self, PyObject *args, PyObject *kwds) {
     free(roots);
     PyObject *out = NULL;
     if (status == 0) {
-        out = PyBytes_FromStringAndSize((const char *)v.marks, (Py_ssize_t)bytes);
+        PyObject *counts = PyTuple_New(n);
+        for (Py_ssize_t i = 0; counts && i < n; i++)
+            PyTuple_SET_ITEM(counts, i, PyLong_FromUnsignedLongLong(leaves[i]));
+        out = counts ? Py_BuildValue("(y#N)", (const char *)v.marks, (Py_ssize_t)bytes, counts) : NULL;
         self->marks = v.marks;
+        free(leaves);
     } else {
         free(v.marks);
-        PyObject *what = v.why && v.marks && v.scratch ? PyUnicode_FromFormat("page %u: %s", (unsigned)v.at, v.why) : NULL;
+        PyObject *what = v.why && v.marks && v.scratch && leaves ? PyUnicode_FromFormat("page %u: %s", (unsigned)v.at, v.why) : NULL;
         if (what) /* args: (what, the root of the b-tree it is in, or 0) */
             PyErr_SetObject(native_damaged, Py_BuildValue("(NI)", what, (unsigned)v.root));
         else
             PyErr_NoMemory();
+        free(leaves);
     }
     return out;
 }

@@ -150,6 +150,11 @@ def _opt_int(v: int | None) -> int | None:
     return None if v is None else int(v)
 
 
+def without_rowid(sql: str) -> bool:
+    """Whether a CREATE TABLE statement makes a WITHOUT ROWID table (an index b-tree)."""
+    return _WITHOUT_ROWID.search(sql) is not None
+
+
 def table_root(table: str, rows: Callable[[str], list[tuple[Any, ...]]]) -> int | None:
     """``table``'s root page when it is a rowid table (a b-tree the page reader can walk, if not
     read), else None (``rows`` runs a small SQL query)."""

@@ -24,7 +24,8 @@ import pyarrow as pa
 from nvbridge.columns import one_chunk
 from nvbridge.compiled import native
 from nvbridge.readers._column import ARROW_TYPES, ROWID
-from nvbridge.readers._pages import enabled
+from nvbridge.readers._page_scan import PageScan
+from nvbridge.readers._pages import enabled, without_rowid
 from nvbridge.readers._tally import Figures, PagesDamaged, RowTally
 
 if TYPE_CHECKING:
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
 
     from nvbridge._native import Buffer, Pages, Reader
     from nvbridge.readers._column import Column
-    from nvbridge.readers._page_scan import ChunkScan, PageScan
+    from nvbridge.readers._page_scan import ChunkScan
+# Tables of at most this many leaf pages (256 KB at 4 KB pages) are walked whole when the file is
+# surveyed: the small queries that read them go through SQLite, not the page reader.
+SMALL_LEAVES = 64
 # Column types (readers._column.ColumnType) -> the compiled reader's kinds and Arrow types.
 _KINDS = {"int": "i", "float": "f", "str": "s", "bytes": "b"}
 
@@ -203,7 +207,9 @@ class FastReads:
         return found
 
     def _surveyed(self, pages: Pages) -> None:
-        """Survey the file with ``pages`` once; later threads' pages take that survey."""
+        """Survey the file with ``pages`` once (later threads' pages take that survey), then walk
+        its small tables whole (SMALL_LEAVES leaf pages at most: metadata, enums, devices, which
+        small queries read through SQLite without the page reader)."""
         assert native is not None
         with self._survey_lock:
             if self._survey is not None:
@@ -211,17 +217,33 @@ class FastReads:
                 return
             if self._damage is not None:
                 return
-            rows = self._reader().read("SELECT rootpage, name FROM sqlite_master WHERE rootpage > 1", "is")
-            roots, names = (_array(k, c).to_pylist() for k, c in zip("is", rows))
+            rows = self._reader().read("SELECT rootpage, name, type, sql FROM sqlite_master WHERE rootpage > 1", "isss")
+            roots, names, kinds, sqls = (_array(k, c).to_pylist() for k, c in zip("isss", rows))
             if any(r is not None and r >= 1 << 32 for r in roots):  # SQLite's page numbers are 32-bit
                 self._damage = "sqlite_master holds a root page number past 32 bits"
                 return
             try:
-                self._survey = pages.survey(tuple(int(r) for r in roots if r is not None))
+                self._survey, leaves = pages.survey(tuple(int(r) for r in roots if r is not None))
             except native.Damaged as exc:
                 what, root = exc.args
                 where = {1: "sqlite_master", **dict(zip(roots, names))}.get(root)
                 self._damage = f"table {where}, {what}" if where else str(what)
+                return
+            small = [
+                (str(n), int(r))
+                for r, n, k, sql, count in zip([r for r in roots if r is not None], names, kinds, sqls, leaves)
+                if k == "table" and count <= SMALL_LEAVES and not without_rowid(str(sql or ""))
+            ]
+        for name, root in small:
+            try:
+                PageScan(name, root, (), "").run(pages)
+                self._indexes_match(name)
+            except native.Unreadable:
+                pass  # SQLite reads it, or names what is wrong
+            except (native.Damaged, PagesDamaged) as exc:
+                self._damage = f"table {name}, {exc}" if isinstance(exc, native.Damaged) else str(exc)
+                return
+            self._checked.add(name)
 
     def _figures(self, table: str) -> Figures:
         """SQLite's count, least and greatest rowid of ``table`` (on the tally's thread).
