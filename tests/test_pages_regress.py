@@ -25,9 +25,15 @@ def _same(a: object, b: object) -> bool:
     return all(getattr(a, n).equals(getattr(b, n)) for n in ("ranges", "api_calls", "gpu_ops"))
 
 
+@pytest.mark.parametrize("page_reader", ["1", "0"])
 @pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
-def test_a_kept_mutant_is_refused_or_read_as_the_undamaged_file(recipe: Path, tmp_path: Path) -> None:
+def test_a_kept_mutant_is_refused_or_read_as_the_undamaged_file(
+    recipe: Path, page_reader: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the page reader on and off (NVBRIDGE_PAGE_READER): off, SQLite reads alone, and only
+    the one-line errors are held to (its reads of a damaged page are its own)."""
     require_native()
+    monkeypatch.setenv("NVBRIDGE_PAGE_READER", page_reader)
     mutant = Mutant.from_recipe(json.loads(recipe.read_text()))
     source = next((d / mutant.source for d in (SAMPLE_DB, REAL_DB) if (d / mutant.source).is_file()), None)
     if source is None or sha256(source) != mutant.sha256:
@@ -39,5 +45,5 @@ def test_a_kept_mutant_is_refused_or_read_as_the_undamaged_file(recipe: Path, tm
     except NvbridgeError as exc:
         assert "\n" not in str(exc)
         return
-    if sqlite_verdict(path) == "refuses":
+    if page_reader == "1" and sqlite_verdict(path) == "refuses":
         assert _same(got, read_profile(source)), mutant.what

@@ -393,6 +393,10 @@ class Database:
         keeps, with rowids ``first..last``: one pass of a compiled reader (the page reader's, or
         SQLite's), or else one aggregate per chunk. None when a start is not an integer (the read
         that follows names the damage)."""
+        if last < first - 1:  # min(rowid) past max(rowid): keys out of order, which only damage makes
+            raise DamagedDatabase(
+                f"{self.name}: table {table}'s rowids are out of order; the file is damaged, export it again."
+            )
         size, where, figure = chunk_size(first, last), rows.sql(), latest_sql(latest)
         if self._fast is not None:
             sql = f"SELECT rowid, start, {figure} FROM {table} WHERE rowid BETWEEN {first} AND {last} AND ({where})"
