@@ -305,7 +305,13 @@ class Database:
     def _read_generic(self, table: str, columns: Sequence[Column], where: str | None) -> pa.Table:
         _generic = self._sqlalchemy()
         with self.translate_errors():
-            return _generic.read(self.engine, _generic.select(table, self.columns(table), columns, where), columns)
+            try:
+                return _generic.read(self.engine, _generic.select(table, self.columns(table), columns, where), columns)
+            except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:  # e.g. a number where a blob is due
+                raise DamagedDatabase(
+                    f"{self.name}: table {table} holds a value of another type than its column's "
+                    f"({exc}); the file is damaged or was edited, export it again."
+                ) from exc
 
     def _head(self, table: str, columns: Sequence[Column]) -> str:
         """``SELECT <columns> FROM <table>`` for the fast reader (the columns the table has, as
