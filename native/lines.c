@@ -359,7 +359,7 @@ done:
 static PyMethodDef methods[] = {
     {"format_lines", format_lines, METH_VARARGS,
      "format_lines(n, segments) -> buffer of n lines (see native/lines.c for the segments)."},
-    {NULL}};
+    {NULL, NULL, 0, NULL}};
 
 int native_add_lines(PyObject *module) {
     if (PyModule_AddFunctions(module, methods) < 0) return -1;

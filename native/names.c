@@ -176,6 +176,6 @@ static PyMethodDef methods[] = {
      "offset ``first``) split into op names (a new string array's offsets and data); int64 "
      "values[3][n] of seq, op_id and fwd_tid; bytes flags[7][n]: each field found, stashed, "
      "complex, backward node, evaluate_function wrapper."},
-    {NULL}};
+    {NULL, NULL, 0, NULL}};
 
 int native_add_names(PyObject *module) { return PyModule_AddFunctions(module, methods); }

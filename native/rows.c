@@ -81,6 +81,6 @@ static PyMethodDef methods[] = {
     {"duplicates", duplicates, METH_VARARGS,
      "duplicates(*columns) -> int\n\nRows (of int64 columns of one length) equal on every column "
      "to an earlier row."},
-    {NULL}};
+    {NULL, NULL, 0, NULL}};
 
 int native_add_rows(PyObject *module) { return PyModule_AddFunctions(module, methods); }

@@ -264,7 +264,7 @@ static PyMethodDef Reader_methods[] = {
      "rows with a start, the least and greatest start (INT64_MAX/MIN if none), rows without one, "
      "the greatest latest (INT64_MIN if none). None where a start or latest is not an integer."},
     {"close", (PyCFunction)Reader_close, METH_NOARGS, "Close the connection."},
-    {NULL}};
+    {NULL, NULL, 0, NULL}};
 
 static PyTypeObject ReaderType = {
     PyVarObject_HEAD_INIT(NULL, 0)

@@ -223,7 +223,7 @@ static PyMethodDef Store_methods[] = {
      "evicted(keys, seq) -> uint8 buffer: 1 where the key's group dropped seqs spanning this one."},
     {"get", (PyCFunction)Store_get, METH_VARARGS,
      "get(keys, seq) -> int64 buffer [5][m]: the entries whose key and seq match, -1 elsewhere."},
-    {NULL}};
+    {NULL, NULL, 0, NULL}};
 
 static PySequenceMethods Store_sequence = {.sq_length = (lenfunc)Store_len};
 

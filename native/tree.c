@@ -321,6 +321,6 @@ static PyMethodDef methods[] = {
     {"roll_up", roll_up, METH_VARARGS,
      "roll_up(parent, carried, gpu_row, gpu_start, gpu_end, api_row, dur, big) -> int64 [8][n], "
      "or None where a parent follows its child (see native/tree.c)."},
-    {NULL}};
+    {NULL, NULL, 0, NULL}};
 
 int native_add_tree(PyObject *module) { return PyModule_AddFunctions(module, methods); }

@@ -1,7 +1,6 @@
 """Types of nvbridge._native (nvbridge/_native/*.c), the optional compiled loops."""
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 Buffer = Any
@@ -16,36 +15,41 @@ class Reader:
     def chunk_spans(self, sql: str, first: int, size: int, n: int) -> Buffer | None: ...
     def close(self) -> None: ...
 
+class Damaged(Exception): ...
+
 class Pages:
     """An SQLite file's table b-trees, read-only, for one thread."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None: ...
     def scan(
         self,
+        *,
         root: int,
-        positions: Sequence[int],
+        positions: tuple[int, ...],
         kinds: str,
-        spans: Sequence[tuple[int, int]] | None,
-        alias: int,
-        member: tuple[int, Sequence[int], bool] | None,
-        bound: tuple[int, int | None, int | None, bool] | None,
+        spans: tuple[tuple[int, int], ...] | None = None,
+        alias: int = -1,
+        member: tuple[int, tuple[int, ...], bool] | None = None,
+        bound: tuple[int, int | None, int | None, bool] | None = None,
         first: int = 0,
         count: int = -1,
-    ) -> Any: ...
+    ) -> tuple[list[tuple[object, ...]], int | None, int, int | None, int | None]: ...
     def chunk_spans(
         self,
+        *,
         root: int,
         first: int,
         last: int,
         size: int,
         n: int,
         start: int,
-        latest: int,
-        gate: int,
-        gates: Sequence[int],
-        alias: int,
-        member: tuple[int, Sequence[int], bool] | None,
-    ) -> Buffer | None: ...
+        latest: int = -1,
+        gate: int = -1,
+        gates: tuple[int, ...] = (),
+        alias: int = -1,
+        member: tuple[int, tuple[int, ...], bool] | None = None,
+    ) -> tuple[Buffer | None, int, int | None, int | None]: ...
+    def survey(self, roots: tuple[int, ...], *, known: bytes | None = None) -> tuple[bytes, tuple[int, ...]]: ...
     def close(self) -> None: ...
 
 def split_names(offsets: Buffer, data: Buffer, first: int, n: int) -> tuple[Buffer, Buffer, Buffer, Buffer]: ...

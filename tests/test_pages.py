@@ -75,10 +75,10 @@ def _page_read(path: Path, table: str, names: list[str], kinds: str, rows: RowFi
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
         layout = _layout(con, table)
     assert layout is not None, f"{table} is not one the page reader takes"
-    args = layout.scan_args(names, rows)
-    assert args is not None
+    scan = layout.scan(names, kinds, rows)
+    assert scan is not None
     try:
-        out = native.Pages(path).scan(layout.root, args[1], kinds, args[0], *args[2:])
+        out, _, _ = scan.run(native.Pages(path))
     except native.Unreadable:
         return "refused"
     return [_array(k, c) for k, c in zip(kinds, out)]
@@ -254,7 +254,7 @@ def test_tables_and_files_it_cannot_be_sure_of_go_to_sqlite(tmp_path: Path) -> N
         assert _layout(con, table) is None, table
     mixed = _layout(con, "mixed")
     assert mixed is not None and set(mixed.positions) == {"c"}  # REAL affinity, a default: SQLite reads them
-    assert mixed.scan_args(["a"], None) is None and mixed.scan_args(["c", "rowid"], None) is not None
+    assert mixed.scan(["a"], "i", None) is None and mixed.scan(["c", "rowid"], "ii", None) is not None
     con.close()
 
     wal = _wal_file(tmp_path / "wal.sqlite")
@@ -293,8 +293,8 @@ def test_damaged_pages_never_crash(tmp_path: Path) -> None:
         path = tmp_path / f"bad{trial}.sqlite"
         path.write_bytes(bytes(data))
         try:
-            out = native.Pages(path).scan(with_layout.root, [0, 1, -1], "isi", None, -1, None, None)
-        except native.Unreadable:
+            out = native.Pages(path).scan(root=with_layout.root, positions=(0, 1, -1), kinds="isi")[0]
+        except (native.Unreadable, native.Damaged):
             refused += 1
             continue
         read += 1
@@ -378,18 +378,18 @@ def test_arguments_out_of_range_are_refused_not_crashes(tmp_path: Path) -> None:
     pages = native.Pages(path)
     huge = 2**31 - 1
     calls: list[Callable[[], object]] = [
-        lambda: pages.scan(root, [huge], "i", None, -1, None, None),
-        lambda: pages.scan(root, [1], "i", None, -1, (huge, [1], False), None),
-        lambda: pages.scan(root, [1], "i", None, huge, None, None),
-        lambda: pages.scan(root, [-2], "i", None, -1, None, None),
-        lambda: pages.chunk_spans(root, 0, 100, 1, 10, huge, -1, -1, (), -1, None),
-        lambda: pages.chunk_spans(root, 0, 100, 1, 2**61, 0, -1, -1, (), -1, None),
-        lambda: pages.scan(2**40, [1], "i", None, -1, None, None),
+        lambda: pages.scan(root=root, positions=(huge,), kinds="i"),
+        lambda: pages.scan(root=root, positions=(1,), kinds="i", member=(huge, (1,), False)),
+        lambda: pages.scan(root=root, positions=(1,), kinds="i", alias=huge),
+        lambda: pages.scan(root=root, positions=(-2,), kinds="i"),
+        lambda: pages.chunk_spans(root=root, first=0, last=100, size=1, n=10, start=huge),
+        lambda: pages.chunk_spans(root=root, first=0, last=100, size=1, n=2**61, start=0),
+        lambda: pages.scan(root=2**40, positions=(1,), kinds="i"),
     ]
     for call in calls:
         with pytest.raises((ValueError, OverflowError)):
             call()
-    assert _array("i", pages.scan(root, [1], "i", None, -1, None, None)[0]).to_pylist() == [2]
+    assert _array("i", pages.scan(root=root, positions=(1,), kinds="i")[0][0]).to_pylist() == [2]
 
 
 def test_damaged_overflow_chains_and_nan_read_as_sqlite_would(tmp_path: Path) -> None:
@@ -413,8 +413,8 @@ def test_damaged_overflow_chains_and_nan_read_as_sqlite_would(tmp_path: Path) ->
     first = struct.unpack(">I", data[start + header + local : start + header + local + 4])[0]
     data[(first - 1) * 4096 : (first - 1) * 4096 + 4] = struct.pack(">I", first)
     path.write_bytes(bytes(data))
-    with pytest.raises(native.Unreadable, match="loops|shorter"):
-        native.Pages(path).scan(root, [1], "b", None, 0, None, None)
+    with pytest.raises(native.Damaged, match="loops|shorter"):
+        native.Pages(path).scan(root=root, positions=(1,), kinds="b", alias=0)
 
     nan = tmp_path / "nan.sqlite"
     root = _small(nan, [(1, 1, 3.5), (2, 2, 1.25), (3, 3, 7.0)])
@@ -465,11 +465,11 @@ def test_a_refused_file_leaves_the_reader_closed_and_a_changed_file_is_refused(t
     with pytest.raises(native.Unreadable):
         pages.__init__(wal)
     with pytest.raises(native.Unreadable, match="closed"):
-        pages.scan(root, [1], "i", None, -1, None, None)
+        pages.scan(root=root, positions=(1,), kinds="i")
     pages = native.Pages(good)
     con = sqlite3.connect(good)
     con.execute("INSERT INTO t VALUES (2, 3, 4.0)")
     con.commit()
     con.close()
     with pytest.raises(native.Unreadable, match="changed"):
-        pages.scan(root, [1], "i", None, -1, None, None)
+        pages.scan(root=root, positions=(1,), kinds="i")

@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from nvbridge.columns import one_chunk
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
 from nvbridge.readers._column import ARROW_TYPES, ROWID, Column, lenient_text
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
-from nvbridge.readers._pages import Latest, Member, RowFilter, TableLayout, latest_sql, quote, table_layout
-from nvbridge.readers._sqlite import FastPathFailed, FastReads
+from nvbridge.readers._page_scan import PageScan
+from nvbridge.readers._pages import Latest, Member, RowFilter, TableLayout, latest_sql, quote, table_layout, table_root
+from nvbridge.readers._results import Results
+from nvbridge.readers._sqlite import FastPathFailed, FastReads, kinds_of, typed
+from nvbridge.readers._tally import PagesDamaged, no_forbidden_nulls
 from nvbridge.readers.slabs import Chunks, chunk_queries, chunk_size, chunks, from_spans
 from nvbridge.readers.validate import BadRows, mark_absent
 from nvbridge.workers import worker_pool
@@ -39,42 +41,6 @@ if TYPE_CHECKING:
 # page reader applies itself (its SQL for every other path).
 Where = str | RowFilter | None
 _LAST_ROWID = (1 << 63) - 1
-
-
-class _Results(Mapping[str, pa.Table]):
-    """Tables that may still be reading: an item waits for its own query only."""
-
-    def __init__(self, items: dict[str, Any]) -> None:
-        self._items = items
-
-    def __getitem__(self, key: str) -> pa.Table:
-        item = self._items[key]
-        table: pa.Table = item.result() if isinstance(item, Future) else item
-        return table
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-def _typed(raw: pa.Table, columns: Sequence[Column], present: frozenset[str]) -> pa.Table:
-    """A fast read's columns as ``columns`` declare them: absent ones as their default, each of
-    its type; numbers in one chunk, so every later NumPy view is zero-copy (text stays in the
-    reader's chunks: Arrow kernels and Parquet take them as they are)."""
-    arrays: list[pa.Array | pa.ChunkedArray] = []
-    for col in columns:
-        typ = ARROW_TYPES[col.type]
-        if col.raw not in present and col.raw != ROWID:
-            arrays.append(pa.repeat(pa.scalar(col.default, typ), raw.num_rows))
-        elif raw.num_rows == 0:  # nothing to type the column by
-            arrays.append(pa.array([], typ))
-        else:
-            arr = raw.column(col.field)
-            arr = one_chunk(arr) if col.type != "str" else arr
-            arrays.append(arr if arr.type == typ else arr.cast(typ))
-    return pa.table(arrays, names=[c.field for c in columns])
 
 
 class Database:
@@ -112,6 +78,7 @@ class Database:
         self._uri: str | None = None
         self._heads: dict[tuple[str, tuple[Column, ...]], str] = {}
         self._layouts: dict[str, TableLayout | None] = {}
+        self._roots: dict[str, int | None] = {}
         self._local = threading.local()  # each thread's own sqlite3 connection
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -123,6 +90,7 @@ class Database:
             self._fast = FastReads(self._uri, opened)
         self._pool: ThreadPoolExecutor | None = None
         self._columns: dict[str, frozenset[str]] = {}
+        self._not_null: dict[str, frozenset[str]] = {}  # columns declared NOT NULL (local files)
         with self.translate_errors():
             if self._url is not None:
                 _generic = self._sqlalchemy()
@@ -185,8 +153,13 @@ class Database:
     def __enter__(self) -> Database:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        try:  # reads not yet checked against SQLite's count, checked before anything is published
+            if kind is None and self._fast is not None:
+                with self.translate_errors():
+                    self._fast.tally.finish()
+        finally:
+            self.close()
 
     @contextlib.contextmanager
     def translate_errors(self) -> Iterator[None]:
@@ -195,6 +168,8 @@ class Database:
             yield
         except BadRows as exc:
             raise DamagedDatabase(f"{self.name}: {exc}") from exc
+        except PagesDamaged as exc:  # never read through SQLite instead: see _tally.PagesDamaged
+            raise DamagedDatabase(f"{self.name}: {exc}; the file is damaged, export it again.") from exc
         except self._errors as exc:
             detail = str(getattr(exc, "orig", exc)).splitlines()[0]
             if "locked" in detail or "busy" in detail or "readonly" in detail or "read-only" in detail:
@@ -229,7 +204,9 @@ class Database:
                     _generic = self._sqlalchemy()
                     names = _generic.column_names(self.engine, table)
                 else:
-                    names = [str(row[1]) for row in self.scalar_rows(f"PRAGMA table_info({quote(table)})")]
+                    info = self.scalar_rows(f"PRAGMA table_info({quote(table)})")
+                    names = [str(row[1]) for row in info]
+                    self._not_null[table] = frozenset(str(row[1]) for row in info if row[3])
             self._columns[table] = frozenset(names)
         return self._columns[table]
 
@@ -269,19 +246,22 @@ class Database:
         if sql_where is not None:
             sql = f"{sql} WHERE {sql_where}"
         read = [c for c in columns if c.raw in present or c.raw == ROWID]
-        layout = self._layout(table) if not isinstance(where, str) else None
-        scan = None if layout is None or isinstance(where, str) else layout.scan_args([c.raw for c in read], where)
-        fast = self._fast
+        layout, kinds = self._layout(table), kinds_of([c.type for c in read])
+        scan = None if layout is None or isinstance(where, str) else layout.scan([c.raw for c in read], kinds, where)
+        # SQLite's read checked first where the page reader never reads the table (an SQL filter
+        # on one it reads, as NO_ROWS, needs no walk: its reads check the pages)
+        fast, walk = self._fast, None if isinstance(where, str) and layout is not None else self._walk(table)
 
         def fetch() -> pa.Table:
             with self.translate_errors():
                 try:
-                    raw = fast.read(sql, [c.field for c in read], [c.type for c in read], scan and (layout, scan))
+                    raw = fast.read(sql, [c.field for c in read], [c.type for c in read], scan, walk)
+                    no_forbidden_nulls(table, raw, self._not_null.get(table, frozenset()), read)
                 except FastPathFailed:  # rare: the slower cursor path reads it or names the damage
                     _generic = self._sqlalchemy()
                     _generic.check_integers(self.engine, table, present, columns, sql_where)
                     return mark_absent(self._read_generic(table, columns, sql_where), absent)
-            return mark_absent(_typed(raw, columns, present), absent)
+            return mark_absent(typed(raw, columns, present), absent)
 
         return fetch
 
@@ -295,19 +275,26 @@ class Database:
         if layout is not None and self._fast is not None:
             present = self.columns(table)
             read = [c for c in columns if c.raw in present or c.raw == ROWID]
-            scan = layout.scan_args([c.raw for c in read], RowFilter(member=member))
-            names, types = [c.field for c in read], [c.type for c in read]
-            found = None if scan is None else self._fast.read_window(layout, scan, first, count, names, types)
-            if found is not None:
-                absent = [c.field for c in columns if c.raw not in present and c.raw != ROWID]
-                with self.translate_errors():
-                    return mark_absent(_typed(found[0], columns, present), absent), found[1]
+            scan = layout.scan([c.raw for c in read], kinds_of([c.type for c in read]), RowFilter(member=member))
+            with self.translate_errors():
+                found = None if scan is None else self._fast.read_window(scan, first, count, [c.field for c in read])
+                if found is not None:
+                    no_forbidden_nulls(table, found[0], self._not_null.get(table, frozenset()), read)
+                    absent = [c.field for c in columns if c.raw not in present and c.raw != ROWID]
+                    return mark_absent(typed(found[0], columns, present), absent), found[1]
         end = self.scalar_rows(
             f"SELECT rowid FROM {quote(table)} WHERE rowid >= {first} ORDER BY rowid LIMIT 1 OFFSET {count}"
         )
         stop = int(end[0][0]) if end else None
         rows = RowFilter(((first, stop - 1 if stop is not None else _LAST_ROWID),), member)
         return self.read_table(table, columns, rows), stop
+
+    def _walk(self, table: str) -> PageScan | None:
+        """The page reader's walk of ``table`` without columns (FastReads.check), if it can walk it."""
+        if table not in self._roots:
+            self._roots[table] = table_root(table, self.scalar_rows) if self._fast and self._fast.pages else None
+        root = self._roots[table]
+        return None if root is None else PageScan(table, root, (), "")
 
     def _layout(self, table: str) -> TableLayout | None:
         """``table``'s record layout for the page reader (None: it reads through SQLite)."""
@@ -318,7 +305,13 @@ class Database:
     def _read_generic(self, table: str, columns: Sequence[Column], where: str | None) -> pa.Table:
         _generic = self._sqlalchemy()
         with self.translate_errors():
-            return _generic.read(self.engine, _generic.select(table, self.columns(table), columns, where), columns)
+            try:
+                return _generic.read(self.engine, _generic.select(table, self.columns(table), columns, where), columns)
+            except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:  # e.g. a number where a blob is due
+                raise DamagedDatabase(
+                    f"{self.name}: table {table} holds a value of another type than its column's "
+                    f"({exc}); the file is damaged or was edited, export it again."
+                ) from exc
 
     def _head(self, table: str, columns: Sequence[Column]) -> str:
         """``SELECT <columns> FROM <table>`` for the fast reader (the columns the table has, as
@@ -386,7 +379,7 @@ class Database:
             # pyarrow imports pandas (when installed) on its first array conversion, 0.3 s:
             # pay that now, while the scans run with the GIL released, not after them.
             pa.array([0])
-            yield _Results(results)
+            yield Results(results)
         finally:
             futures = [f for f in results.values() if isinstance(f, Future)]
             for f in futures:
@@ -406,15 +399,18 @@ class Database:
         keeps, with rowids ``first..last``: one pass of a compiled reader (the page reader's, or
         SQLite's), or else one aggregate per chunk. None when a start is not an integer (the read
         that follows names the damage)."""
+        if last < first - 1:  # min(rowid) past max(rowid): keys out of order, which only damage makes
+            raise DamagedDatabase(
+                f"{self.name}: table {table}'s rowids are out of order; the file is damaged, export it again."
+            )
         size, where, figure = chunk_size(first, last), rows.sql(), latest_sql(latest)
         if self._fast is not None:
             sql = f"SELECT rowid, start, {figure} FROM {table} WHERE rowid BETWEEN {first} AND {last} AND ({where})"
-            layout = self._layout(table)
-            args = None if layout is None else layout.chunk_args(rows, latest)
+            layout, n = self._layout(table), -(-(last - first + 1) // size)
+            scan = None if layout is None else layout.chunk_scan(rows, latest, first, last, size, n)
             try:
-                spans = self._fast.chunk_spans(
-                    sql, first, size, -(-(last - first + 1) // size), args and (layout, first, last, args)
-                )
+                with self.translate_errors():
+                    spans = self._fast.chunk_spans(sql, first, size, n, scan, self._walk(table))
                 return None if spans is None else from_spans(first, size, spans)
             except FastPathFailed:
                 pass  # the aggregates below read it, or name what is wrong

@@ -1,5 +1,5 @@
-"""Which reads the page reader (``nvbridge._native.Pages``, native/pages.c) may take, and the row
-filters it applies itself.
+"""Which reads the page reader (``nvbridge._native.Pages``, native/pages.c) may take, the row
+filters it applies itself, and its arguments, typed.
 
 The page reader walks a table's b-tree without SQLite's virtual machine: half the CPU of a read
 through SQLite. It reads rows as they are stored, so it takes only tables where that is what
@@ -7,20 +7,28 @@ SQLite would return: rowid tables without an index (SQLite might read through it
 order), generated or hidden columns, REAL affinity (SQLite turns stored integers into reals) or
 non-NULL defaults (rows older than the column take them). Its filters are the readers' own:
 rowid spans, one integer column in a set, one integer column within bounds; every other read,
-and any the page reader refuses, goes through SQLite.
+and any the page reader refuses, goes through SQLite. ``NVBRIDGE_PAGE_READER=0`` turns it off:
+every read then goes through SQLite.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Spans, positions, alias, member and bound as Pages.scan takes them (after root and kinds).
-ScanArgs = tuple[Any, ...]
+from nvbridge.readers._page_scan import ChunkScan, PageScan
+
 # A column, the integers it may hold, and whether NULL passes.
 Member = tuple[str, tuple[int, ...], bool]
+
+
+def enabled() -> bool:
+    """Whether the page reader may read (``NVBRIDGE_PAGE_READER``: ``0``, ``off``, ``no`` or
+    ``false`` turn it off; anything else, or unset, leaves it on)."""
+    return os.environ.get("NVBRIDGE_PAGE_READER", "1").strip().lower() not in ("0", "off", "no", "false")
 
 
 def quote(name: str) -> str:
@@ -91,57 +99,84 @@ def _real_affinity(declared: str) -> bool:
 class TableLayout:
     """Where a table's columns sit in its records, for the columns the page reader can read."""
 
+    table: str
     root: int
     positions: dict[str, int]  # readable columns: name -> record position
     alias: int  # the INTEGER PRIMARY KEY's position (its value is the rowid), -1 none
 
-    def scan_args(self, columns: Sequence[str], rows: RowFilter | None) -> ScanArgs | None:
-        """Pages.scan's arguments after (root, kinds) for ``columns`` ("rowid": the rowid) and
-        ``rows``, or None when a column is not one it can read."""
+    def scan(self, columns: Sequence[str], kinds: str, rows: RowFilter | None) -> PageScan | None:
+        """The page reader's read of ``columns`` ("rowid": the rowid; ``kinds`` one per column,
+        as Reader.read's) and ``rows``, or None when a column is not one it can read."""
         where = {**self.positions, "rowid": -1}
         member = bound = None
         rows = rows or RowFilter()
         try:
-            positions = [where[c] for c in columns]
+            positions = tuple(where[c] for c in columns)
             if rows.member is not None:
                 col, values, nulls = rows.member
-                member = (self.positions[col], values, nulls)
+                member = (self.positions[col], tuple(int(v) for v in values), bool(nulls))
             if rows.bound is not None:
                 col, lo, hi, nulls = rows.bound
-                bound = (self.positions[col], lo, hi, nulls)
+                bound = (self.positions[col], _opt_int(lo), _opt_int(hi), bool(nulls))
         except KeyError:
             return None
-        spans = None if rows.spans is None else tuple((a, b) for a, b in sorted(rows.spans) if a <= b)
+        spans = None if rows.spans is None else tuple((int(a), int(b)) for a, b in sorted(rows.spans) if a <= b)
         if spans is not None and any(b1 >= a2 for (_, b1), (a2, _) in zip(spans, spans[1:])):
             return None  # overlapping spans: SQLite reads such a filter
-        return (spans, positions, self.alias, member, bound)
+        return PageScan(self.table, self.root, positions, kinds, spans, self.alias, member, bound)
 
-    def chunk_args(self, rows: RowFilter, latest: Latest) -> ScanArgs | None:
-        """Pages.chunk_spans' (start, latest, gate, gates, alias, member) for the rows ``rows``'s
-        member filter keeps, or None when a column is not one it can read."""
+    def chunk_scan(self, rows: RowFilter, latest: Latest, first: int, last: int, size: int, n: int) -> ChunkScan | None:
+        """The page reader's chunk figures of the rows ``rows``'s member filter keeps, rowids
+        ``first..last`` in ``n`` chunks of ``size``; None when a column is not one it can read."""
         try:
-            member = None if rows.member is None else (self.positions[rows.member[0]], *rows.member[1:])
+            member = None
+            if rows.member is not None:
+                col, values, nulls = rows.member
+                member = (self.positions[col], tuple(int(v) for v in values), bool(nulls))
             at, gate, gates = -1, -1, tuple[int, ...]()
             if latest is not None:
                 at = self.positions[latest[0]]
                 if latest[1] is not None:
-                    gate, gates = self.positions[latest[1][0]], latest[1][1]
-            return (self.positions["start"], at, gate, gates, self.alias, member)
+                    gate, gates = self.positions[latest[1][0]], tuple(int(v) for v in latest[1][1])
+            start = self.positions["start"]
         except KeyError:
             return None
+        return ChunkScan(
+            self.table, self.root, int(first), int(last), size, n, start, at, gate, gates, self.alias, member
+        )
+
+
+def _opt_int(v: int | None) -> int | None:
+    return None if v is None else int(v)
+
+
+def without_rowid(sql: str) -> bool:
+    """Whether a CREATE TABLE statement makes a WITHOUT ROWID table (an index b-tree)."""
+    return _WITHOUT_ROWID.search(sql) is not None
+
+
+def table_root(table: str, rows: Callable[[str], list[tuple[Any, ...]]]) -> int | None:
+    """``table``'s root page when it is a rowid table (a b-tree the page reader can walk, if not
+    read), else None (``rows`` runs a small SQL query)."""
+    name = "'" + table.replace("'", "''") + "'"
+    found = rows(f"SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = {name}")
+    if len(found) != 1:
+        return None
+    root, sql = found[0]
+    if not isinstance(root, int) or root < 1 or not isinstance(sql, str) or _WITHOUT_ROWID.search(sql):
+        return None
+    return root
 
 
 def table_layout(table: str, rows: Callable[[str], list[tuple[Any, ...]]]) -> TableLayout | None:
     """``table``'s layout from the schema (``rows`` runs a small SQL query), or None when the page
     reader must not read it."""
     name = "'" + table.replace("'", "''") + "'"
-    found = rows(f"SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = {name}")
-    if len(found) != 1:
+    root = table_root(table, rows)
+    if root is None:
         return None
-    root, sql = found[0]
-    if not isinstance(root, int) or root < 1 or not isinstance(sql, str):
-        return None
-    if _WITHOUT_ROWID.search(sql) or _KEY_DESC.search(sql):
+    sql = str(rows(f"SELECT sql FROM sqlite_master WHERE type = 'table' AND name = {name}")[0][0])
+    if _KEY_DESC.search(sql):
         return None
     indexes = rows(f"SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = {name}")
     if indexes[0][0]:
@@ -157,4 +192,4 @@ def table_layout(table: str, rows: Callable[[str], list[tuple[Any, ...]]]) -> Ta
     }
     keys = [(int(cid), str(declared or "")) for cid, _, declared, _, _, pk, _ in info if pk]
     alias = keys[0][0] if len(keys) == 1 and keys[0][1].upper() == "INTEGER" else -1
-    return TableLayout(int(root), positions, alias)
+    return TableLayout(table, int(root), positions, alias)
