@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from nvbridge.cli._common import errors, progress
+from nvbridge.cli._common import errors, progress, wrapped
 from nvbridge.conversion import convert
 from nvbridge.readers import estimate_rows
 
@@ -76,4 +76,4 @@ def convert_cmd(
         click.echo(f"Skipped {skipped} report(s) already in {output} (use --force to convert them again).")
     if not quiet:
         for result in results:
-            click.echo(result.describe())
+            click.echo(wrapped(result.describe()))

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pyarrow as pa
+import pyarrow.compute as pc
 
 import nvbridge.analysis.throughput as throughput
 from nvbridge.analysis import (
@@ -22,7 +24,7 @@ from nvbridge.analysis import (
     sort_column,
     summarize,
 )
-from nvbridge.cli._common import errors, human_bytes
+from nvbridge.cli._common import errors, human_bytes, terminal_width, wrapped
 from nvbridge.errors import OptionError
 
 CPU_LABELS = {"self_cpu_ns": "self CPU time", "cpu_total_ns": "CPU total", "cpu_avg_ns": "CPU time avg"}
@@ -149,9 +151,9 @@ def _check_options(
     "--peak-tflops",
     type=float,
     default=None,
-    help="Peak TFLOP/s for %% of peak and MFU (default: the GPU table, by the report's device name).",
+    help="Peak TFLOP/s for % of peak and MFU (default: the GPU table, by the report's device name).",
 )
-@click.option("--peak-gbps", type=float, default=None, help="Peak memory bandwidth in GB/s for %% of peak.")
+@click.option("--peak-gbps", type=float, default=None, help="Peak memory bandwidth in GB/s for % of peak.")
 def summary_cmd(
     path: Path,
     sort_by: str,
@@ -195,7 +197,7 @@ def summary_cmd(
             f"no GPU time was recorded: rows are sorted by {CPU_LABELS[averages.sort_column(sort_by)]} instead"
         )
     for note in notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(wrapped(f"note: {note}"), err=True)
     if as_json:
         click.echo(_json(summary, rows.to_pylist()))
     elif as_csv:
@@ -205,13 +207,37 @@ def summary_cmd(
         writer.writerows(rows.to_pylist())
         click.echo(buf.getvalue(), nl=False)
     else:
-        if summary.several:
-            for line in _rank_lines(summary):
-                click.echo(line)
-        for d in summary.gpus:
-            click.echo(gpu_line(d, summary.several))
-        click.echo(averages.table(sort_by, limit, name_regex, min_us), nl=False)
-        for line in throughput.header_lines(summary.peaks, list(summary.flops)):
+        _text(summary, rows, sort_by, limit, name_regex, min_us)
+
+
+def _text(summary: Summary, rows: pa.Table, sort_by: str, limit: int, name_regex: str | None, min_us: float) -> None:
+    """The text form: per-rank lines, GPU headers, torch's table, the FLOPs header and table,
+    fitted to the terminal (``COLUMNS``) where output goes to one."""
+    width = terminal_width()
+    averages = summary.averages
+    if summary.several:
+        for line in _rank_lines(summary):
             click.echo(line)
-        if any(r < c for r, c in zip(rows.column("unknown_calls").to_pylist(), rows.column("calls").to_pylist())):
-            click.echo(throughput.cost_table(rows, averages.group_by), nl=False)
+    for d in summary.gpus:
+        click.echo(wrapped(gpu_line(d, summary.several)))
+    click.echo(averages.table(sort_by, limit, name_regex, min_us, max_width=width), nl=False)
+    for line in throughput.header_lines(summary.peaks, list(summary.flops), width or 100):
+        click.echo(line)
+    if not _costed(rows).num_rows:
+        # none of the rows shown has a known cost: list the ones that have, in the same order
+        costed = _costed(throughput.rates(averages.sorted(sort_by, -1, name_regex, min_us), summary.peaks))
+        if not costed.num_rows:
+            return
+        rows = costed.slice(0, limit) if limit >= 0 else costed
+        click.echo(
+            wrapped(
+                f"FLOPs of the {plural(rows.num_rows, 'row')} with a known cost, in the same order (none of the "
+                "rows above has one):"
+            )
+        )
+    click.echo(throughput.cost_table(rows, averages.group_by, width), nl=False)
+
+
+def _costed(rows: pa.Table) -> pa.Table:
+    """The rows with a known cost on some call."""
+    return rows.filter(pc.less(rows.column("unknown_calls"), rows.column("calls")))
