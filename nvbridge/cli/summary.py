@@ -154,6 +154,11 @@ def _check_options(
     help="Peak TFLOP/s for % of peak and MFU (default: the GPU table, by the report's device name).",
 )
 @click.option("--peak-gbps", type=float, default=None, help="Peak memory bandwidth in GB/s for % of peak.")
+@click.option(
+    "--kernels",
+    is_flag=True,
+    help="List kernels instead of ops: per GPU, calls, total, mean, min, max, share and the ops that launch them.",
+)
 def summary_cmd(
     path: Path,
     sort_by: str,
@@ -168,6 +173,7 @@ def summary_cmd(
     as_json: bool,
     peak_tflops: float | None,
     peak_gbps: float | None,
+    kernels: bool = False,
 ) -> None:
     """Print a torch-style key_averages table for a report or a converted dataset.
 
@@ -175,6 +181,14 @@ def summary_cmd(
     (no NVTX ranges, ranges cut at the capture end) go to stderr.
     """
     min_us = _check_options(sort_by, limit, group_by, stack_depth, min_time, name_regex, as_csv, as_json)
+    if kernels:  # the kernel table instead of the op table (cli/kernels.py)
+        from nvbridge.cli import kernels as kernel_cli
+
+        kernel_cli.check(locals())
+        with errors():
+            form = "json" if as_json else "csv" if as_csv else "text"
+            kernel_cli.show(str(path), device, name_regex, min_us, limit, form)
+        return
     with errors():
         try:
             summary = summarize(
