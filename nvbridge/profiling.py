@@ -3,14 +3,23 @@
 The recording uses the trace flags a PyTorch user wants (CUDA runtime and kernels, NVTX, cuBLAS,
 cuDNN, OS runtime above 0.1 ms; no CPU sampling, which costs and is not used). Whatever options
 the user passes to nsys come after ours, so they win.
+
+Some nsys installations (2022.4 from Debian) cannot find their own importer: they leave the raw
+capture (``.qdstrm``) and say "Importer error status: The importer binary and its dependencies
+were not found." Then the capture is imported here with QdstrmImporter, as DESIGN.md describes,
+so the report is an ``.nsys-rep`` whatever nsys managed, and nsys's complaint is held back
+unless that import fails too.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, BinaryIO, cast
 
 from nvbridge.errors import InputError
 
@@ -22,6 +31,9 @@ NSYS_OPTIONS = (
     "--force-overwrite=true",
 )
 INSTALL_HINT = "install Nsight Systems (on Debian: scripts/install_nsys.sh, or NVIDIA's installer) so `nsys` is on PATH"
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # what nsys writes (.qdrep before 2021.4)
+# nsys's lines when it could not import the capture itself (nvbridge does it next)
+IMPORTER_NOISE = (b"Importer error status:", b"Unable to retrieve the importer version")
 
 
 def nsys_path() -> str:
@@ -33,23 +45,108 @@ def nsys_path() -> str:
 
 
 def record(command: Sequence[str], report: Path, nsys_options: Sequence[str] = ()) -> Path:
-    """Run ``command`` under ``nsys profile``, writing ``report``.nsys-rep; returns its path, or
-    the raw ``.qdstrm`` where nsys could not import it (2022.4 from Debian often cannot find its
-    importer; :func:`nvbridge.readers.exported` imports it).
+    """Run ``command`` under ``nsys profile``, writing the report ``report``.nsys-rep (or .qdrep
+    for an nsys before 2021.4); returns its path. Where nsys left only the raw capture
+    (``.qdstrm``), it is imported with QdstrmImporter into ``report``.nsys-rep.
 
     Raises:
-        InputError: nsys is missing, the command could not be started, or nothing was recorded.
+        InputError: nsys is missing, the command could not be started, nothing was recorded, or
+            the capture could not be imported.
     """
     if not command:
         raise InputError("give the command to profile after --, e.g. nvbridge profile -- python train.py")
     nsys = nsys_path()
-    rep = report.with_suffix(".nsys-rep")
     argv = [nsys, "profile", *NSYS_OPTIONS, *nsys_options, "--output", str(report), *command]
-    # The program's own output goes to the terminal, as it would without the profiler.
-    done = subprocess.run(argv, check=False)
-    for made in (rep, report.with_suffix(".qdstrm")):
-        if made.exists():
-            return made
-    raise InputError(
-        f"nsys profile recorded nothing (exit status {done.returncode}); run `{' '.join(argv)}` to see why."
-    )
+    status, hidden = _run_relaying(argv)
+    for suffix in REPORT_SUFFIXES:
+        if report.with_suffix(suffix).is_file():
+            return report.with_suffix(suffix)
+    stream = report.with_suffix(".qdstrm")
+    if not stream.is_file():
+        _show(hidden)
+        raise InputError(f"nsys profile recorded nothing (exit status {status}); run `{' '.join(argv)}` to see why.")
+    from nvbridge.readers.sources import import_stream
+
+    imported = report.with_suffix(".nsys-rep")
+    try:
+        import_stream(nsys, stream, imported, stream.name)
+    except InputError:
+        _show(hidden)  # what nsys said about its own attempt
+        raise
+    stream.unlink()
+    return imported
+
+
+def _run_relaying(argv: list[str]) -> tuple[int, list[bytes]]:
+    """Run nsys with the program's output going to the terminal as it comes, but nsys's lines
+    about its missing importer held back; returns the exit status and those lines."""
+    relay = _Relay(_stderr())
+    try:
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise InputError(f"cannot run {argv[0]} ({exc.strerror}); {INSTALL_HINT}.") from exc
+    with proc:
+        pipe = cast("IO[bytes]", proc.stderr)  # stderr=PIPE: a pipe
+        try:
+            while data := os.read(pipe.fileno(), 65536):
+                relay.feed(data)
+            relay.close()
+        except BaseException:  # Ctrl-C: nsys got it too; give it a moment to stop, as subprocess.run does
+            try:
+                proc.wait(timeout=0.25)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+    return proc.returncode, relay.hidden
+
+
+def _stderr() -> BinaryIO:
+    sys.stderr.flush()  # what was written as text goes first
+    return sys.stderr.buffer
+
+
+def _show(lines: list[bytes]) -> None:
+    out = _stderr()
+    for line in lines:
+        out.write(line)
+    out.flush()
+
+
+class _Relay:
+    """Copies a byte stream to ``out`` as it arrives (a progress bar's ``\\r`` updates too),
+    holding back only a line that is or may become one of IMPORTER_NOISE: those are kept in
+    ``hidden``."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.held = b""  # the start of a line that may still turn out to be noise
+        self.passing = False  # the current line was shown in part: show the rest as it comes
+        self.hidden: list[bytes] = []
+
+    def feed(self, data: bytes) -> None:
+        buf, self.held = self.held + data, b""
+        while buf:
+            cut = buf.find(b"\n") + 1
+            line, buf = (buf[:cut], buf[cut:]) if cut else (buf, b"")
+            if self.passing:
+                self.out.write(line)
+            elif line.startswith(IMPORTER_NOISE):
+                if cut:
+                    self.hidden.append(line)
+                else:
+                    self.held = line
+            elif not cut and any(p.startswith(line) for p in IMPORTER_NOISE):
+                self.held = line
+            else:
+                self.out.write(line)
+            self.passing = not cut and not self.held
+        self.out.flush()
+
+    def close(self) -> None:
+        """The stream ended: a line held back is shown unless it is noise."""
+        if self.held.startswith(IMPORTER_NOISE):
+            self.hidden.append(self.held)
+        elif self.held:
+            self.out.write(self.held)
+        self.held = b""
+        self.out.flush()

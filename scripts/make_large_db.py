@@ -279,6 +279,7 @@ def check(src: Path, out: Path, tiles: int) -> None:
         "kernels",
         "memcpys",
         "memsets",
+        "graph_launches",
         "gpu_ops_without_api_call",
         "gpu_ops_unattributed",
         "gpu_ns_total",

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from nvbridge.cli import cli
+from tests.conftest import raw as raw_sql
 from tests.conftest import real_db, require_nsys
 
 FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
@@ -261,3 +262,36 @@ def test_odd_file_names(tmp_path: Path) -> None:
     assert "17,113 ops (NVTX ranges)" in out
     assert hashlib.sha256(odd.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in odd.parent.iterdir()) == [odd.name]  # no journal or WAL left beside it
+
+
+def test_convert_names_the_graph_launches(tmp_path: Path) -> None:
+    """issue 25, item 15: on a CUDA-graph export the paragraph listed 30 kernels, then '40 GPU ops'
+    without naming the 10 graph launches. Planted here: 8 of the nvFuser export's kernels moved
+    into CUPTI_ACTIVITY_KIND_GRAPH_TRACE (one row per whole-graph launch, SCHEMA.md), keeping their
+    times and correlation ids."""
+    db = tmp_path / "graphs.sqlite"
+    shutil.copyfile(real_db("nsys-2024.6-nvfuser-cpp-nvtx.sqlite"), db)
+    con = sqlite3.connect(db)
+    con.executescript(
+        """CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, end INTEGER NOT NULL,
+        deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,
+        correlationId INTEGER, globalPid INTEGER, graphId INTEGER NOT NULL, graphExecId INTEGER NOT NULL);
+        INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE SELECT start, end, deviceId, contextId, NULL, streamId,
+        correlationId, globalPid, 1 + rowid % 3, 1 + rowid % 3 FROM CUPTI_ACTIVITY_KIND_KERNEL
+        ORDER BY start LIMIT 8;
+        DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId IN
+        (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE);"""
+    )
+    con.commit()
+    con.close()
+    K = "CUPTI_ACTIVITY_KIND_"
+    [(kernels, graphs, copies, sets)] = raw_sql(
+        db,
+        f"SELECT (SELECT count(*) FROM {K}KERNEL), (SELECT count(*) FROM {K}GRAPH_TRACE), "
+        f"(SELECT count(*) FROM {K}MEMCPY), (SELECT count(*) FROM {K}MEMSET)",
+    )
+    code, out, err = run("convert", str(db), "-o", str(tmp_path / "out"))
+    assert code == 0, err
+    assert graphs == 8 and kernels == 11
+    assert f"; {kernels} kernels, {copies} memcpy, {sets} memset, 8 CUDA graph launches (each one GPU op). " in out
+    assert f" of the {kernels + copies + sets + graphs} GPU ops (" in out

@@ -8,16 +8,18 @@ GPU time. Expected figures come from the files' raw NVTX and CUDA tables.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.analysis.diff import diff_reports
 from nvbridge.cli import cli
-from tests.conftest import SAMPLE_DB, real_db
+from tests.conftest import NSYS_FILES, SAMPLE_DB, real_db
 from tests.conftest import raw as raw_sql
 
 BASE = SAMPLE_DB / "diff_base_cpu+synthetic_gpu.sqlite"
@@ -145,3 +147,32 @@ def test_partitioned_datasets_add_their_reports_up(tmp_path: Path) -> None:
     assert data["gpu_ns"][1] - data["gpu_ns"][0] == single.gpu_ns[1] - single.gpu_ns[0]
     same = CliRunner().invoke(cli, ["diff", str(before), str(before)])
     assert same.output.rstrip().endswith("No differences.")
+
+
+EMPTY = "nvprof-2020-empty-capture.sqlite"
+KERNELS_SQL = (
+    "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN StringIds AS s ON s.id = k.demangledName"
+)
+
+
+@pytest.mark.parametrize("name", [n for n in NSYS_FILES if n != "nsys-2021-pre-metadata.sqlite"])
+def test_distinct_kernel_names_are_never_cut_to_the_same_text(name: str) -> None:
+    """issue 25, item 15: a 60-column cut made `void at::native::elementwise_kernel<(int)128,
+    (int)2, void ~` of several kernels; each row must name one kernel of the raw table, and
+    distinct kernels read differently."""
+    path = real_db(name)
+    names = [n for (n,) in raw(path, KERNELS_SQL)]
+    result = CliRunner().invoke(cli, ["diff", str(path), str(real_db(EMPTY)), "--limit", "-1"])
+    assert result.exit_code == 0, result.output
+    section = result.stdout.split("\nkernel ", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    cells = [line[:60].rstrip() for line in section if not line.startswith(("Memcpy", "Memset"))]
+    assert len(cells) == len(set(cells)) == len(names)
+    for cell in cells:
+        head, _, rest = cell.partition("~")
+        middle, _, _ = rest.partition("~")
+        if middle.startswith("#"):  # no stretch of the name is its own: its head and a hash of it
+            tag = middle[1:]
+            matches = [n for n in names if n.startswith(head) and hashlib.sha1(n.encode()).hexdigest()[:6] == tag]
+        else:
+            matches = [n for n in names if n == cell or (n.startswith(head) and middle in n[len(head) :])]
+        assert len(matches) == 1, (cell, matches)

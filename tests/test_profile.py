@@ -3,6 +3,7 @@ command from a script to its table, checked against NVIDIA's own export of the s
 
 from __future__ import annotations
 
+import io
 import os
 import sqlite3
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from nvbridge.profiling import _Relay
 from tests.conftest import ROOT, require_nsys
 
 WORKLOAD = """
@@ -37,32 +39,38 @@ def _nvbridge(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.nsys
 def test_profile_records_converts_and_summarizes(tmp_path: Path) -> None:
+    """issue 25, item 12: with nsys 2022.4 (no importer found) `--keep-report kept.nsys-rep` kept a
+    26 MB kept.qdstrm, said nothing, showed nsys's "Importer error status" and read "report.sqlite"
+    from a temporary folder. Now the capture is imported: kept.nsys-rep is a report nsys exports,
+    the importer complaint is not shown on a run that succeeds, and the summary names the command."""
     nsys = require_nsys()
     pytest.importorskip("torch")
     script = tmp_path / "train.py"
     script.write_text(WORKLOAD)
-    proc = _nvbridge("profile", "-o", "out", "--keep-report", "kept", "--", sys.executable, script, cwd=tmp_path)
+    (tmp_path / "kept.qdstrm").write_bytes(b"an older capture")  # never replaced: nothing writes a .qdstrm
+    proc = _nvbridge(
+        "profile", "-o", "out", "--keep-report", "kept.nsys-rep", "--", sys.executable, script, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Name" in proc.stdout and "aten::mm" in proc.stdout and "# of Calls" in proc.stdout
-    [kept] = [p for p in tmp_path.iterdir() if p.name.startswith("kept.")]
-    assert kept.suffix in (".nsys-rep", ".qdstrm")
+    assert "Importer error status" not in proc.stderr + proc.stdout
+    assert "importer" not in proc.stderr.lower()
+    assert f"Read the recording of `{sys.executable} {script}` (kept in kept.nsys-rep)" in " ".join(proc.stdout.split())
+    said = " ".join(proc.stdout.split()).split("Read ", 1)[1].split(" Wrote ", 1)[0]
+    assert "nvbridge-profile-" not in said and "report.sqlite" not in said  # no temporary file named as read
+    kept = tmp_path / "kept.nsys-rep"
+    assert kept.read_bytes()[:4] != b"SQLi" and kept.stat().st_size > 0
+    assert (tmp_path / "kept.qdstrm").read_bytes() == b"an older capture"
     # The kept report converts on its own (exported with nsys) to the same ops.
-    again = _nvbridge("convert", kept, "-o", "again", "-q", cwd=tmp_path)
+    again = _nvbridge("convert", kept, "-o", "again", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("Read kept.nsys-rep: ")  # not its export's temporary kept.sqlite
     ops = pq.read_table(tmp_path / "out" / "ops.parquet")
     assert ops.equals(pq.read_table(tmp_path / "again" / "ops.parquet"))
-    # Independent side: NVIDIA's export of the same report, read with raw SQL.
-    rep = kept
-    if kept.suffix == ".qdstrm":
-        from nvbridge.readers.sources import _importer
-
-        rep = tmp_path / "imported.nsys-rep"
-        subprocess.run(
-            [_importer(nsys, kept.name), "-i", str(kept), "-o", str(rep)], check=True, capture_output=True, timeout=300
-        )
+    # Independent side: NVIDIA's export of the kept report, read with raw SQL.
     db = tmp_path / "nvidia.sqlite"
     subprocess.run(
-        [nsys, "export", "--type", "sqlite", "-o", str(db), str(rep)], check=True, capture_output=True, timeout=300
+        [nsys, "export", "--type", "sqlite", "-o", str(db), str(kept)], check=True, capture_output=True, timeout=300
     )
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     ranges = con.execute(
@@ -73,11 +81,41 @@ def test_profile_records_converts_and_summarizes(tmp_path: Path) -> None:
     con.close()
     assert ops.num_rows == len(ranges) > 30
     assert sorted(ops.column("name").to_pylist()) == sorted(r[0] for r in ranges)
+    meta = pq.read_table(tmp_path / "out" / "meta.parquet").to_pylist()
+    assert {"key": "source", "value": "kept.nsys-rep"} in meta  # the dataset names the kept report
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["again", "imported.nsys-rep", "kept.qdstrm", "nvidia.sqlite", "out", "train.py"]
-        if kept.suffix == ".qdstrm"
-        else ["again", kept.name, "nvidia.sqlite", "out", "train.py"]
+        ["again", "kept.nsys-rep", "kept.qdstrm", "nvidia.sqlite", "out", "train.py"]
     )
+
+
+@pytest.mark.nsys
+def test_an_existing_report_is_kept_without_force(tmp_path: Path) -> None:
+    """The report to keep is checked before anything runs: an existing one needs --force."""
+    require_nsys()
+    (tmp_path / "kept.nsys-rep").write_bytes(b"keep me")
+    proc = _nvbridge("profile", "-o", "out", "--keep-report", "kept", "--", sys.executable, "-c", "pass", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "kept.nsys-rep already exists" in proc.stderr and "--force" in proc.stderr
+    assert (tmp_path / "kept.nsys-rep").read_bytes() == b"keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.nsys-rep"]
+    other = _nvbridge("profile", "-o", "out", "--keep-report", "kept.qdstrm", "--", "true", cwd=tmp_path)
+    assert other.returncode == 1 and "name the report like kept.nsys-rep" in other.stderr
+
+
+def test_relay_hides_only_the_importer_lines() -> None:
+    """nsys's stderr is relayed as it comes (a progress bar's carriage returns at once); only its
+    lines about the importer it could not find are held back."""
+    out = io.BytesIO()
+    relay = _Relay(out)
+    relay.feed(b"epoch 1 10%\repoch 1 ")
+    assert out.getvalue() == b"epoch 1 10%\repoch 1 "  # shown before its line ends
+    relay.feed(b"20%\nImporter error status: The importer binary and its dependencies were not found.\nUnab")
+    assert out.getvalue() == b"epoch 1 10%\repoch 1 20%\n"  # "Unab" may be the next importer line
+    relay.feed(b"le to retrieve the importer version: skipping importation of the QDSTRM file.\nUnable to open x\n")
+    relay.feed(b"Impo")
+    relay.close()
+    assert out.getvalue() == b"epoch 1 10%\repoch 1 20%\nUnable to open x\nImpo"
+    assert [line[:22] for line in relay.hidden] == [b"Importer error status:", b"Unable to retrieve the"]
 
 
 def test_profile_needs_a_command(tmp_path: Path) -> None:

@@ -363,7 +363,8 @@ def test_exported_reads_reports_through_nsys_and_writes_nothing_beside_them(tmp_
     report = _record_true(tmp_path)
     before = _listing(report.parent)
     with exported(report) as path:
-        assert Path(path).suffix == ".sqlite" and Path(path).parent != report.parent
+        # the SQLite export, in a temporary folder, under the report's own name (what convert says it read)
+        assert Path(path).name == report.name and Path(path).parent != report.parent
         assert int(str(raw(Path(path), "SELECT count(*) FROM StringIds")[0][0])) > 0
         read_profile(path)
     assert not Path(path).exists()  # the temporary export is gone

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.analysis.text_table import TORCH_COLUMNS, Column, fit
 from nvbridge.analysis.throughput import COST_AGGREGATES, COST_COLUMNS, cost_inputs
 from nvbridge.columns import np_col
 
@@ -163,10 +164,13 @@ class KeyAverages:
         header: str | None = None,
         top_level_events_only: bool = False,
         time_unit: str | None = None,
+        max_width: int | None = None,
     ) -> str:
         """The table as torch prints it (Name, Self CPU %, Self CPU, ..., # of Calls); takes the
         arguments of torch's ``EventList.table`` (``top_level_events_only`` belongs to
-        ``key_averages`` here: the rows are already grouped)."""
+        ``key_averages`` here: the rows are already grouped). ``max_width``: fit the table to
+        this many columns (``text_table.fit``: headers wrapped, the name narrowed, the least
+        useful columns left out with a note)."""
         if top_level_events_only:
             raise ValueError("pass top_level_events_only to key_averages(); these rows are already grouped")
         rows = self.sorted(sort_by or "self_cuda_time_total", row_limit, name_regex, min_time_us).to_pylist()
@@ -175,22 +179,14 @@ class KeyAverages:
         def t(ns: float) -> str:
             return format_time(ns / 1e3, time_unit)
 
-        headers = [
-            "Name",
-            "Self CPU %",
-            "Self CPU",
-            "CPU total %",
-            "CPU total",
-            "CPU time avg",
-            "Self CUDA",
-            "Self CUDA %",
-            "CUDA total",
-            "CUDA time avg",
-            "# of Calls",
-        ]
         extra = [k for k in self.group_by if k != "name"]
         titles = {"input_shapes": "Input Shapes", "module_path": "Module", "stack": "Source Location"}
         limits = {"input_shapes": max_shapes_column_width, "module_path": 80, "stack": max_src_column_width}
+        columns = [
+            Column("Name", left=True, cap=max_name_column_width, narrows=True),
+            *(Column(title, drop=drop) for title, drop in TORCH_COLUMNS),
+            *(Column(titles[k], left=True, cap=limits[k], narrows=True) for k in extra),
+        ]
         body = [
             [
                 r["name"],
@@ -208,23 +204,12 @@ class KeyAverages:
             + [str(r[k]) if r[k] is not None else "" for k in extra]
             for r in rows
         ]
-        headers += [titles[k] for k in extra]
-        caps = [max_name_column_width] + [80] * 10 + [limits[k] for k in extra]
-        widths = [
-            min(max([len(h)] + [len(row[i]) for row in body]), cap) for i, (h, cap) in enumerate(zip(headers, caps))
-        ]
-        rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
-
-        def line(cells: list[str]) -> str:
-            out = []
-            for i, (cell, w) in enumerate(zip(cells, widths)):
-                cell = cell if len(cell) <= w else cell[: w - 3] + "..."
-                out.append(cell.ljust(w) if i == 0 or i >= 11 else cell.rjust(w))
-            return "  ".join(out).rstrip()
-
-        text = ([header] if header else []) + [rule, line(headers), rule] + [line(b) for b in body] + [rule]
+        fitted = fit(columns, body, max_width)
+        text = ([header] if header else []) + fitted.lines
         text.append(f"Self CPU time total: {t(self.self_cpu_total_ns)}")
         text.append(f"Self CUDA time total: {t(self.self_gpu_total_ns)}")
+        if (note := fitted.note(max_width)) is not None:
+            text.append(note)
         return "\n".join(text) + "\n"
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge import flops as costs
+from nvbridge.analysis.text_table import Column, fit
 from nvbridge.columns import np_col
 from nvbridge.gpus import Peaks, device_facts, resolve
 
@@ -141,10 +142,23 @@ def _si(value: float | None, unit: str) -> str:
     return f"{value:.0f} {unit}"
 
 
-def cost_table(rows: pa.Table, keys: tuple[str, ...]) -> str:
-    """The cost columns of ``rates`` rows, one line per row in their order (beside the torch table)."""
-    headers = ["Name", "FLOPs", "Bytes", "Unknown calls", "TFLOP/s", "GB/s", "FLOP/B", "% of peak", "Bound", "Dtype"]
+def cost_table(rows: pa.Table, keys: tuple[str, ...], width: int | None = None) -> str:
+    """The cost columns of ``rates`` rows, one line per row in their order (beside the torch
+    table), fitted to ``width`` columns (``text_table.fit``)."""
     extra = [k for k in keys if k != "name"]
+    columns = [
+        Column("Name", left=True, cap=60, narrows=True),
+        Column("FLOPs", cap=60),
+        Column("Bytes", cap=60, drop=3),
+        Column("Unknown calls", cap=60, drop=2),
+        Column("TFLOP/s", cap=60),
+        Column("GB/s", cap=60, drop=4),
+        Column("FLOP/B", cap=60, drop=1),
+        Column("% of peak", cap=60),
+        Column("Bound", left=True, cap=60),
+        Column("Dtype", left=True, cap=60, drop=5),
+        *(Column(k, left=True, cap=60, narrows=True) for k in extra),
+    ]
     body = []
     for r in rows.to_pylist():
         some = r["unknown_calls"] < r["calls"]
@@ -163,18 +177,9 @@ def cost_table(rows: pa.Table, keys: tuple[str, ...]) -> str:
             ]
             + [str(r[k] or "") for k in extra]
         )
-    headers += extra
-    widths = [min(max([len(h)] + [len(b[i]) for b in body]), 60) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        out = [
-            (c if len(c) <= w else c[: w - 3] + "...").ljust(w) if i in (0, 8, 9) or i >= 10 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths))
-        ]
-        return "  ".join(out).rstrip()
-
-    rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
-    return "\n".join([rule, line(headers), rule, *(line(b) for b in body), rule]) + "\n"
+    fitted = fit(columns, body, width)
+    note = fitted.note(width)
+    return "\n".join(fitted.lines + ([note] if note else [])) + "\n"
 
 
 def _runs_at(peaks: Peaks | None, precision: str | None) -> str:
@@ -184,14 +189,15 @@ def _runs_at(peaks: Peaks | None, precision: str | None) -> str:
     return peaks.effective(precision)[0] if peaks is not None else precision
 
 
-def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """The summary's FLOPs header: the peaks used, then model FLOPs and MFU per step per report."""
+def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]], width: int = 100) -> list[str]:
+    """The summary's FLOPs header: the peaks used (wrapped to ``width``), then model FLOPs and
+    MFU per step per report."""
     lines = []
     if peaks is None:
         lines.append("Peaks: unknown GPU; give --peak-tflops and --peak-gbps for % of peak and MFU")
     else:
         source = f" TFLOP/s: {peaks.flops_source}." if peaks.rates() else ""  # (else text() says why)
-        lines += textwrap.wrap(f"Peaks ({peaks.name}): {peaks.text()}.{source}", 100, subsequent_indent="  ")
+        lines += textwrap.wrap(f"Peaks ({peaks.name}): {peaks.text()}.{source}", width, subsequent_indent="  ")
     for label, fig in figures:
         where = f"{label}: " if label else ""
         if fig["flops"] is None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import sys
+import textwrap
 from collections.abc import Iterator
 
 import click
@@ -124,3 +128,20 @@ def human_bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:,.1f} {unit}"
     return f"{n} B"
+
+
+def terminal_width() -> int | None:
+    """The columns output should fit: ``COLUMNS`` where set, else the terminal's width when
+    stdout is one; None for a pipe or file (a script reads whole lines)."""
+    text = os.environ.get("COLUMNS", "").strip()
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def wrapped(text: str) -> str:
+    """A paragraph wrapped to :func:`terminal_width` (one line where there is none)."""
+    width = terminal_width()
+    return textwrap.fill(text, width, break_on_hyphens=False, break_long_words=False) if width else text

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from nvbridge.cli._common import errors, progress, shown
+from nvbridge.cli._common import errors, progress, shown, wrapped
 from nvbridge.conversion import convert
 from nvbridge.readers import estimate_rows
 
@@ -86,4 +86,4 @@ def convert_cmd(
         click.echo(shown(f"Skipped {skipped} report(s) already in {output} (use --force to convert them again)."))
     if not quiet:
         for result in results:
-            click.echo(shown(result.describe()))
+            click.echo(shown(wrapped(result.describe())))

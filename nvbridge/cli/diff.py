@@ -11,6 +11,7 @@ import click
 
 from nvbridge.analysis import format_time
 from nvbridge.analysis.diff import OP_SUMS, Diff, OpDelta, diff
+from nvbridge.analysis.text_table import cut
 from nvbridge.cli._common import errors
 
 OP_WIDTH = 46
@@ -35,9 +36,8 @@ def _pct(a: float, b: float) -> str:
     return f"{100 * (b / a - 1):+.1f}%" if a else "new"
 
 
-def _op_cell(d: OpDelta) -> str:
-    text = d.op + (f" {d.shapes}" if d.shapes else "") + (f" ({d.module})" if d.module else "")
-    return text if len(text) <= OP_WIDTH else text[: OP_WIDTH - 1] + "~"
+def _op_text(d: OpDelta) -> str:
+    return d.op + (f" {d.shapes}" if d.shapes else "") + (f" ({d.module})" if d.module else "")
 
 
 def render(d: Diff, limit: int) -> str:
@@ -56,17 +56,19 @@ def render(d: Diff, limit: int) -> str:
             f"{'op [input shapes] (module)':<{OP_WIDTH}}  dir  {'calls':>6}  {'self CPU':>10}  "
             f"{'self GPU':>10}  status",
         ]
-        for o in d.ops[:limit] if limit >= 0 else d.ops:
+        ops = d.ops[:limit] if limit >= 0 else d.ops
+        # cut to the column, distinct ops never to the same text (text_table.cut keeps their ends)
+        for o, cell in zip(ops, cut([_op_text(o) for o in ops], OP_WIDTH, "~")):
             lines.append(
-                f"{_op_cell(o):<{OP_WIDTH}}  {'bwd' if o.backward else 'fwd'}  {o.delta('calls'):>+6}  "
+                f"{cell:<{OP_WIDTH}}  {'bwd' if o.backward else 'fwd'}  {o.delta('calls'):>+6}  "
                 f"{_signed(o.delta('self_cpu_ns')):>10}  {_signed(o.delta('self_gpu_ns')):>10}  {o.status}"
             )
         if 0 <= limit < len(d.ops):
             lines.append(f"... {len(d.ops) - limit} more op rows (--limit -1 shows all)")
     if d.kernels:
         lines += ["", f"{'kernel':<60}  {'launches':>8}  {'time':>10}  status"]
-        for k in d.kernels[:limit] if limit >= 0 else d.kernels:
-            name = k.name if len(k.name) <= 60 else k.name[:59] + "~"
+        kernels = d.kernels[:limit] if limit >= 0 else d.kernels
+        for k, name in zip(kernels, cut([k.name for k in kernels], 60, "~")):
             lines.append(f"{name:<60}  {k.b_count - k.a_count:>+8}  {_signed(k.b_ns - k.a_ns):>10}  {k.status}")
     if d.steps:
         lines += ["", "step   A           B           change"]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
 from nvbridge import output as outputs
 from nvbridge.cli._common import errors, shown, window
-from nvbridge.dataset import load
+from nvbridge.conversion import convert
+from nvbridge.dataset import Report, load
 from nvbridge.plot_window import extent
 
 
@@ -55,15 +59,44 @@ def plot_cmd(
         from nvbridge import plot
 
         outputs.check_file_destination(plot.output_path(output), force, "the picture")
-        report = load(path, streamed=True)  # a dataset is read a row group at a time
-        if roofline:
-            from nvbridge import roofline as roof
+        with _as_dataset(path) as dataset:
+            report = load(dataset, streamed=True)  # read a row group at a time
+            written = _draw(report, output, step, start, end, roofline, peak_tflops, peak_gbps)
+    click.echo(shown(written))
 
-            rows, peaks = roof.streamed_points(report, peak_tflops, peak_gbps)
-            drawn = roof.draw(rows, output, peaks)
-            click.echo(shown(f"Wrote {output} ({drawn} ops)."))
-            return
-        found = extent(report)
-        start_ns, end_ns = window(start, end, found.first_ns or 0)
-        written = plot.render(report, output, step=step, start_ns=start_ns, end_ns=end_ns, found=found)
-    click.echo(shown(f"Wrote {written}."))
+
+@contextlib.contextmanager
+def _as_dataset(path: Path) -> Iterator[Path]:
+    """``path`` if it is a dataset; a report database converted (streamed, as `convert` does) into
+    a temporary dataset otherwise, so that a report of any size is drawn in bounded memory."""
+    if path.is_dir():
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="nvbridge-plot-") as tmp:
+        convert(path, Path(tmp) / "dataset")
+        yield Path(tmp) / "dataset"
+
+
+def _draw(
+    report: Report,
+    output: Path,
+    step: int | None,
+    start: str | None,
+    end: str | None,
+    roofline: bool,
+    peak_tflops: float | None,
+    peak_gbps: float | None,
+) -> str:
+    """Draw the picture; the line to print."""
+    from nvbridge import plot
+
+    if roofline:
+        from nvbridge import roofline as roof
+
+        rows, peaks = roof.streamed_points(report, peak_tflops, peak_gbps)
+        drawn = roof.draw(rows, output, peaks)
+        return f"Wrote {output} ({drawn} ops)."
+    found = extent(report)
+    start_ns, end_ns = window(start, end, found.first_ns or 0)
+    written = plot.render(report, output, step=step, start_ns=start_ns, end_ns=end_ns, found=found)
+    return f"Wrote {written}."

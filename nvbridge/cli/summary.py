@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pyarrow as pa
+import pyarrow.compute as pc
 
 import nvbridge.analysis.throughput as throughput
 from nvbridge.analysis import (
@@ -23,7 +25,7 @@ from nvbridge.analysis import (
     sort_column,
     summarize,
 )
-from nvbridge.cli._common import errors, human_bytes
+from nvbridge.cli._common import errors, human_bytes, terminal_width, wrapped
 from nvbridge.errors import OptionError
 
 SHOWN_THREADS = 3  # launching threads named under the table; the rest are counted
@@ -230,9 +232,14 @@ def _check_options(
     "--peak-tflops",
     type=float,
     default=None,
-    help="Peak TFLOP/s for %% of peak and MFU (default: the GPU table, by the report's device name).",
+    help="Peak TFLOP/s for % of peak and MFU (default: the GPU table, by the report's device name).",
 )
-@click.option("--peak-gbps", type=float, default=None, help="Peak memory bandwidth in GB/s for %% of peak.")
+@click.option("--peak-gbps", type=float, default=None, help="Peak memory bandwidth in GB/s for % of peak.")
+@click.option(
+    "--kernels",
+    is_flag=True,
+    help="List kernels instead of ops: per GPU, calls, total, mean, min, max, share and the ops that launch them.",
+)
 def summary_cmd(
     path: Path,
     sort_by: str,
@@ -248,6 +255,7 @@ def summary_cmd(
     as_json: bool,
     peak_tflops: float | None,
     peak_gbps: float | None,
+    kernels: bool = False,
 ) -> None:
     """Print a torch-style key_averages table for a report or a converted dataset.
 
@@ -255,6 +263,14 @@ def summary_cmd(
     (no NVTX ranges, ranges cut at the capture end) go to stderr.
     """
     min_us = _check_options(sort_by, limit, group_by, stack_depth, min_time, name_regex, as_csv, as_json)
+    if kernels:  # the kernel table instead of the op table (cli/kernels.py)
+        from nvbridge.cli import kernels as kernel_cli
+
+        kernel_cli.check(locals())
+        with errors():
+            form = "json" if as_json else "csv" if as_csv else "text"
+            kernel_cli.show(str(path), device, name_regex, min_us, limit, form)
+        return
     with errors():
         try:
             summary = summarize(
@@ -279,7 +295,7 @@ def summary_cmd(
             f"no GPU time was recorded: rows are sorted by {CPU_LABELS[averages.sort_column(sort_by)]} instead"
         )
     for note in notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(wrapped(f"note: {note}"), err=True)
     if as_json:
         click.echo(_json(summary, rows.to_pylist()))
     elif as_csv:
@@ -289,18 +305,42 @@ def summary_cmd(
         writer.writerows(rows.to_pylist())
         click.echo(buf.getvalue(), nl=False)
     else:
-        if summary.several:
-            for line in _rank_lines(summary):
-                click.echo(line)
-        several_reports = len({d.report for d in summary.gpus}) > 1
-        for d in summary.gpus:
-            click.echo(gpu_line(d, several_reports))
-        if summary.several:
-            click.echo(_summed_line(summary))
-        click.echo(averages.table(sort_by, limit, name_regex, min_us), nl=False)
-        for line in _launch_lines(summary):
+        _text(summary, rows, sort_by, limit, name_regex, min_us)
+
+
+def _text(summary: Summary, rows: pa.Table, sort_by: str, limit: int, name_regex: str | None, min_us: float) -> None:
+    """The text form: per-rank lines, GPU headers, torch's table, the FLOPs header and table,
+    fitted to the terminal (``COLUMNS``) where output goes to one."""
+    width = terminal_width()
+    averages = summary.averages
+    if summary.several:
+        for line in _rank_lines(summary):
             click.echo(line)
-        for line in throughput.header_lines(summary.peaks, list(summary.flops)):
-            click.echo(line)
-        if any(r < c for r, c in zip(rows.column("unknown_calls").to_pylist(), rows.column("calls").to_pylist())):
-            click.echo(throughput.cost_table(rows, averages.group_by), nl=False)
+    several_reports = len({d.report for d in summary.gpus}) > 1
+    for d in summary.gpus:
+        click.echo(wrapped(gpu_line(d, several_reports)))
+    if summary.several:
+        click.echo(wrapped(_summed_line(summary)))
+    click.echo(averages.table(sort_by, limit, name_regex, min_us, max_width=width), nl=False)
+    for line in _launch_lines(summary):
+        click.echo(wrapped(line))
+    for line in throughput.header_lines(summary.peaks, list(summary.flops), width or 100):
+        click.echo(line)
+    if not _costed(rows).num_rows:
+        # none of the rows shown has a known cost: list the ones that have, in the same order
+        costed = _costed(throughput.rates(averages.sorted(sort_by, -1, name_regex, min_us), summary.peaks))
+        if not costed.num_rows:
+            return
+        rows = costed.slice(0, limit) if limit >= 0 else costed
+        click.echo(
+            wrapped(
+                f"FLOPs of the {plural(rows.num_rows, 'row')} with a known cost, in the same order (none of the "
+                "rows above has one):"
+            )
+        )
+    click.echo(throughput.cost_table(rows, averages.group_by, width), nl=False)
+
+
+def _costed(rows: pa.Table) -> pa.Table:
+    """The rows with a known cost on some call."""
+    return rows.filter(pc.less(rows.column("unknown_calls"), rows.column("calls")))

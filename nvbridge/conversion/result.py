@@ -32,6 +32,7 @@ class ConversionResult:
     kernels: int
     memcpys: int
     memsets: int
+    graph_launches: int  # whole CUDA graphs traced as one GPU op each (nsys --cuda-graph-trace=graph)
     gpu_ops_without_api_call: int
     gpu_ops_unattributed: int
     gpu_ns_total: int
@@ -39,16 +40,23 @@ class ConversionResult:
     seconds: float
     traces: tuple[Path, ...] = ()  # convert --chrome: the trace files written (one per rank, or one)
 
-    def describe(self) -> str:
-        """The one-paragraph summary ``nvbridge convert`` prints."""
+    def describe(self, source: str | None = None) -> str:
+        """The one-paragraph summary ``nvbridge convert`` prints; ``source`` names what was read
+        where it was not the file itself (``nvbridge profile``'s recording)."""
         share = 100.0 * self.gpu_ns_unattributed / self.gpu_ns_total if self.gpu_ns_total else 0.0
+        gpu_ops = self.kernels + self.memcpys + self.memsets + self.graph_launches
+        # a graph launch is one GPU op whose kernels are not listed: name them, or the GPU-op
+        # count below would not add up to the kernels, copies and sets above
+        n = self.graph_launches
+        graphs = f", {n:,} CUDA graph launch{'' if n == 1 else 'es'} (each one GPU op)"
         return (
-            f"Read {self.info.source}: {self.info.describe()}, {plural(self.rows_read, 'row')} in "
+            f"Read {source or self.info.source}: {self.info.describe()}, {plural(self.rows_read, 'row')} in "
             f"{self.seconds:.2f} s. {plural(self.ops, 'op')} (NVTX ranges) on {plural(self.threads, 'thread')} in "
             f"{plural(self.processes, 'process')}; {plural(self.api_calls, 'CUDA API call')} "
             f"({self.api_calls_outside_ranges:,} outside any range); {plural(self.kernels, 'kernel')}, "
-            f"{plural(self.memcpys, 'memcpy')}, {plural(self.memsets, 'memset')}. "
-            f"{plural(self.gpu_ops_unattributed, 'GPU op')} ({share:.1f}% of GPU time) "
+            f"{plural(self.memcpys, 'memcpy')}, {plural(self.memsets, 'memset')}"
+            f"{graphs if self.graph_launches else ''}. "
+            f"{self.gpu_ops_unattributed:,} of the {plural(gpu_ops, 'GPU op')} ({share:.1f}% of GPU time) "
             f"{'is' if self.gpu_ops_unattributed == 1 else 'are'} attributed to no op, "
             f"{self.gpu_ops_without_api_call:,} of them because their launching API call is not in the capture. "
             f"Wrote {self.output}." + self._traces_note() + self._empty_note()
@@ -62,7 +70,7 @@ class ConversionResult:
 
     def _empty_note(self) -> str:
         """A capture with nothing in it: say so, with what the profiler itself said about it."""
-        if self.ops or self.api_calls or self.kernels or self.memcpys or self.memsets:
+        if self.ops or self.api_calls or self.kernels or self.memcpys or self.memsets or self.graph_launches:
             return ""
         note = (
             " Nothing was recorded: no NVTX ranges and no CUDA activity (profile with nsys --trace=cuda,nvtx "
@@ -99,6 +107,7 @@ def gpu_figures(
         "kernels": counts.get("kernel", 0),
         "memcpys": counts.get("memcpy", 0),
         "memsets": counts.get("memset", 0),
+        "graph_launches": counts.get("graph", 0),
         "gpu_ops_without_api_call": int((api_call_id < 0).sum()),
         "gpu_ops_unattributed": int(lost.sum()),
         "gpu_ns_total": int(dur.sum()),
@@ -144,6 +153,7 @@ class Tallies:
             kernels=self.gpu["kernels"],
             memcpys=self.gpu["memcpys"],
             memsets=self.gpu["memsets"],
+            graph_launches=self.gpu["graph_launches"],
             gpu_ops_without_api_call=self.gpu["gpu_ops_without_api_call"],
             gpu_ops_unattributed=self.gpu["gpu_ops_unattributed"],
             gpu_ns_total=self.gpu["gpu_ns_total"],

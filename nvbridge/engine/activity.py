@@ -376,6 +376,7 @@ class ActivityTally:
             "kernels": self.kinds.get("kernel", 0),
             "memcpys": self.kinds.get("memcpy", 0),
             "memsets": self.kinds.get("memset", 0),
+            "graph_launches": self.kinds.get("graph", 0),
             "gpu_ops_without_api_call": self.gpu_without_api,
             "gpu_ops_unattributed": self.gpu_unattributed,
             "gpu_ns_total": self.gpu_ns,

@@ -81,7 +81,7 @@ def exported(source: str | os.PathLike[str]) -> Iterator[str | os.PathLike[str]]
             stream = Path(tmp) / path.name
             shutil.copyfile(path, stream)
             report = Path(tmp) / (path.stem + ".nsys-rep")
-            _run(path.name, [_importer(nsys, path.name), "-i", str(stream), "-o", str(report)])
+            import_stream(nsys, stream, report, path.name)
         out = Path(tmp) / (path.stem + ".sqlite")
         _run(path.name, [nsys, "export", "--type", "sqlite", "-o", str(out), str(report)])
         if not out.is_file():
@@ -89,7 +89,27 @@ def exported(source: str | os.PathLike[str]) -> Iterator[str | os.PathLike[str]]
                 f"nsys export wrote no database for {path.name}; run `nsys export --type "
                 f"sqlite {path.name}` to see why."
             )
-        yield out
+        # The export takes the report's own name (it is read by its content, not its suffix),
+        # so what the conversion says it read, and the dataset's meta source, name the user's file.
+        named = Path(tmp) / "export" / path.name
+        named.parent.mkdir()
+        out.rename(named)
+        yield named
+
+
+def import_stream(nsys: str, stream: Path, report: Path, name: str) -> None:
+    """Import a raw capture (``.qdstrm``) into the report ``report`` (``.nsys-rep``) with
+    QdstrmImporter, which rewrites ``stream``: give it a copy. ``name`` names the user's file
+    in errors.
+
+    Raises:
+        NotAProfileDatabase: QdstrmImporter is not installed or failed.
+    """
+    _run(name, [_importer(nsys, name), "-i", str(stream), "-o", str(report)])
+    if not report.is_file():
+        raise NotAProfileDatabase(
+            f"QdstrmImporter wrote no report for {name}; run `QdstrmImporter -i {name}` to see why."
+        )
 
 
 def _is_sqlite(path: Path) -> bool:
