@@ -223,4 +223,13 @@ def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]],
             lines.append(
                 f"{where}  step {st['step']}: MFU {value} ({_si(st['flops'], 'FLOP')} in {st['wall_ns'] / 1e6:.3f} ms)"
             )
-    return lines
+    # a line longer than the terminal (a rank's label, a long dtype note) continues indented
+    return [
+        part
+        for line in lines
+        for part in (
+            [line]
+            if len(line) <= width
+            else textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
+        )
+    ]

@@ -142,6 +142,12 @@ def terminal_width() -> int | None:
 
 
 def wrapped(text: str) -> str:
-    """A paragraph wrapped to :func:`terminal_width` (one line where there is none)."""
+    """A paragraph wrapped to :func:`terminal_width` (one line where there is none); an indented
+    line's continuations are indented two more spaces, so a list still reads as one."""
     width = terminal_width()
-    return textwrap.fill(text, width, break_on_hyphens=False, break_long_words=False) if width else text
+    if not width:
+        return text
+    indent = text[: len(text) - len(text.lstrip(" "))]
+    return textwrap.fill(
+        text, width, break_on_hyphens=False, break_long_words=False, subsequent_indent=indent + "  " if indent else ""
+    )

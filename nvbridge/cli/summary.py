@@ -315,7 +315,7 @@ def _text(summary: Summary, rows: pa.Table, sort_by: str, limit: int, name_regex
     averages = summary.averages
     if summary.several:
         for line in _rank_lines(summary):
-            click.echo(line)
+            click.echo(wrapped(line))
     several_reports = len({d.report for d in summary.gpus}) > 1
     for d in summary.gpus:
         click.echo(wrapped(gpu_line(d, several_reports)))
