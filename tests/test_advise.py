@@ -139,8 +139,13 @@ def test_fsdp_exposed_nccl_is_nccl_time_not_under_other_kernels(fsdp: Advice) ->
     )
     nccl: dict[str, list[tuple[int, int]]] = defaultdict(list)
     other: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    # ranks as the one rule numbers them: by the lowest GPU each process used, then pid
+    lowest: dict[int, int] = {}
+    for pid, dev, *_ in sorted(rows, key=lambda r: (r[1], r[0])):
+        lowest.setdefault(int(pid), int(dev))
+    rank = {pid: i for i, pid in enumerate(sorted(lowest, key=lambda p: (lowest[p], p)))}
     for pid, dev, s, e, name in rows:
-        lane = f"pid {pid} GPU {dev}"
+        lane = f"rank {rank[int(pid)]} GPU {dev}"
         (nccl if "nccl" in str(name).lower() else other)[lane].append((int(s), int(e)))
     found = _of(fsdp, "nccl_exposed")
     assert {f.lanes for f in found} == {(lane,) for lane in nccl}
@@ -311,7 +316,9 @@ def test_own_multi_process_recording_names_the_straggler_rank() -> None:
         steps[text][pid] = dur
     slow = {max(by_pid, key=by_pid.__getitem__) for by_pid in steps.values()}
     (found,) = _of(advise_report(nvbridge.load(path)), "rank_skew")
-    assert len(slow) == 1 and found.lanes == (f"pid {(pid := slow.pop())} GPU 0",)
+    # both ranks ran on GPU 0: numbered by pid (nvbridge.process_ranks' rule)
+    rank = {p: i for i, p in enumerate(sorted({p for by_pid in steps.values() for p in by_pid}))}
+    assert len(slow) == 1 and found.lanes == (f"rank {rank[(pid := slow.pop())]} GPU 0",)
     assert found.count == len(steps) == 3
     # the slowest rank's extra time at the end of each of its steps, inside its GPU timeline
     ends = dict(

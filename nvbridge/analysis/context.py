@@ -17,6 +17,7 @@ from nvbridge.analysis import spans
 from nvbridge.columns import np_col, one_chunk
 from nvbridge.dataset import Report
 from nvbridge.errors import InputError
+from nvbridge.process_ranks import Ranks, ranks_of
 from nvbridge.timeline import owning_process
 
 # Copy directions as small codes: a finding's group, so a .cuda() and a .cpu() in one op are
@@ -113,10 +114,18 @@ class Context:
             out[process == self.lane_process[k]] = k
         return out
 
+    @cached_property
+    def ranks(self) -> Ranks:
+        """Which rank each process is (nvbridge.process_ranks: the rule summary's --rank uses)."""
+        return ranks_of(self.report.ops, self.report.gpu_ops, self.report.rank)
+
     def lane_label(self, lane: int) -> str:
-        """``pid 148 GPU 0``, or ``rank R GPU d`` when the report names its rank."""
-        rank = self.report.rank
-        who = f"rank {rank}" if rank is not None else f"pid {int(self.lane_process[lane])}"
+        """``rank R GPU d`` for a lane of a report of several ranks, or of one whose rank was
+        recorded; ``pid P GPU d`` otherwise."""
+        process = int(self.lane_process[lane])
+        rank = self.ranks.rank_of(process)
+        named = rank is not None and (len(self.ranks.ranks) > 1 or self.report.rank is not None)
+        who = f"rank {rank}" if named else f"pid {process}"
         return f"{who} GPU {int(self.lane_device[lane])}"
 
 
