@@ -1,4 +1,4 @@
-/* The fast path of nvbridge.names._decorations in one pass over the names' bytes.
+/* The fast path of nvbridge.engine.names._decorations in one pass over the names' bytes.
  *
  * A name splits on ", " into its op name and decorations; it is simple when each decoration is
  * one of the prefixes below then 1-18 ASCII digits. For simple names this gives the op name, seq

@@ -1,4 +1,4 @@
-/* The forward-op store of nvbridge.forward_links: per key (a thread's group above a seq), the
+/* The forward-op store of nvbridge.engine.forward_links: per key (a thread's group above a seq), the
  * latest forward op of earlier windows. A hash map, so a window adds its ops in time linear in
  * them; the NumPy store re-sorted every entry it held each window.
  *

@@ -34,7 +34,7 @@ from nvbridge.errors import (
 if TYPE_CHECKING:
     from nvbridge.analysis.summarize import Summary, summarize
     from nvbridge.conversion import ConversionResult, convert
-    from nvbridge.dataset import Report, load
+    from nvbridge.dataset.report import Report, load
     from nvbridge.export.trace import export_chrome_trace
 
 # Loaded at first use (PEP 562): `import nvbridge` stays cheap, so a training script that only
@@ -45,8 +45,8 @@ _LAZY = {
     "summarize": "nvbridge.analysis.summarize",
     "ConversionResult": "nvbridge.conversion",
     "convert": "nvbridge.conversion",
-    "Report": "nvbridge.dataset",
-    "load": "nvbridge.dataset",
+    "Report": "nvbridge.dataset.report",
+    "load": "nvbridge.dataset.report",
     "export_chrome_trace": "nvbridge.export.trace",
 }
 
@@ -81,7 +81,7 @@ def __getattr__(name: str) -> Any:
     # emit_nvtx imports torch; keep `import nvbridge` free of it (PEP 562).
     if name == "load_nvprof":
         try:
-            from nvbridge.torch_compat import load_nvprof
+            from nvbridge.dataset.torch_compat import load_nvprof
         except ImportError as exc:
             raise MissingDependency(
                 f"nvbridge.load_nvprof needs torch ({exc}); install it with: pip install torch"

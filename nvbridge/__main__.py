@@ -3,7 +3,7 @@
 Loading the command's modules (pyarrow, numpy, the readers) takes a few tenths of a second; an
 interrupt in that time would otherwise print a KeyboardInterrupt traceback from inside an
 import. A plain handler takes SIGINT until the command line installs its own
-(nvbridge.output.exit_on_interrupt), which also removes unfinished output.
+(nvbridge.output.publish.exit_on_interrupt), which also removes unfinished output.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the cost columns add to a conversion: nvbridge.flops.cost_columns against the name
+"""What the cost columns add to a conversion: nvbridge.engine.costs.flops.cost_columns against the name
 parsing it follows, on the same shape-bearing names.
 
     python scripts/bench_flops.py                  # 2M ranges, 1,000 distinct names
@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import names
-from nvbridge.flops import _cost_of_text, cost_columns
+from nvbridge.engine import names
+from nvbridge.engine.costs.flops import _cost_of_text, cost_columns
 
 
 def main() -> None:

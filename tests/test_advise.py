@@ -316,7 +316,7 @@ def test_own_multi_process_recording_names_the_straggler_rank() -> None:
         steps[text][pid] = dur
     slow = {max(by_pid, key=by_pid.__getitem__) for by_pid in steps.values()}
     (found,) = _of(advise_report(nvbridge.load(path)), "rank_skew")
-    # both ranks ran on GPU 0: numbered by pid (nvbridge.process_ranks' rule)
+    # both ranks ran on GPU 0: numbered by pid (nvbridge.dataset.ranks' rule)
     rank = {p: i for i, p in enumerate(sorted({p for by_pid in steps.values() for p in by_pid}))}
     assert len(slow) == 1 and found.lanes == (f"rank {rank[(pid := slow.pop())]} GPU 0",)
     assert found.count == len(steps) == 3

@@ -22,7 +22,7 @@ from nvbridge.engine import (
     whole_activity,
     with_parsed_names,
 )
-from nvbridge.profile import GPU_OPS_SCHEMA, RawProfile, SourceInfo
+from nvbridge.readers.raw import GPU_OPS_SCHEMA, RawProfile, SourceInfo
 
 
 def _range(

@@ -1,4 +1,4 @@
-"""What a CUDA API call does to the host, by its name (nvbridge.cuda_api), and the sync records'
+"""What a CUDA API call does to the host, by its name (nvbridge.gpu.cuda_api), and the sync records'
 labels read from the export's own enum table (nvbridge.readers.nsys_tables)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 import nvbridge
-from nvbridge import cuda_api
+from nvbridge.gpu import cuda_api
 from tests import raw_gpu
 from tests.conftest import real_db
 from tests.raw_gpu import EVERY, path_of

@@ -1,5 +1,5 @@
 # ruff: noqa: B023  (each lambda runs inside counted(), before its loop moves on)
-"""nvbridge.flops against torch.utils.flop_counter.FlopCounterMode: every op in torch's registry,
+"""nvbridge.engine.costs.flops against torch.utils.flop_counter.FlopCounterMode: every op in torch's registry,
 several shapes each, forward and backward; bytes against tensors built here."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.utils.flop_counter import FlopCounterMode, flop_registry  # noqa: E402
 
-from nvbridge.flops import op_cost  # noqa: E402
+from nvbridge.engine.costs.flops import op_cost  # noqa: E402
 
 aten = torch.ops.aten
 
@@ -455,7 +455,7 @@ def test_recorded_argument_values_give_convolution_flops(
     """PyProf records non-tensor values (nvbridge's input_values, as JSON); named ones by name."""
     import json
 
-    from nvbridge.flops import _cost_of_text, call_args
+    from nvbridge.engine.costs.flops import _cost_of_text, call_args
 
     x, w = t(2, 4, 9, 10), t(*weight)
     kwargs = call_args(name, values)

@@ -1,5 +1,5 @@
 # ruff: noqa: B023  (each lambda runs inside counted(), before its loop moves on)
-"""FLOPs from recorded argument values (emit_nvtx's ``values = [...]``, nvbridge.flop_args):
+"""FLOPs from recorded argument values (emit_nvtx's ``values = [...]``, nvbridge.engine.costs.args):
 every convolution kernel torch dispatches to, read in its own schema's order, the backward's
 output mask, einsum, baddbmm's beta, and the CPU flash-attention kernels, against
 FlopCounterMode (or torch's own registered formula where its registry lacks the op)."""
@@ -16,9 +16,9 @@ torch = pytest.importorskip("torch")
 from torch.utils import flop_counter  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from nvbridge.flop_args import PARAMETERS  # noqa: E402
-from nvbridge.flop_tables import SDPA_BWD, SDPA_FWD  # noqa: E402
-from nvbridge.flops import _cost_of_text, op_cost  # noqa: E402
+from nvbridge.engine.costs.args import PARAMETERS  # noqa: E402
+from nvbridge.engine.costs.flops import _cost_of_text, op_cost  # noqa: E402
+from nvbridge.engine.costs.tables import SDPA_BWD, SDPA_FWD  # noqa: E402
 
 aten = torch.ops.aten
 

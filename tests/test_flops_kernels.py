@@ -1,4 +1,4 @@
-"""The compute dtype kernel names carry (nvbridge.kernel_dtypes), on every real export's kernels
+"""The compute dtype kernel names carry (nvbridge.engine.costs.kernel_dtypes), on every real export's kernels
 read by raw SQL: each class of names gets its class's dtype, and each op gets the dtype of the
 kernels launched in its range, computed here from the raw rows."""
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import nvbridge
-from nvbridge.kernel_dtypes import DTYPES, NONE, name_code, subtree_min
+from nvbridge.engine.costs.kernel_dtypes import DTYPES, NONE, name_code, subtree_min
 from tests.conftest import NSYS_FILES, NVPROF_FILES, raw, real_db
 
 NSYS_KERNELS = "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName"

@@ -22,10 +22,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from nvbridge import flops  # noqa: E402
 from nvbridge.annotate import _observer  # noqa: E402
 from nvbridge.engine import correlate  # noqa: E402
-from nvbridge.flop_tables import base_name  # noqa: E402
+from nvbridge.engine.costs import flops
+from nvbridge.engine.costs.tables import base_name  # noqa: E402
 from tests.nvtx_inject.nvtx_log import REPO, parse_log  # noqa: E402
 from tests.test_correlate import _range, profile  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""GPU peaks (nvbridge.gpus, nvbridge.gpu_arch) against NVIDIA's datasheets, raw SQL on the real
+"""GPU peaks (nvbridge.gpu.peaks, nvbridge.gpu.arch) against NVIDIA's datasheets, raw SQL on the real
 exports, and reports naming a GPU nobody listed (planted in temporary copies of real exports).
 
 The datasheet test derives each part's peaks from its SM count and boost clock with the
@@ -22,9 +22,9 @@ from click.testing import CliRunner
 import nvbridge
 from nvbridge.analysis import throughput
 from nvbridge.cli import cli
-from nvbridge.gpu_arch import arch_of, derive, parse_cc
-from nvbridge.gpu_skus import SKUS
-from nvbridge.gpus import Facts, device_facts, from_facts, resolve
+from nvbridge.gpu.arch import arch_of, derive, parse_cc
+from nvbridge.gpu.peaks import Facts, device_facts, from_facts, resolve
+from nvbridge.gpu.skus import SKUS
 from nvbridge.readers.devices import clock_mhz
 from tests.conftest import ALL_FILES, SAMPLE_DB, raw, real_db
 
@@ -605,7 +605,7 @@ def _roofline_rows(peaks_tflops: float) -> pa.Table:
 def test_the_roofline_has_a_roof_per_precision_and_a_legend(name: str) -> None:
     import matplotlib.pyplot as plt
 
-    from nvbridge.roofline import figure
+    from nvbridge.plot.roofline import figure
 
     report = nvbridge.load(real_db(name))
     peaks = throughput.device_peaks(report.devices, report.gpu_ops)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvbridge.names import _backward_marks, _decorations_arrow, _decorations_native, _decorations_regex, parse
+from nvbridge.engine.names import _backward_marks, _decorations_arrow, _decorations_native, _decorations_regex, parse
 from tests.conftest import raw, real_db, require_native
 
 native_only = pytest.mark.usefixtures("native_built")

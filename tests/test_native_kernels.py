@@ -147,7 +147,7 @@ def test_compiled_store_matches_the_sorted_store(
     """The forward-op store: the latest entry per key, seq checked, entries evicted by stamp with
     each group's evicted span of seqs; the hash map equals the NumPy sorted arrays after any
     sequence of windows and evictions."""
-    from nvbridge.forward_links import SEQ_BITS, SortedStore
+    from nvbridge.engine.forward_links import SEQ_BITS, SortedStore
 
     assert native is not None
     fast, slow = native.Store(SEQ_BITS), SortedStore()
@@ -242,8 +242,8 @@ def test_without_the_extension_every_table_is_the_same(
     for module in (
         "engine.window",
         "export.chrome_native",
-        "forward_links",
-        "names",
+        "engine.forward_links",
+        "engine.names",
         "readers._sqlite",
         "readers.validate",
     ):

@@ -1,6 +1,6 @@
 """A user's files are never lost: --force, races, signals, many inputs, permissions.
 
-Each test here failed before nvbridge/output.py existed (convert deleted any directory under
+Each test here failed before nvbridge/output/publish.py existed (convert deleted any directory under
 --force, two runs both "won", a SIGTERM left a staging directory, a bad second input left the
 first one's partition, folders were created 0700).
 """
@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import nvbridge
-from nvbridge import output as outputs
 from nvbridge.errors import ExportError
+from nvbridge.output import publish as outputs
 from tests.conftest import ROOT, SAMPLE_DB, real_db
 
 FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
@@ -266,7 +266,7 @@ def test_staging_files_go_with_an_interrupt_and_after_a_kill(tmp_path: Path) -> 
     the next run into the folder removes one a killed run left."""
     dest = tmp_path / "t.json.gz"
     make = (
-        f"import os, signal, pathlib, nvbridge.output as o; o.exit_on_interrupt(); "
+        f"import os, signal, pathlib, nvbridge.output.publish as o; o.exit_on_interrupt(); "
         f"o.staging_file(pathlib.Path({str(dest)!r})).write_text('x'); os.kill(os.getpid(), signal.SIG{{}})"
     )
     proc = subprocess.run([sys.executable, "-c", make.format("TERM")], capture_output=True, text=True, timeout=60)

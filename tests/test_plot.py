@@ -17,7 +17,7 @@ from tests.conftest import SAMPLE_DB, real_db
 pytest.importorskip("matplotlib", reason="plots need matplotlib: pip install -e '.[plot]'")
 from matplotlib import image as mpimg  # noqa: E402
 
-from nvbridge import plot  # noqa: E402
+from nvbridge.plot import picture as plot
 
 LM = "nvprof-2020-pytorch14-pyprof-lm.sqlite"
 

@@ -19,7 +19,7 @@ import pytest
 
 import nvbridge
 from nvbridge.analysis.advise import advise_report
-from nvbridge.dataset import Report
+from nvbridge.dataset.report import Report
 from nvbridge.export import parquet
 from tests import raw_gpu
 from tests.conftest import ALL_FILES, real_db
@@ -27,9 +27,9 @@ from tests.raw_gpu import EVERY, path_of
 
 pytest.importorskip("matplotlib", reason="plots need matplotlib: pip install -e '.[plot]'")
 
-from nvbridge import plot  # noqa: E402
-from nvbridge.plot_pixels import KINDS, LABELS, decimate  # noqa: E402
-from nvbridge.plot_window import extent  # noqa: E402
+from nvbridge.plot import picture as plot
+from nvbridge.plot.pixels import KINDS, LABELS, decimate  # noqa: E402
+from nvbridge.plot.window import extent  # noqa: E402
 
 WIDTH = 1800
 LM = "nvprof-2020-pytorch14-pyprof-lm.sqlite"

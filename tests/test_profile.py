@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from nvbridge.profiling import _Relay
+from nvbridge.conversion.record import _Relay
 from tests.conftest import ROOT, require_nsys
 
 WORKLOAD = """

@@ -9,8 +9,7 @@ import pyarrow as pa
 import pytest
 
 import nvbridge
-from nvbridge import names
-from nvbridge.engine import correlate
+from nvbridge.engine import correlate, names
 from tests.conftest import SAMPLE_DB, raw, real_db
 from tests.nvtx_inject.exact import compatible
 from tests.test_correlate import _range, profile
@@ -304,7 +303,7 @@ def test_the_forward_index_holds_only_its_horizon() -> None:
     import numpy as np
     import pyarrow as pa
 
-    from nvbridge.forward_links import ForwardIndex
+    from nvbridge.engine.forward_links import ForwardIndex
 
     horizon, rows, windows = 4000, 1000, 40
     index = ForwardIndex(horizon)

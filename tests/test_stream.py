@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import nvbridge
-from nvbridge.dataset import Report
+from nvbridge.dataset.report import Report
 from nvbridge.errors import LateLink
 from tests.conftest import NSYS_FILES, SAMPLE_DB, raw, real_db
 
@@ -222,8 +222,8 @@ def test_forward_ops_past_the_horizon_never_lose_a_link(
     dataset is the one-window dataset whatever the horizon (1 row: every link across windows is
     noticed; 400 rows: ops are evicted and the samples' links still stream)."""
     import nvbridge.conversion.report as report
-    import nvbridge.forward_links as forward_links
-    import nvbridge.semantics as semantics
+    import nvbridge.engine.forward_links as forward_links
+    import nvbridge.engine.semantics as semantics
 
     source = SAMPLE_DB / name
     nvbridge.convert(source, tmp_path / "whole")  # the default horizon: nothing evicted in a sample

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import nvbridge
 from nvbridge.analysis import throughput
 from nvbridge.cli import cli
-from nvbridge.gpus import resolve
+from nvbridge.gpu.peaks import resolve
 from tests import raw_by_time, raw_gpu
 from tests.conftest import SAMPLE_DB, raw, real_db
 

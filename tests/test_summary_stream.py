@@ -18,8 +18,8 @@ import nvbridge
 from nvbridge.analysis import gpu_header
 from nvbridge.analysis.throughput import mfu
 from nvbridge.cli import cli
-from nvbridge.dataset_files import Files
-from nvbridge.gpus import resolve
+from nvbridge.dataset.files import Files
+from nvbridge.gpu.peaks import resolve
 from tests.conftest import SAMPLE_DB, raw, real_db
 
 FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
@@ -130,7 +130,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
 
 
 COMMON = {"op_name", "self_cpu_ns", "total_cpu_ns", "flops", "bytes", "compute_dtype", "flags", "start_ns", "end_ns"}
-COMMON |= {"process_id"}  # the ranks (nvbridge.process_ranks)
+COMMON |= {"process_id"}  # the ranks (nvbridge.dataset.ranks)
 NEEDED = {  # the ops columns of each summary mode (on a report whose ops record no model FLOPs)
     "": {*COMMON, "self_gpu_ns", "total_gpu_ns"},
     "--group-by shape": {*COMMON, "self_gpu_ns", "total_gpu_ns", "input_shapes"},
@@ -152,7 +152,7 @@ def test_each_summary_mode_reads_only_its_columns(
         assert result.exit_code == 0, result.output
         assert reads["ops"] == NEEDED[" ".join(flags)], flags
         # the check that no call ends before it starts, then the start-up before each process's
-        # first GPU op (nvbridge.timeline) from the row groups before it
+        # first GPU op (nvbridge.dataset.timeline) from the row groups before it
         assert reads["api_calls"] == {"process_id", "name", "start_ns", "end_ns"}
 
 

@@ -1,4 +1,4 @@
-"""Rates, peaks and MFU (nvbridge.analysis.throughput, nvbridge.gpus) against references computed
+"""Rates, peaks and MFU (nvbridge.analysis.throughput, nvbridge.gpu.peaks) against references computed
 here: torch's FlopCounterMode on the recorded workload, raw SQL, the docs' formulas."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import nvbridge
 from nvbridge.analysis import throughput
 from nvbridge.cli import cli
-from nvbridge.gpus import Peaks, lookup, resolve
+from nvbridge.gpu.peaks import Peaks, lookup, resolve
 from tests.conftest import raw, real_db
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,7 +270,7 @@ def test_mfu_per_rank_of_a_partitioned_dataset(tmp_path: Path) -> None:
 
 
 def test_float32_convolutions_compare_with_tf32_and_matmuls_with_fp32() -> None:
-    from nvbridge.flops import precision
+    from nvbridge.engine.costs.flops import precision
 
     assert precision("torch.nn.functional.conv2d", "float32") == "tf32"
     assert precision("aten::convolution_backward", "f32") == "tf32"

@@ -1,4 +1,4 @@
-"""The one timeline (nvbridge.timeline): the capture window, each GPU's timeline, busy and idle
+"""The one timeline (nvbridge.dataset.timeline): the capture window, each GPU's timeline, busy and idle
 time and the start-up before it, read from raw SQL and compared with every place that shows
 them: summary --json (``gpu[]``), advise --json (``span_ns``, ``timeline``, ``startup_ns``), MFU
 (summary's ``flops.span_ns``) and plot's idle shading. On every real export and sample.
@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 import nvbridge
-from nvbridge import plot
 from nvbridge.cli import cli
-from nvbridge.plot_window import extent
+from nvbridge.plot import picture as plot
+from nvbridge.plot.window import extent
 from tests import raw_gpu
 from tests.conftest import real_db
 from tests.raw_gpu import EVERY, path_of

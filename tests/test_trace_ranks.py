@@ -76,7 +76,7 @@ def _slices(paths: list[Path]) -> Counter[str]:
 
 
 def test_the_rule() -> None:
-    """nvbridge.process_ranks' rule: GPU users by the lowest GPU each ran work on, then pid."""
+    """nvbridge.dataset.ranks' rule: GPU users by the lowest GPU each ran work on, then pid."""
     assert report_ranks({0: [149], 1: [148]}, [148, 149, 7], None) == Ranks({149: 0, 148: 1}, 2)
     assert report_ranks({0: [148, 149]}, [], None) == Ranks({148: 0, 149: 1}, 2)  # one GPU: by pid
     assert report_ranks({}, [9360, 9359], None) == Ranks({9359: 0, 9360: 1}, 2)  # no GPU work: every process

@@ -22,8 +22,8 @@ from nvbridge.analysis.dominant import Dominant
 from nvbridge.analysis.fixes import BETWEEN_OPS, NO_OP, fix_for
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
-from nvbridge.dataset import Report, is_partitioned, load, report_dirs
-from nvbridge.timeline import timeline
+from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.timeline import timeline
 
 KIND_ORDER = (
     "startup",
@@ -79,7 +79,7 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class LaneFigures:
-    """One lane's GPU timeline (nvbridge.timeline.LaneTimeline) as advise reports it."""
+    """One lane's GPU timeline (nvbridge.dataset.timeline.LaneTimeline) as advise reports it."""
 
     lane: str
     process_id: int
@@ -99,7 +99,7 @@ class Advice:
     source: str
     findings: tuple[Finding, ...]
     steps: tuple[StepTime, ...]
-    span_ns: int  # the GPU timelines summed over lanes: first to last GPU op of each (nvbridge.timeline)
+    span_ns: int  # the GPU timelines summed over lanes: first to last GPU op of each (nvbridge.dataset.timeline)
     at_stake_ns: int  # union of every finding's intervals == sum of their time_ns
     lanes: tuple[str, ...]  # every (process, GPU) pair with GPU work
     peaks: str | None = None  # the GPU peaks below_roofline compared with (None: unknown GPU)
@@ -221,7 +221,7 @@ def advise_report(
     for ev in evidence:
         drafts += _drafts(ctx, ev)
     lanes = timeline(report.ops, report.api_calls, report.gpu_ops)
-    # the GPU timelines (nvbridge.timeline) on advise's time axis: one interval per lane
+    # the GPU timelines (nvbridge.dataset.timeline) on advise's time axis: one interval per lane
     at = ctx.lane_of(*(np.array([getattr(t, k) for t in lanes.lanes], np.int64) for k in ("process_id", "device_id")))
     on_gpu = spans.union(
         ctx.enc(at, np.array([t.start_ns for t in lanes.lanes], np.int64)),

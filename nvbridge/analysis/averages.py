@@ -1,7 +1,7 @@
 """``key_averages`` over a report's whole tables (``Report.key_averages``), with the same device
 and rank filters ``nvbridge summary`` applies a row group at a time (nvbridge.analysis.streamed).
 
-A filter keeps the processes it names (nvbridge.process_ranks): ``rank`` that rank's, ``device``
+A filter keeps the processes it names (nvbridge.dataset.ranks): ``rank`` that rank's, ``device``
 the ones that ran GPU work on that GPU, and then every figure is theirs: their ops (CPU times,
 calls), their GPU ops (of that device only, with ``device``), their ``[no op]`` time.
 """
@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.summary import Grouping, KeyAverages, finish
 from nvbridge.columns import np_col, roll_up, sum_by
-from nvbridge.process_ranks import Ranks, ranks_of
+from nvbridge.dataset.ranks import Ranks, ranks_of
 
 
 def gpu_time_by_op(ops: pa.Table, gpu_ops: pa.Table, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -75,7 +75,7 @@ def key_averages(
         top_level_events_only: only ops without a parent range.
         device: only the processes that ran GPU work on this device, and GPU time of it only.
         unattributed: add a ``[no op]`` row for GPU ops launched outside every op.
-        rank: only this rank's processes (nvbridge.process_ranks).
+        rank: only this rank's processes (nvbridge.dataset.ranks).
         recorded_rank: the rank the report's capture recorded (``Report.rank``).
     """
     if device is not None or rank is not None:

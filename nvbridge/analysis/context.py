@@ -15,10 +15,10 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis import spans
 from nvbridge.columns import np_col, one_chunk
-from nvbridge.dataset import Report
+from nvbridge.dataset.ranks import Ranks, ranks_of
+from nvbridge.dataset.report import Report
+from nvbridge.dataset.timeline import owning_process
 from nvbridge.errors import InputError
-from nvbridge.process_ranks import Ranks, ranks_of
-from nvbridge.timeline import owning_process
 
 # Copy directions as small codes: a finding's group, so a .cuda() and a .cpu() in one op are
 # two findings with two fixes.
@@ -116,7 +116,7 @@ class Context:
 
     @cached_property
     def ranks(self) -> Ranks:
-        """Which rank each process is (nvbridge.process_ranks: the rule summary's --rank uses)."""
+        """Which rank each process is (nvbridge.dataset.ranks: the rule summary's --rank uses)."""
         return ranks_of(self.report.ops, self.report.gpu_ops, self.report.rank)
 
     def lane_label(self, lane: int) -> str:

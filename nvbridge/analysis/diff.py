@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
-from nvbridge.dataset import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
 
 KEYS = ("op", "shapes", "backward", "module")
 OP_SUMS = ("calls", "self_cpu_ns", "total_cpu_ns", "self_gpu_ns", "total_gpu_ns")

@@ -1,6 +1,6 @@
 """What dominates a report's GPU timeline, by interval arithmetic, and the finding that names it.
 
-Each lane's GPU timeline (nvbridge.timeline: first to last GPU op) is cut into categories that
+Each lane's GPU timeline (nvbridge.dataset.timeline: first to last GPU op) is cut into categories that
 never overlap, in this order:
 
 - ``compute``: kernels (but NCCL's), memsets and graph launches running;

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import cuda_api
 from nvbridge.analysis import spans
 from nvbridge.analysis.context import DTOH, HTOD, Context, codes
 from nvbridge.columns import np_col
+from nvbridge.gpu import cuda_api
 
 SMALL_COPY_BYTES = 64 << 10
 SMALL_COPIES_MIN = 10  # copies of one op before "small copies in a loop" is worth a finding
@@ -244,7 +244,7 @@ def startup(ctx: Context) -> Evidence:
     """Start-up inside the GPU timeline: calls that create a context or load code (by name),
     and a kernel's first launch in its process when it takes over LAUNCH_SLOW_NS (lazy module
     loading), for the GPU idle time they cover. Start-up before a lane's first GPU op is the
-    timeline's ``startup_ns`` (nvbridge.timeline), outside every finding."""
+    timeline's ``startup_ns`` (nvbridge.dataset.timeline), outside every finding."""
     g, api = ctx.report.gpu_ops, ctx.report.api_calls
     cls = cuda_api.classes(api.column("name"))
     a_s, a_e = np_col(api, "start_ns"), np_col(api, "end_ns")

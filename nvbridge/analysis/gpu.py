@@ -1,6 +1,6 @@
 """The GPU header of a summary: per device, busy time, idle share, kernels and copy volume.
 
-The figures follow the one timeline (nvbridge.timeline): a device's span runs from its first
+The figures follow the one timeline (nvbridge.dataset.timeline): a device's span runs from its first
 GPU op start to its last GPU op end, busy time is the union of its GPU ops, and the start-up
 its processes spent in CUDA calls before their first GPU op is reported beside the span.
 """
@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import merged_intervals, np_col
-from nvbridge.timeline import GpuBounds, StartupTally
+from nvbridge.dataset.timeline import GpuBounds, StartupTally
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class GpuHeader:
     device_id: int
     name: str | None
     busy_ns: int
-    span_ns: int  # first GPU op start to last GPU op end (nvbridge.timeline)
+    span_ns: int  # first GPU op start to last GPU op end (nvbridge.dataset.timeline)
     idle_share: float
     kernels: int
     gpu_ops: int

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.summary import NO_OP
 from nvbridge.columns import np_col
-from nvbridge.dataset import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
 
 KINDS = ("kernel", "graph")
 COLUMNS = ("report", "device_id", "device", "name", "calls", "total_ns", "mean_ns", "min_ns", "max_ns", "share", "ops")

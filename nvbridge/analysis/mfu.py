@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge import flops as costs
 from nvbridge.columns import np_col
-from nvbridge.dataset import Report
-from nvbridge.gpus import Peaks
+from nvbridge.dataset.report import Report
+from nvbridge.engine.costs import flops as costs
+from nvbridge.gpu.peaks import Peaks
 
 FIGURE_COLUMNS = ["op_id", "op_name", "compute_dtype", "flops", "dtype_assumed", "step", "start_ns", "end_ns"]
 
@@ -80,9 +80,9 @@ def model_flops(
 ) -> dict[str, Any]:
     """Model FLOPs, their precision and MFU per ``ProfilerStep#N`` of ``report``, on ``gpus``
     GPUs (those that ran GPU ops; at least 1), and over the whole GPU timeline: ``span_ns``,
-    the GPU timelines summed over GPUs (nvbridge.timeline: first to last GPU op of each, the
+    the GPU timelines summed over GPUs (nvbridge.dataset.timeline: first to last GPU op of each, the
     start-up before it left out), so MFU = FLOPs / (span_ns x peak). ``processes``: only these
-    processes' ops and steps (a rank's: nvbridge.process_ranks)."""
+    processes' ops and steps (a rank's: nvbridge.dataset.ranks)."""
     if "flops" not in report.column_names("ops"):
         return {"flops": None, "unknown": "the dataset has no cost columns; convert the report again", "steps": []}
     once = counted_once(report)

@@ -1,6 +1,6 @@
-"""Per-rank figures of a report that holds several ranks (processes, nvbridge.process_ranks): each
+"""Per-rank figures of a report that holds several ranks (processes, nvbridge.dataset.ranks): each
 rank's ops, self CPU and GPU time, ProfilerStep times, and its GPU lanes (its work on each GPU:
-busy, span and start-up as nvbridge.timeline defines them, the lanes advise reports), added a
+busy, span and start-up as nvbridge.dataset.timeline defines them, the lanes advise reports), added a
 part of the tables at a time beside the report's own figures."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pyarrow as pa
 from nvbridge.analysis.gpu import GpuHeader, GpuTally
 from nvbridge.analysis.ranks import step_rows
 from nvbridge.columns import np_col
-from nvbridge.dataset import Report
-from nvbridge.process_ranks import Ranks, RankTally
+from nvbridge.dataset.ranks import Ranks, RankTally
+from nvbridge.dataset.report import Report
 
 
 def report_ranks(report: Report) -> Ranks:

@@ -11,13 +11,13 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.gpu import GpuHeader
 from nvbridge.columns import np_col
-from nvbridge.timeline import step_numbers
+from nvbridge.dataset.timeline import step_numbers
 
 
 @dataclass(frozen=True, slots=True)
 class RankFacts:
     """What the cross-rank summary needs of one rank (a report of one, or one process of a report
-    of several: nvbridge.process_ranks), so reports can be read one at a time."""
+    of several: nvbridge.dataset.ranks), so reports can be read one at a time."""
 
     rank: int | None
     source: str | None
@@ -28,7 +28,7 @@ class RankFacts:
     process_id: int | None = None  # its process, where a report holds several ranks
     self_cpu_ns: int = 0
     self_gpu_ns: int = 0
-    lanes: tuple[GpuHeader, ...] = ()  # its work on each GPU (nvbridge.timeline), where a report holds several
+    lanes: tuple[GpuHeader, ...] = ()  # its work on each GPU (nvbridge.dataset.timeline), where a report holds several
     name: str | None = None  # the label, where "rank R" alone would repeat across reports
 
     @property

@@ -19,13 +19,13 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import flops as costs
 from nvbridge.analysis.context import Context, codes
 from nvbridge.analysis.findings import Evidence
 from nvbridge.analysis.throughput import device_peaks
 from nvbridge.columns import np_col
-from nvbridge.dataset import Report
-from nvbridge.gpus import Peaks, fmt, resolve
+from nvbridge.dataset.report import Report
+from nvbridge.engine.costs import flops as costs
+from nvbridge.gpu.peaks import Peaks, fmt, resolve
 
 BELOW_SHARE = 0.25  # roofline time under this share of the GPU time: "far below"
 SMALL_CALL_NS = 10_000  # a call the roofline does in under 10 us cannot fill the GPU

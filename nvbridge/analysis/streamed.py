@@ -8,7 +8,7 @@ groups, not the report. Only ``--device`` keeps something per op (its parent and
 (nvbridge.analysis.mfu). Every part read is checked as ``dataset.load`` checks a whole table, in
 the same order (ops, GPU ops, API calls).
 
-A report's ranks (nvbridge.process_ranks) come first, from two columns: a ``--rank`` or
+A report's ranks (nvbridge.dataset.ranks) come first, from two columns: a ``--rank`` or
 ``--device`` filter keeps the processes it selects in every figure (ops, CPU and GPU times,
 ``[no op]``, the GPU header, MFU), and a report of several ranks gets each rank's figures and GPU
 lanes beside the whole report's (nvbridge.analysis.rank_figures).
@@ -29,10 +29,10 @@ from nvbridge.analysis.ranks import step_times
 from nvbridge.analysis.summary import NO_OP, Grouping, KeyAverages, add_up, finish
 from nvbridge.analysis.throughput import peaks_of
 from nvbridge.columns import np_col
-from nvbridge.dataset import Report
+from nvbridge.dataset.ranks import Ranks
+from nvbridge.dataset.report import Report
 from nvbridge.engine import OPEN_AT_END
-from nvbridge.gpus import Peaks
-from nvbridge.process_ranks import Ranks
+from nvbridge.gpu.peaks import Peaks
 
 PENDING_PARTS = 32  # per-part group rows held before they are added up into one
 
@@ -147,7 +147,7 @@ def _names(report: Report, ids: set[int]) -> dict[int, str]:
 
 
 def _startup(report: Report, tally: GpuTally, processes: ProcessTally) -> dict[int, int]:
-    """The start-up: CUDA calls before each process's first GPU op (nvbridge.timeline), from the
+    """The start-up: CUDA calls before each process's first GPU op (nvbridge.dataset.timeline), from the
     few API-call row groups that start before the last of those (the rest are skipped unread)."""
     startup = tally.startup()
     if startup.until is not None:

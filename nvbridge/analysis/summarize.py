@@ -17,15 +17,15 @@ from nvbridge.analysis.mfu import model_flops
 from nvbridge.analysis.ranks import RankFacts, StepSpread, step_spreads
 from nvbridge.analysis.streamed import ReportFigures, report_figures
 from nvbridge.analysis.summary import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
-from nvbridge.dataset import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
 from nvbridge.errors import OptionError
-from nvbridge.gpus import Peaks
+from nvbridge.gpu.peaks import Peaks
 
 
 @dataclass(frozen=True, slots=True)
 class Summary:
     """Grouped op rows, a GPU header per report and device, and across ranks (a partitioned
-    dataset, or a report of several processes: nvbridge.process_ranks) per-rank facts and
+    dataset, or a report of several processes: nvbridge.dataset.ranks) per-rank facts and
     per-step spreads."""
 
     averages: KeyAverages
@@ -74,7 +74,7 @@ def summarize(
     """Summarize a report, a dataset or a partitioned dataset (reports merged, rows adding up).
 
     ``device`` and ``rank`` keep the processes that ran GPU work on that GPU / are that rank
-    (nvbridge.process_ranks) in every figure: ops, CPU and GPU times, the header, MFU.
+    (nvbridge.dataset.ranks) in every figure: ops, CPU and GPU times, the header, MFU.
 
     Raises:
         NvbridgeError: a report or dataset that cannot be read.

@@ -58,12 +58,12 @@ SUMMARY_COLUMNS: dict[str, list[str]] = {
         "module_path",
         "stack",
         "flags",
-        "process_id",  # the ranks (nvbridge.process_ranks)
+        "process_id",  # the ranks (nvbridge.dataset.ranks)
         *COST_COLUMNS,
     ],
     # thread_id: who launched the [no op] row's GPU time (nvbridge.analysis.launches)
     "gpu_ops": ["op_id", "kind", "device_id", "process_id", "thread_id", "start_ns", "end_ns", "bytes", "copy_kind"],
-    # API calls: the start-up before each process's first GPU op (nvbridge.timeline), and the
+    # API calls: the start-up before each process's first GPU op (nvbridge.dataset.timeline), and the
     # check that no interval ends before it starts (dataset.load)
     "api_calls": ["process_id", "name", "start_ns", "end_ns"],
     "marks": [],

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import flops as costs
 from nvbridge.analysis.text_table import Column, fit
 from nvbridge.columns import np_col
-from nvbridge.gpus import Peaks, device_facts, resolve
+from nvbridge.engine.costs import flops as costs
+from nvbridge.gpu.peaks import Peaks, device_facts, resolve
 
 # Ops columns these figures read (beside the summary's own).
 COST_COLUMNS = ["flops", "bytes", "compute_dtype", "dtype_assumed", "step"]
@@ -65,7 +65,7 @@ def device_peaks(
     peak_gbps: float | None = None,
 ) -> Peaks | None:
     """The peaks of ``device`` (default: the device that ran the most GPU ops), from its
-    recorded facts and name (nvbridge.gpus) and the user's overrides."""
+    recorded facts and name (nvbridge.gpu.peaks) and the user's overrides."""
     ids = np_col(gpu_ops, "device_id", fill=-1)
     return peaks_of(devices, np.bincount(ids[ids >= 0]).tolist(), device, peak_tflops, peak_gbps)
 
@@ -124,7 +124,7 @@ def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]
     """Model FLOPs, their precision and MFU per ``ProfilerStep#N`` (docs/flops.md)."""
     from nvbridge.analysis.gpu import gpu_header
     from nvbridge.analysis.mfu import model_flops
-    from nvbridge.dataset import Report
+    from nvbridge.dataset.report import Report
 
     gpus = max(len(set(np_col(gpu_ops, "device_id", fill=-1).tolist()) - {-1}), 1)
     no_names = pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})

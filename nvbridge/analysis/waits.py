@@ -1,6 +1,6 @@
 """The host waiting for the GPU: host syncs and blocking copies, told apart by their API calls.
 
-Whether a call blocked the host is read from its name (nvbridge.cuda_api), never from the sync
+Whether a call blocked the host is read from its name (nvbridge.gpu.cuda_api), never from the sync
 codes exports store (they drift across Nsight Systems versions), and the host's blocked time is
 the call's own duration: what the thread waited, not the span a SYNCHRONIZATION record claims.
 
@@ -26,10 +26,10 @@ from typing import cast
 
 import numpy as np
 
-from nvbridge import cuda_api
 from nvbridge.analysis.context import DTOH, HTOD, Context
 from nvbridge.analysis.findings import Evidence, copy_figures, gpu_time, idle_after, memory_kind
 from nvbridge.columns import np_col
+from nvbridge.gpu import cuda_api
 
 BLOCKING_COPY = "blocking_copy_sync"
 

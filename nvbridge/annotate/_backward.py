@@ -168,7 +168,7 @@ def run_backward_with_ranges(
         record_shapes: Append the node's inputs (its outputs' gradients) as ``sizes = [...]`` and
             ``dtypes = [...]``, as torch's records of nodes show them. The ops inside carry the
             node's exact cost then, and the converter costs the node from its forward op's shapes
-            only where a node records no sizes (nvbridge.semantics).
+            only where a node records no sizes (nvbridge.engine.semantics).
 
     Returns:
         Whatever ``func`` returns.

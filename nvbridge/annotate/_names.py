@@ -3,7 +3,7 @@
 torch (``torch/csrc/profiler/util.cpp`` getNvtxStr) writes
 ``<name>[, seq = N][, op_id = K][, sizes = [[d0, d1], [], ...]]``; with shapes nvbridge adds each
 argument's dtype, ``dtypes = [bf16, f32, -]`` (``-``: not a tensor), so bytes moved and the
-precision-specific peak are known (nvbridge.flops), and, for the ops whose FLOPs need more than
+precision-specific peak are known (nvbridge.engine.costs.flops), and, for the ops whose FLOPs need more than
 shapes (:func:`wants_values`), the other arguments as JSON, ``values = [null, null, null, [2, 2],
 [1, 1], [1, 1], false, [0, 0], 1]`` (``null`` for a tensor), always last. For backward nodes nvbridge
 writes the form torch's emit_nvtx documents (and torch 1.0 emitted) plus the forward thread:
@@ -29,7 +29,7 @@ __all__ = [
     "wants_values",
 ]
 
-# torch dtype -> the short name nvbridge writes (nvbridge.flops.DTYPE_BYTES reads both).
+# torch dtype -> the short name nvbridge writes (nvbridge.engine.costs.flops.DTYPE_BYTES reads both).
 _SHORT_DTYPE = {
     "bfloat16": "bf16",
     "float16": "f16",

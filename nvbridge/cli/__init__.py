@@ -21,7 +21,7 @@ from nvbridge.cli.plot import plot_cmd
 from nvbridge.cli.profile import profile_cmd
 from nvbridge.cli.summary import summary_cmd
 from nvbridge.cli.trace import trace_cmd
-from nvbridge.interrupts import exit_on_interrupt
+from nvbridge.output.interrupts import exit_on_interrupt
 
 
 @click.group()

@@ -15,7 +15,7 @@ from nvbridge._version import __version__
 from nvbridge.analysis import parse_time
 from nvbridge.conversion import Progress
 from nvbridge.errors import NvbridgeError
-from nvbridge.output_names import printable
+from nvbridge.output.names import printable
 
 
 @contextlib.contextmanager

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import click
 
-from nvbridge import output as outputs
 from nvbridge.cli._common import errors, shown, window
 from nvbridge.conversion import convert
-from nvbridge.dataset import Report, load
-from nvbridge.plot_window import extent
+from nvbridge.dataset.report import Report, load
+from nvbridge.output import publish as outputs
+from nvbridge.plot.window import extent
 
 
 @click.command("plot")
@@ -56,7 +56,7 @@ def plot_cmd(
     if step is not None and (start or end):
         raise click.BadParameter("give either --step or --start/--end, not both", param_hint="--step")
     with errors():
-        from nvbridge import plot
+        from nvbridge.plot import picture as plot
 
         outputs.check_file_destination(plot.output_path(output), force, "the picture")
         with _as_dataset(path) as dataset:
@@ -88,10 +88,10 @@ def _draw(
     peak_gbps: float | None,
 ) -> str:
     """Draw the picture; the line to print."""
-    from nvbridge import plot
+    from nvbridge.plot import picture as plot
 
     if roofline:
-        from nvbridge import roofline as roof
+        from nvbridge.plot import roofline as roof
 
         rows, peaks = roof.streamed_points(report, peak_tflops, peak_gbps)
         drawn = roof.draw(rows, output, peaks)

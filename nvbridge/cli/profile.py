@@ -9,11 +9,11 @@ from pathlib import Path
 
 import click
 
-from nvbridge import output as outputs
 from nvbridge.cli._common import errors, shown, wrapped
 from nvbridge.conversion import convert
+from nvbridge.conversion.record import REPORT_SUFFIXES, record
 from nvbridge.errors import ExportError
-from nvbridge.profiling import REPORT_SUFFIXES, record
+from nvbridge.output import publish as outputs
 
 
 @click.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

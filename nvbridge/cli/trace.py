@@ -87,7 +87,7 @@ def trace_cmd(
     with errors():
         source: Path | Tables = path
         if start_us_given and not path.is_dir():
-            from nvbridge.dataset import load
+            from nvbridge.dataset.report import load
 
             source = load(path)  # converted once, for both the window's origin and the trace
         start_ns, end_ns = _window(source, start, end)

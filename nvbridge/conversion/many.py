@@ -10,11 +10,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from nvbridge import output as outputs
 from nvbridge.conversion.report import Progress, convert_one
 from nvbridge.conversion.result import ConversionResult
 from nvbridge.errors import ExportError
-from nvbridge.output_names import utf8_text
+from nvbridge.output import publish as outputs
+from nvbridge.output.names import utf8_text
 
 Source = str | os.PathLike[str]
 

@@ -1,7 +1,7 @@
 """One report -> one Parquet dataset directory, all or nothing.
 
 The dataset is built in a staging directory beside its destination and moved into place only
-once complete (:mod:`nvbridge.output`), so a failure never leaves a partial dataset behind.
+once complete (:mod:`nvbridge.output.publish`), so a failure never leaves a partial dataset behind.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import output as outputs
 from nvbridge._version import __version__
 from nvbridge.columns import np_col
 from nvbridge.conversion.result import ConversionResult, OpsTally, Tallies, gpu_figures, with_rank
@@ -26,9 +25,10 @@ from nvbridge.engine import Correlator, capture_end, correlate, devices_table, o
 from nvbridge.errors import BeyondHorizon, NotStreamable
 from nvbridge.export import parquet
 from nvbridge.export.trace_ranks import report_ranks
-from nvbridge.profile import SourceInfo
+from nvbridge.output import publish as outputs
 from nvbridge.readers import estimate_rows, exported, read_profile
 from nvbridge.readers.activity import first_start
+from nvbridge.readers.raw import SourceInfo
 
 if TYPE_CHECKING:
     from nvbridge.readers.nsys import Stream

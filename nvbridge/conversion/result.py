@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.summary import plural
 from nvbridge.columns import np_col
-from nvbridge.profile import SourceInfo
+from nvbridge.readers.raw import SourceInfo
 
 
 @dataclass(frozen=True, slots=True)

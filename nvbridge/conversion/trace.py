@@ -17,7 +17,6 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import output as outputs
 from nvbridge._version import __version__
 from nvbridge.engine import Model
 from nvbridge.errors import ExportError
@@ -25,7 +24,8 @@ from nvbridge.export import parquet
 from nvbridge.export.chrome import TraceWriter
 from nvbridge.export.trace import NOTHING_TO_TRACE, check_destination, check_suffix, export_chrome_traces
 from nvbridge.export.trace_ranks import SPLITS, Ranks, rank_path
-from nvbridge.profile import SourceInfo
+from nvbridge.output import publish as outputs
+from nvbridge.readers.raw import SourceInfo
 
 
 class TraceOut(NamedTuple):

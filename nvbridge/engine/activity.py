@@ -17,11 +17,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import kernel_dtypes
 from nvbridge.columns import np_col, take_batches
+from nvbridge.engine.costs import kernel_dtypes
 from nvbridge.engine.model import BY_TIME, NO_API_CALL
 from nvbridge.errors import CorrelationError, LateGpuOp
-from nvbridge.profile import GPU_OPS_SCHEMA
+from nvbridge.readers.raw import GPU_OPS_SCHEMA
 
 _CORR_BITS = 40
 
@@ -143,7 +143,7 @@ class GpuBuffer:
             # A call already correlated may have this key: if none claims the op, it would be
             # counted nowhere (its launch's window is gone).
             "late": correlated.within(key),
-            # The compute dtype the kernel's name carries (nvbridge.kernel_dtypes), for its op.
+            # The compute dtype the kernel's name carries (nvbridge.engine.costs.kernel_dtypes), for its op.
             "dtype": kernel_dtypes.gpu_codes(gpu.column("kind"), gpu.column("name")).astype(np.int64),
         }
         c = self._cols
@@ -174,7 +174,7 @@ class GpuBuffer:
         return self._cols["start"][rows], self._cols["end"][rows]
 
     def dtype_codes(self, rows: np.ndarray) -> np.ndarray:
-        """The kernel dtype codes (nvbridge.kernel_dtypes) of buffer rows."""
+        """The kernel dtype codes (nvbridge.engine.costs.kernel_dtypes) of buffer rows."""
         out: np.ndarray = self._cols["dtype"][rows]
         return out
 

@@ -34,8 +34,8 @@ import numpy as np
 
 from nvbridge.columns import np_col
 from nvbridge.engine.activity import GpuBuffer
+from nvbridge.engine.intervals import segment_keys
 from nvbridge.engine.window import Rows, Tree
-from nvbridge.intervals import segment_keys
 
 # Per-op sums of the time attribution, carried with open ranges like window.SUMS.
 TIME_SUMS = ("time_gpu", "time_count", "time_total_gpu")

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import kernel_dtypes, names, semantics
 from nvbridge.columns import np_col, take_sorted
-from nvbridge.engine import by_time, invariants, window
+from nvbridge.engine import by_time, invariants, names, semantics, window
 from nvbridge.engine.activity import ActivityTally, Correlated, GpuBuffer, ProcessKeys, Reorder, api_rows
+from nvbridge.engine.costs import kernel_dtypes
 from nvbridge.engine.keys import through
 from nvbridge.engine.model import CROSS_THREAD, OPEN_AT_END
 from nvbridge.errors import CorrelationError, NotStreamable
-from nvbridge.profile import RANGES_SCHEMA, SourceInfo
+from nvbridge.readers.raw import RANGES_SCHEMA, SourceInfo
 
 PARSED_NAMES = names.PARSED_SCHEMA.names
 
@@ -58,7 +58,7 @@ class _Carried:
     gpu_last: np.ndarray
     parsed: pa.Table
     links: semantics.Links
-    kernel_dtype: np.ndarray  # nvbridge.kernel_dtypes codes of the kernels in each subtree so far
+    kernel_dtype: np.ndarray  # nvbridge.engine.costs.kernel_dtypes codes of the kernels in each subtree so far
 
 
 class Correlator:
@@ -78,7 +78,7 @@ class Correlator:
         syncs: the profile's synchronizations (whole: a few per step), matched to their API
             calls as the calls come.
         horizons: how many times the usual horizon the forward index keeps forward ops for
-            backward links (:data:`nvbridge.forward_links.FORWARD_HORIZON_ROWS`).
+            backward links (:data:`nvbridge.engine.forward_links.FORWARD_HORIZON_ROWS`).
     """
 
     def __init__(self, info: SourceInfo, capture_end: int, syncs: pa.Table, horizons: int = 1) -> None:
@@ -265,7 +265,7 @@ class Correlator:
     ) -> pa.Table:
         """Add what carried ranges had, attach the PyTorch columns, check, and emit the rows
         that have closed; carry the tree ranges that may still contain later work. ``codes``:
-        the kernel dtype code (nvbridge.kernel_dtypes) of each row's subtree in this window."""
+        the kernel dtype code (nvbridge.engine.costs.kernel_dtypes) of each row's subtree in this window."""
         prev, k, n = self._open, rows.carried, rows.n
         s = sums.values
         if prev is not None:

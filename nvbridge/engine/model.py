@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from nvbridge.profile import SourceInfo
+from nvbridge.readers.raw import SourceInfo
 
 # ops.flags bits
 OPEN_AT_END = 1

@@ -12,7 +12,7 @@ from nvbridge.columns import np_col
 from nvbridge.engine.correlator import Correlator, capture_end
 from nvbridge.engine.model import Model
 from nvbridge.engine.tables import other_tables
-from nvbridge.profile import RANGES_SCHEMA, RawProfile
+from nvbridge.readers.raw import RANGES_SCHEMA, RawProfile
 
 # fetch(cut): the API calls starting before ``cut`` (None: all) not fetched before, and the GPU
 # ops read since (through the window's horizon, :mod:`nvbridge.engine.activity`).

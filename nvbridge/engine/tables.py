@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from nvbridge.columns import np_col
-from nvbridge.profile import DEVICES_SCHEMA
+from nvbridge.readers.raw import DEVICES_SCHEMA
 
 if TYPE_CHECKING:
     from nvbridge.engine.correlator import Correlator

@@ -14,13 +14,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge import flops
 from nvbridge.columns import levels_deepest_first, one_chunk, sum_by
 from nvbridge.compiled import native
+from nvbridge.engine.costs import flops
+from nvbridge.engine.intervals import Forest, stable_order
 from nvbridge.engine.keys import BIG, through
 from nvbridge.engine.model import CROSSING
 from nvbridge.errors import CorrelationError
-from nvbridge.intervals import Forest, stable_order
 
 # Per-op sums a range still open at a window's end carries into the next window (the last three:
 # GPU work attributed by time, nvbridge.engine.by_time, added to the roll-up's by the correlator).

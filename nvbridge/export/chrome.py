@@ -37,8 +37,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge import output as outputs
 from nvbridge.columns import np_col
+from nvbridge.dataset.timeline import in_window, step_window
 from nvbridge.engine import CROSS_THREAD, CROSSING
 from nvbridge.export.chrome_flows import FlowState, ThreadCodes
 from nvbridge.export.chrome_text import (
@@ -51,7 +51,7 @@ from nvbridge.export.chrome_text import (
 )
 from nvbridge.export.chrome_tracks import StreamLanes, TrackSet, extra_tids, lanes, track_names
 from nvbridge.export.trace_ranks import recorded_rank, tables_ranks
-from nvbridge.timeline import in_window, step_window
+from nvbridge.output import publish as outputs
 from nvbridge.workers import worker_pool
 
 __all__ = ["SUFFIXES", "TraceStats", "TraceWriter", "lanes", "step_window", "write"]
@@ -96,7 +96,7 @@ class TraceWriter:
 
     Args:
         dest: ``.json`` or ``.json.gz`` (compressed while streaming); written under a staging name
-            beside it (:func:`nvbridge.output.staging_file`) and renamed at :meth:`finish`; removed
+            beside it (:func:`nvbridge.output.publish.staging_file`) and renamed at :meth:`finish`; removed
             by :meth:`abort`, a failure inside ``with``, or an interrupt.
         origin_ns: trace time 0 (report time base); no kept row may start earlier.
         meta: the dataset's ``meta`` (source, time base, session start...); devices: the

@@ -19,8 +19,8 @@ from nvbridge.columns import np_col
 from nvbridge.engine import Model
 from nvbridge.errors import ExportError
 from nvbridge.export.dictionaries import compact_table
-from nvbridge.output_names import utf8_text
-from nvbridge.profile import SourceInfo
+from nvbridge.output.names import utf8_text
+from nvbridge.readers.raw import SourceInfo
 from nvbridge.workers import worker_pool
 
 DATASET_SCHEMA_VERSION = "1"

@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import output as outputs
 from nvbridge.columns import np_col
+from nvbridge.dataset.timeline import step_spans, step_window_of
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import SUFFIXES, Tables, TraceStats, TraceWriter
 from nvbridge.export.trace_ranks import SPLITS, rank_path, stale_rank_files
 from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, Source, first_event_ns, open_source, plan
-from nvbridge.timeline import step_spans, step_window_of
+from nvbridge.output import publish as outputs
 
 __all__ = [
     "NOTHING_TO_TRACE",
@@ -57,7 +57,7 @@ def check_suffix(path: Path) -> None:
 
 def check_destination(path: Path, force: bool) -> None:
     """A trace file may be written at ``path``: right suffix, then the rule of every single-file
-    output (:func:`nvbridge.output.check_file_destination`).
+    output (:func:`nvbridge.output.publish.check_file_destination`).
 
     Raises:
         ExportError: naming the problem and the fix.

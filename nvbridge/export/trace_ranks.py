@@ -6,7 +6,7 @@ treats every GPU event in it as that rank's. A report of a multi-process run (``
 torchrun ...``) holds several ranks in one capture; in one trace file their GPU timelines would
 be read as one (HTA's comm/compute overlap of the FSDP export: 54% where each rank's is 0%).
 
-The rule is nvbridge.process_ranks' (the one summary's --rank/--device and advise's lanes use):
+The rule is nvbridge.dataset.ranks' (the one summary's --rank/--device and advise's lanes use):
 the processes that ran GPU work, numbered by the lowest GPU each ran work on, then by process id
 (a process that only launched others or only recorded ranges is no rank); a report without GPU
 work, the processes with ranges or CUDA calls. A report with one rank: its rank is the one the
@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
-from nvbridge.process_ranks import RankTally, rank_processes
+from nvbridge.dataset.ranks import RankTally, rank_processes
 
 SPLITS = ("auto", "rank", "none")
 
@@ -81,7 +81,7 @@ def tables_ranks(ops: pa.Table, api_calls: pa.Table, gpu_ops: pa.Table, recorded
 
 def recorded_rank(meta: Mapping[str, str | None]) -> int | None:
     """``meta.rank`` as an integer (a dataset stores text; None where none was recorded), as
-    ``nvbridge.dataset.parse_rank`` reads it."""
+    ``nvbridge.dataset.report.parse_rank`` reads it."""
     value = meta.get("rank")
     try:
         return int(value) if value is not None else None

@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nvbridge.columns import np_col
-from nvbridge.dataset_check import check_dataset, check_intervals
-from nvbridge.dataset_files import ReadErrors, outside_window
+from nvbridge.dataset.check import check_dataset, check_intervals
+from nvbridge.dataset.files import ReadErrors, outside_window
+from nvbridge.dataset.timeline import CaptureWindow, in_window
 from nvbridge.export.chrome import BATCH_ROWS, Tables
 from nvbridge.export.chrome_text import API_COLUMNS, GPU_COLUMNS, OP_COLUMNS
 from nvbridge.export.trace_ranks import Ranks, recorded_rank, report_ranks
-from nvbridge.timeline import CaptureWindow, in_window
 
 EVENT_TABLES = ("api_calls", "gpu_ops", "ops")  # the order they are written in: calls before GPU ops
 COLUMNS = {"ops": OP_COLUMNS, "api_calls": API_COLUMNS, "gpu_ops": GPU_COLUMNS}
@@ -111,7 +111,7 @@ class Plan:
 
     @property
     def owners(self) -> dict[int, int]:
-        """Device -> its only user: GPU ops without a process belong to it (nvbridge.timeline)."""
+        """Device -> its only user: GPU ops without a process belong to it (nvbridge.dataset.timeline)."""
         return {d: next(iter(u)) for d, u in self.gpu_users.items() if len(u) == 1}
 
     def ranks(self, meta: Mapping[str, str | None]) -> Ranks:
@@ -121,7 +121,7 @@ class Plan:
 def plan(source: Source, start_ns: int | None, end_ns: int | None, processes: set[int] | None) -> Plan:
     """First pass over the time, process and device columns only."""
     kept, origin = 0, None
-    capture = CaptureWindow()  # the one timeline's capture window (nvbridge.timeline)
+    capture = CaptureWindow()  # the one timeline's capture window (nvbridge.dataset.timeline)
     pids: dict[str, set[int]] = {name: set() for name in EVENT_TABLES}
     users: dict[int, set[int]] = {}
     kept_pids: set[int] = set()
@@ -175,6 +175,6 @@ def open_source(source: str | os.PathLike[str] | Tables) -> Source:
     path = Path(os.fspath(source))
     if path.is_dir():
         return _Dataset(path)
-    from nvbridge.dataset import load  # a database is converted in memory first
+    from nvbridge.dataset.report import load  # a database is converted in memory first
 
     return _Loaded(load(path))

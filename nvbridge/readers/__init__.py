@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from nvbridge.errors import NotAProfileDatabase
-from nvbridge.profile import RawProfile, SourceKind
+from nvbridge.readers.raw import RawProfile, SourceKind
 from nvbridge.readers.sources import estimate_rows, exported
 
 if TYPE_CHECKING:

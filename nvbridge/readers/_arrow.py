@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import np_col, one_chunk
-from nvbridge.profile import GPU_OPS_SCHEMA
+from nvbridge.readers.raw import GPU_OPS_SCHEMA
 
 
 def lookup(codes: np.ndarray, labels: Mapping[int, str], default: str | None = None) -> pa.DictionaryArray:

@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 
 from nvbridge.errors import DamagedDatabase, NotAProfileDatabase
-from nvbridge.output_names import PATH_MAX, printable
+from nvbridge.output.names import PATH_MAX, printable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Nsight Systems' own report formats: the user has to export them to SQLite first.

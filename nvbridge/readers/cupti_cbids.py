@@ -3,7 +3,7 @@
 
 From ``cupti_runtime_cbid.h`` and ``cupti_driver_cbid.h`` (the ids are append-only across CUDA
 releases): the calls PyTorch-era captures contain, and every synchronize and memcpy callback, so
-that ``nvbridge.cuda_api`` can tell host syncs and blocking copies by name on nvprof reports too.
+that ``nvbridge.gpu.cuda_api`` can tell host syncs and blocking copies by name on nvprof reports too.
 A callback id missing here reads as ``cbid N`` (never a sync).
 """
 

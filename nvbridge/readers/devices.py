@@ -1,5 +1,5 @@
 """The ``devices`` table every reader returns: one row per device id, with the facts peaks are
-derived from (nvbridge.gpus). Units are converted here, once, from what each profiler records.
+derived from (nvbridge.gpu.peaks). Units are converted here, once, from what each profiler records.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from nvbridge.profile import DEVICES_SCHEMA
+from nvbridge.readers.raw import DEVICES_SCHEMA
 
 
 def _number(value: Any) -> float | None:

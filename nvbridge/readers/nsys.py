@@ -19,7 +19,6 @@ import pyarrow as pa
 
 from nvbridge.columns import np_col, set_column
 from nvbridge.errors import NotStreamable
-from nvbridge.profile import GPU_OPS_SCHEMA, RawProfile
 from nvbridge.readers._db import Database
 from nvbridge.readers._pages import RowFilter
 from nvbridge.readers.activity import LATE_NS, Part, SlabTable
@@ -49,6 +48,7 @@ from nvbridge.readers.nsys_tables import (
     sync_type_labels,
     thread_table,
 )
+from nvbridge.readers.raw import GPU_OPS_SCHEMA, RawProfile
 from nvbridge.readers.slabs import Slab, plan
 
 # bench_convert reads the raw tables as these declarations say.

@@ -10,9 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from nvbridge.profile import SourceInfo
 from nvbridge.readers._db import Database
 from nvbridge.readers.devices import clock_mhz, compute_capability, devices_table, gbps, sm_count
+from nvbridge.readers.raw import SourceInfo
 from nvbridge.readers.validate import BadRows
 
 

@@ -57,7 +57,7 @@ MEM_KINDS = {
     7: "unknown",
 }
 # ENUM_CUPTI_SYNC_TYPE. Only a label: the codes exports store drift across versions (SCHEMA.md 1.5),
-# so what a sync did is read from its API call (nvbridge.cuda_api), never from this code.
+# so what a sync did is read from its API call (nvbridge.gpu.cuda_api), never from this code.
 SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait", 3: "Stream sync", 4: "Context sync"}
 # The enum's own names, for a file that has the table (its ids are read, not assumed).
 _SYNC_ENUM_NAMES = {

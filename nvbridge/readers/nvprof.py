@@ -17,13 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import np_col, set_column
-from nvbridge.profile import RawProfile, SourceInfo
 from nvbridge.readers._arrow import align_gpu_ops, blob_u32, concat_gpu_ops, constant, lookup, prefixed, resolve_strings
 from nvbridge.readers._column import Column
 from nvbridge.readers._db import Database
 from nvbridge.readers.cupti_cbids import DRIVER_CBIDS, RUNTIME_CBIDS
 from nvbridge.readers.devices import clock_mhz, compute_capability, devices_table, gbps, sm_count
 from nvbridge.readers.nsys_tables import COPY_KINDS, MEM_KINDS, SYNC_TYPES, checked_strings
+from nvbridge.readers.raw import RawProfile, SourceInfo
 from nvbridge.readers.validate import BadRows, capture_span, names_found, no_nulls, raw_names, sizes, unique
 from nvbridge.readers.validate import times as check_times
 

@@ -1,4 +1,4 @@
-"""The name and dtype tables nvbridge.flops costs by: element sizes and peak precisions per
+"""The name and dtype tables nvbridge.engine.costs.flops costs by: element sizes and peak precisions per
 dtype name, the op families (matmul, convolution, attention, elementwise, reduction, softmax,
 norm, copy, view), and ``base_name``, which maps a recorded op or backward node name onto them.
 """
@@ -45,7 +45,7 @@ DTYPE_BYTES = {
     "complex128": 16,
     "c128": 16,
 }
-# Short names for the precisions the GPU table lists (nvbridge.gpus.Peaks fields).
+# Short names for the precisions the GPU table lists (nvbridge.gpu.peaks.Peaks fields).
 PRECISION = {
     "float64": "fp64",
     "double": "fp64",

@@ -18,10 +18,10 @@ from nvbridge.analysis.streamed import PENDING_PARTS
 from nvbridge.analysis.summary import Grouping, add_up, finish
 from nvbridge.analysis.throughput import peaks_of
 from nvbridge.columns import np_col
-from nvbridge.dataset import Report
+from nvbridge.dataset.report import Report
+from nvbridge.engine.costs.flops import precision
 from nvbridge.errors import ExportError
-from nvbridge.flops import precision
-from nvbridge.gpus import Peaks, fmt
+from nvbridge.gpu.peaks import Peaks, fmt
 
 COSTS = ["flops", "bytes", "compute_dtype"]  # the ops' cost columns a point sums
 # Roofs drawn when the report's ops use these precisions (and the GPU has a peak for them).

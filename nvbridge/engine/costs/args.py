@@ -1,4 +1,4 @@
-"""What recorded argument values mean, per op: the non-tensor parameters nvbridge.flops needs.
+"""What recorded argument values mean, per op: the non-tensor parameters nvbridge.engine.costs.flops needs.
 
 Values come as one JSON item per argument (the dataset's ``input_values``): nvbridge's emit_nvtx
 writes them for the ops whose cost needs them (``values = [...]``, aten schema order, tensor
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvbridge.flop_tables import base_name
+from nvbridge.engine.costs.tables import base_name
 
 Params = tuple[tuple[str, Any], ...]
 

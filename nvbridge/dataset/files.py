@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nvbridge.columns import np_col
-from nvbridge.dataset_check import TIMED, bad_intervals, bad_rows, check_intervals, fix
+from nvbridge.dataset.check import TIMED, bad_intervals, bad_rows, check_intervals, fix
 from nvbridge.errors import DamagedDataset
 from nvbridge.export.dictionaries import compact_table
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from nvbridge.errors import DamagedDataset, ExportError
 from nvbridge.export import parquet
-from nvbridge.output_names import check_name
+from nvbridge.output.names import check_name
 
 # What a reader of each table can rely on (docs/dataset.md lists every column).
 REQUIRED: dict[str, tuple[str, ...]] = {

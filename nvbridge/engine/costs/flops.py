@@ -9,7 +9,7 @@ output element), reductions (one per input element), softmax, norms; embeddings 
 bytes and do no FLOPs; views do neither. Anything else is unknown (None), never zero.
 
 Backward nodes (``AddmmBackward0``) that record no sizes of their own carry their forward op's
-shapes (nvbridge.semantics); they are counted as torch counts the backward of that op when every
+shapes (nvbridge.engine.semantics); they are counted as torch counts the backward of that op when every
 tensor input needs a gradient: twice the forward for matmuls, grad-input plus grad-weight for
 convolution. Where nodes record their own sizes, the ops inside them carry the exact cost.
 
@@ -30,14 +30,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# Re-exported: nvbridge.flops is where callers find the dtype tables, base_name and call_args.
-from nvbridge.flop_args import call_args as call_args
-from nvbridge.flop_tables import ASSUMED_DTYPE as ASSUMED_DTYPE
-from nvbridge.flop_tables import COMPARE, CONV_FWD, COPY, MATMUL_FWD, NORM, REDUCE, SDPA_BWD, SDPA_FWD, SOFTMAX, VIEW
-from nvbridge.flop_tables import DTYPE_BYTES as DTYPE_BYTES
-from nvbridge.flop_tables import ELEMENTWISE_FLOPS as ELEMENTWISE_FLOPS
-from nvbridge.flop_tables import PRECISION as PRECISION
-from nvbridge.flop_tables import base_name as base_name
+# Re-exported: nvbridge.engine.costs.flops is where callers find the dtype tables, base_name and call_args.
+from nvbridge.engine.costs.args import call_args as call_args
+from nvbridge.engine.costs.tables import ASSUMED_DTYPE as ASSUMED_DTYPE
+from nvbridge.engine.costs.tables import (
+    COMPARE,
+    CONV_FWD,
+    COPY,
+    MATMUL_FWD,
+    NORM,
+    REDUCE,
+    SDPA_BWD,
+    SDPA_FWD,
+    SOFTMAX,
+    VIEW,
+)
+from nvbridge.engine.costs.tables import DTYPE_BYTES as DTYPE_BYTES
+from nvbridge.engine.costs.tables import ELEMENTWISE_FLOPS as ELEMENTWISE_FLOPS
+from nvbridge.engine.costs.tables import PRECISION as PRECISION
+from nvbridge.engine.costs.tables import base_name as base_name
 
 Shape = tuple[int, ...]
 
@@ -55,7 +66,7 @@ class Cost:
 
 
 def precision(op_name: str, dtype: str | None) -> str:
-    """The peak an op's FLOPs compare with (nvbridge.gpus.Peaks fields): its dtype's, except
+    """The peak an op's FLOPs compare with (nvbridge.gpu.peaks.Peaks fields): its dtype's, except
     that float32 convolutions use TF32, as cuDNN does by default (torch.backends.cudnn.allow_tf32;
     float32 matmuls do not: torch.backends.cuda.matmul.allow_tf32 is False by default)."""
     name = PRECISION.get(dtype or "", "fp32")
@@ -89,11 +100,11 @@ def op_cost(
         op_name: the op or backward node name, as in the dataset's ``op_name``.
         shapes: one shape per argument (``()`` for a non-tensor), as in ``input_shapes``.
         dtypes: one dtype name per argument (None or ``-`` for a non-tensor); None: not recorded.
-        args: non-tensor arguments by name where known (nvbridge.flop_args.call_args):
+        args: non-tensor arguments by name where known (nvbridge.engine.costs.args.call_args):
             convolutions need ``stride``, ``padding``, ``dilation``, ``transposed``,
             ``output_padding``, ``groups`` (their backward ``output_mask``), einsum its
             ``equation``; ``beta`` 0 leaves the addmm family's input unread.
-        inferred: the compute dtype the op's kernels' names carry (nvbridge.kernel_dtypes), for
+        inferred: the compute dtype the op's kernels' names carry (nvbridge.engine.costs.kernel_dtypes), for
             an op whose inputs' dtypes were not recorded (torch's own names, user ranges): its
             compute dtype then, and its tensors' element size.
 
@@ -141,7 +152,7 @@ def _cost(
     base: str, backward: bool, shapes: list[Shape], sizes: list[int], elt: int, args: dict[str, Any]
 ) -> tuple[int | None, int | None]:
     """(flops, bytes) by op family; raises ValueError on shapes the formula cannot read."""
-    from nvbridge import flop_formulas as f
+    from nvbridge.engine.costs import formulas as f
 
     if base in MATMUL_FWD:
         flops, out = f.matmul(base, shapes)
@@ -226,7 +237,7 @@ def cost_columns(
     kernel_dtype: pa.Array | None = None,
 ) -> dict[str, pa.Array]:
     """The ops table's cost columns (COST_SCHEMA) from its op_name, input_shapes, input_dtypes,
-    input_values and the dtype its kernels carry (nvbridge.kernel_dtypes; an op without shapes
+    input_values and the dtype its kernels carry (nvbridge.engine.costs.kernel_dtypes; an op without shapes
     still gets that as its compute dtype): each distinct combination is costed once, then taken
     back to the rows."""
     n = len(op_name)

@@ -1,4 +1,4 @@
-"""The grammars of old captures, parsed per distinct name (they are rare; nvbridge.names reads
+"""The grammars of old captures, parsed per distinct name (they are rare; nvbridge.engine.names reads
 every other one column-wise): NVIDIA PyProf's dict markers (``{'mod': 'torch', 'op':
 'embedding', 'args': [...]}`` and ``{'traceMarker': [...]}``, read with ``ast.literal_eval``)
 and torch 0.4/1.0 C++ autograd nodes named as ``typeid`` gives them (``N5torch8autograd5CloneE``,

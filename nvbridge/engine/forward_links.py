@@ -1,8 +1,8 @@
 """Forward -> backward links: the forward ops a backward node may link to, across windows.
 
-:class:`ForwardIndex` remembers the forward ops of earlier windows (nvbridge.semantics hands it
+:class:`ForwardIndex` remembers the forward ops of earlier windows (nvbridge.engine.semantics hands it
 one window at a time) and links each backward node by torch.profiler's rule; see
-nvbridge.semantics for the rule and where the link is exact or decided from evidence.
+nvbridge.engine.semantics for the rule and where the link is exact or decided from evidence.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import names
 from nvbridge.columns import dense_ids, np_col, one_chunk
 from nvbridge.compiled import native
+from nvbridge.engine import names
 from nvbridge.errors import LateLink
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class Links:
     none) of its module path, input shapes and dtypes, and the link the row's own seq gave
     (evaluate-function wrappers take their node's instead); and the pool id of the dtypes the
     row's op computed in where a child op of its own name says so (autocast's re-dispatch,
-    nvbridge.semantics; -1 none). NumPy only: rows carried between windows and re-taken cost no
+    nvbridge.engine.semantics; -1 none). NumPy only: rows carried between windows and re-taken cost no
     string copies."""
 
     op_id: np.ndarray

@@ -1,7 +1,7 @@
-"""The FLOP formulas of nvbridge.flops, written as torch.utils.flop_counter writes them.
+"""The FLOP formulas of nvbridge.engine.costs.flops, written as torch.utils.flop_counter writes them.
 
 Each takes input shapes (tuples; ``()`` for a non-tensor argument) and raises ValueError on
-shapes it cannot read, which nvbridge.flops turns into "unknown". Bytes are input plus output
+shapes it cannot read, which nvbridge.engine.costs.flops turns into "unknown". Bytes are input plus output
 tensor sizes at ``elt`` bytes an element for the shapes these formulas derive themselves.
 """
 

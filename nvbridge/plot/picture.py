@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from nvbridge import output as outputs
 from nvbridge.columns import merged_intervals
-from nvbridge.dataset import Report
+from nvbridge.dataset.report import Report
+from nvbridge.dataset.timeline import step_window_of
 from nvbridge.errors import ExportError, MissingDependency
-from nvbridge.output_names import write_error
-from nvbridge.plot_draw import Drawn, Lane, Window, decorate, draw_lanes, label_longest, title
-from nvbridge.plot_pixels import Pixels, decimate
-from nvbridge.plot_window import Extent, extent
-from nvbridge.timeline import step_window_of
+from nvbridge.output import publish as outputs
+from nvbridge.output.names import write_error
+from nvbridge.plot.draw import Drawn, Lane, Window, decorate, draw_lanes, label_longest, title
+from nvbridge.plot.pixels import Pixels, decimate
+from nvbridge.plot.window import Extent, extent
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -91,7 +91,7 @@ def lanes_of(pixels: Pixels, threads: pa.Table) -> list[Lane]:
 
 def gpu_idle(starts: np.ndarray, ends: np.ndarray, win: Window, bounds: tuple[int, int]) -> list[tuple[int, int]]:
     """Gaps where none of a GPU's ops runs, inside the window and the GPU's timeline
-    (``bounds``: its first GPU op start and last GPU op end, nvbridge.timeline): before the
+    (``bounds``: its first GPU op start and last GPU op end, nvbridge.dataset.timeline): before the
     first GPU op the GPU is not idle, it has not started (start-up, shown apart)."""
     lo, hi = max(win.start_ns, bounds[0]), min(win.end_ns, bounds[1])
     s, e = merged_intervals(np.maximum(starts, lo), np.minimum(ends, hi))
@@ -185,7 +185,7 @@ def figure(
 def _save(fig: Any, path: Path, dpi: int) -> None:
     """Write beside ``path`` under a staging name and rename: a failed or interrupted save leaves
     no half picture, and one a killed run left is removed by the next run into the folder
-    (:func:`nvbridge.output.staging_file`). The file is created with mode 0666 less the umask,
+    (:func:`nvbridge.output.publish.staging_file`). The file is created with mode 0666 less the umask,
     as a plain open() would."""
     tmp = outputs.staging_file(path, suffix=path.suffix)
     try:

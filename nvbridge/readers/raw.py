@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from nvbridge.columns import DICT_STR
 
-# One row per device id: the facts peaks are derived from (nvbridge.gpus), in these units.
+# One row per device id: the facts peaks are derived from (nvbridge.gpu.peaks), in these units.
 DEVICES_SCHEMA = pa.schema(
     [
         ("device_id", pa.int64()),

@@ -8,7 +8,7 @@ their dense FMAs per clock x 2). ``fp16``/``bf16``/``tf32``/``fp8``/``fp4``/``in
 tensor-core rates where the architecture has tensor cores; ``fp16`` with FP32 accumulation, which
 is what PyTorch's matmuls and convolutions use. A precision absent from an architecture's rates
 is one it does not offer (Turing has no tf32 or bf16, Volta no bf16, Maxwell no native fp16): an
-op in that precision runs at another rate (nvbridge.gpus.Peaks.effective says which).
+op in that precision runs at another rate (nvbridge.gpu.peaks.Peaks.effective says which).
 
 Two traps the datasheets hide:
 

@@ -14,7 +14,7 @@ every process with NVTX ranges. A process with ranges but no GPU work beside one
    using none, fall back to process id order, the order torchrun and mp.spawn start them in.
 
 GPU ops without a known process (nvprof ops whose API call is outside the capture) belong to
-the process that used their device, where one did (nvbridge.timeline.owning_process).
+the process that used their device, where one did (nvbridge.dataset.timeline.owning_process).
 """
 
 from __future__ import annotations

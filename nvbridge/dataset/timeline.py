@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge import cuda_api
 from nvbridge.columns import merged_intervals, np_col
+from nvbridge.gpu import cuda_api
 
 STEP_PATTERN = r"^ProfilerStep#(?P<n>\d+)$"
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from nvbridge.columns import np_col
-from nvbridge.dataset import load
+from nvbridge.dataset.report import load
 from nvbridge.errors import MissingDependency
 
 

@@ -1,7 +1,7 @@
 """Interrupts on the command line: staging files and directories are removed and the process
 exits at once (SIGINT, SIGTERM), except while names are being settled (publishing).
 
-The staging names themselves and publishing live in :mod:`nvbridge.output`, which registers what
+The staging names themselves and publishing live in :mod:`nvbridge.output.publish`, which registers what
 it creates here (``LIVE``).
 """
 

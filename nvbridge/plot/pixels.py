@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import dense_ids, merged_intervals, np_col
-from nvbridge.dataset import Report
+from nvbridge.dataset.report import Report
 
 MAX_DEPTH = 6  # nesting levels drawn per host lane; deeper ops are folded into the last one
 LABELS = 12  # longest ops labelled
@@ -261,7 +261,7 @@ def decimate(
 ) -> Pixels:
     """The rows of ``report`` overlapping [start_ns, end_ns] (ends included) merged to ``width``
     pixel columns, the GPU busy time per column of every device in ``gpu_bounds`` (its GPU
-    timeline, nvbridge.timeline), and the longest ops."""
+    timeline, nvbridge.dataset.timeline), and the longest ops."""
     win = (start_ns, end_ns)
     edges = start_ns + np.round(np.linspace(0, end_ns - start_ns, width + 1)).astype(np.int64)
     scale = width / max(end_ns - start_ns, 1)

@@ -33,11 +33,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from nvbridge.errors import ExportError
-from nvbridge.interrupts import LIVE, deferred_interrupts, remove
-from nvbridge.interrupts import exit_on_interrupt as exit_on_interrupt  # part of this module's API
-from nvbridge.output_names import NAME_MAX, printable, write_error
-from nvbridge.output_names import check_name as check_name  # part of this module's API
-from nvbridge.output_names import writing as writing  # part of this module's API
+from nvbridge.output.interrupts import LIVE, deferred_interrupts, remove
+from nvbridge.output.interrupts import exit_on_interrupt as exit_on_interrupt  # part of this module's API
+from nvbridge.output.names import NAME_MAX, printable, write_error
+from nvbridge.output.names import check_name as check_name  # part of this module's API
+from nvbridge.output.names import writing as writing  # part of this module's API
 
 # Files a dataset directory holds (see export/parquet.py): anything else in a directory means it
 # is not ours to replace.

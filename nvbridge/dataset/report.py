@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from nvbridge._version import __version__
-from nvbridge.dataset_check import check_dataset, check_rows, fix
-from nvbridge.dataset_check import is_partitioned as is_partitioned  # part of this module's API
-from nvbridge.dataset_check import read_meta as read_meta
-from nvbridge.dataset_files import Files, Window
+from nvbridge.dataset.check import check_dataset, check_rows, fix
+from nvbridge.dataset.check import is_partitioned as is_partitioned  # part of this module's API
+from nvbridge.dataset.check import read_meta as read_meta
+from nvbridge.dataset.events import EventIndex, FunctionEvent
+from nvbridge.dataset.files import Files, Window
 from nvbridge.engine import Model, correlate
 from nvbridge.errors import DamagedDataset, MissingDependency
-from nvbridge.events import EventIndex, FunctionEvent
 from nvbridge.export import parquet
 from nvbridge.export.dictionaries import compact_table
 

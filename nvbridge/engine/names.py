@@ -11,9 +11,9 @@ expressions for the rest; no Python per row):
                ``values = [null, null, [2, 2], false]`` (argument values as JSON, last),
                ``nn.Module: encoder.layers.0.attn (MultiheadAttention)``, ``ProfilerStep#3``
 - PyProf:      ``{'mod': 'torch', 'op': 'embedding', 'args': [...]}`` and ``{'traceMarker': [...]}``
-               (rare, old captures: parsed per distinct text, nvbridge.names_legacy)
+               (rare, old captures: parsed per distinct text, nvbridge.engine.names_legacy)
 - torch 0.4/1.0 C++ node classes, as ``typeid`` names them (nvprof 2018 reports):
-               ``N5torch8autograd5CloneE`` -> ``torch::autograd::Clone`` (nvbridge.names_legacy)
+               ``N5torch8autograd5CloneE`` -> ``torch::autograd::Clone`` (nvbridge.engine.names_legacy)
 - anything else (NCCL, user ranges) passes through: ``op_name`` is the whole name.
 
 A name never makes the parser fail; what it cannot read stays in ``op_name``.
@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from nvbridge.columns import one_chunk
 from nvbridge.compiled import native
-from nvbridge.names_legacy import demangle_types, pyprof
+from nvbridge.engine.names_legacy import demangle_types, pyprof
 
 # The reference grammar (_decorations_regex; _decorations gives the same columns faster for
 # the simple names). Each field is found by its own small regular expression: RE2 runs these
@@ -98,7 +98,7 @@ def parse(names: pa.Array | pa.ChunkedArray) -> pa.Table:
     """Parse range names column-wise; returns PARSED_SCHEMA columns, one row per name.
 
     ``module`` is the module path a ``nn.Module:`` range names (for that range only; the
-    enclosing module of other ops is derived from the tree in nvbridge.semantics).
+    enclosing module of other ops is derived from the tree in nvbridge.engine.semantics).
     """
     names = one_chunk(names)
     names = names.cast(pa.string()).fill_null("")

@@ -2,8 +2,8 @@
 
 Where the report records the device's facts (SM count, SM clock, compute capability: the
 dataset's ``devices`` columns), peaks are derived from them with the per-architecture rates of
-:mod:`nvbridge.gpu_arch`, so a GPU nobody listed still gets them. Where the device name matches a
-datasheet row (:mod:`nvbridge.gpu_skus`) with the same SM count, the datasheet's figures are used
+:mod:`nvbridge.gpu.arch`, so a GPU nobody listed still gets them. Where the device name matches a
+datasheet row (:mod:`nvbridge.gpu.skus`) with the same SM count, the datasheet's figures are used
 and the derivation checks them; a report with a name and no facts gets the datasheet's alone.
 The bandwidth the report records replaces the datasheet's. ``--peak-tflops`` / ``--peak-gbps``
 override any of this.
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from nvbridge.gpu_arch import arch_of, derive, is_geforce, parse_cc
-from nvbridge.gpu_skus import SKUS, Sku
+from nvbridge.gpu.arch import arch_of, derive, is_geforce, parse_cc
+from nvbridge.gpu.skus import SKUS, Sku
 
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp4", "int8")
 SHOWN = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp4")  # the floating-point rates printed
@@ -60,7 +60,7 @@ class Peaks:
     def effective(self, precision: str) -> tuple[str, float | None]:
         """The precision an op in ``precision`` runs at on this GPU and its peak: its own, or
         fp32 for tf32/fp16/bf16 on a GPU without them (Turing's tf32, Volta's bf16); fp32 for a
-        name nvbridge.flops does not know."""
+        name nvbridge.engine.costs.flops does not know."""
         p = precision if precision in PRECISIONS else "fp32"
         value: float | None = getattr(self, p)
         if value is None and p in _AT_FP32 and self.fp32 is not None:
@@ -68,7 +68,7 @@ class Peaks:
         return p, value
 
     def tflops(self, precision: str) -> float | None:
-        """Peak TFLOP/s for a precision (nvbridge.flops.PRECISION names), as :meth:`effective`."""
+        """Peak TFLOP/s for a precision (nvbridge.engine.costs.flops.PRECISION names), as :meth:`effective`."""
         return self.effective(precision)[1]
 
     def rates(self) -> dict[str, float]:

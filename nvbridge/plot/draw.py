@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from nvbridge.analysis import plural
-from nvbridge.plot_pixels import KINDS, Pixels
+from nvbridge.plot.pixels import KINDS, Pixels
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -25,7 +25,7 @@ API_COLOR = "#636363"
 IDLE_COLOR = "#de2d26"
 IDLE_ALPHA = 0.18  # a pixel column where the GPU was idle all the time; less idle, fainter
 IDLE_LEVELS = 8  # idle shares are drawn in this many steps, so equal runs of columns merge
-STARTUP_COLOR = "#969696"  # hatched: a GPU's time before its first op (nvbridge.timeline)
+STARTUP_COLOR = "#969696"  # hatched: a GPU's time before its first op (nvbridge.dataset.timeline)
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Drawn:
     lanes: list[Lane]
     tops: np.ndarray  # lane i spans [tops[i], tops[i+1]) downwards
     pixels: Pixels
-    gpu_bounds: Mapping[int, tuple[int, int]]  # device -> its GPU timeline (nvbridge.timeline)
+    gpu_bounds: Mapping[int, tuple[int, int]]  # device -> its GPU timeline (nvbridge.dataset.timeline)
 
     @property
     def span_ms(self) -> float:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nvbridge.dataset import Report
-from nvbridge.timeline import CaptureWindow, GpuBounds, step_spans
+from nvbridge.dataset.report import Report
+from nvbridge.dataset.timeline import CaptureWindow, GpuBounds, step_spans
 
 TIMED = ("ops", "gpu_ops", "api_calls")  # dataset_check's order: the first damaged table is named
 
@@ -34,7 +34,7 @@ class Extent:
 
 def extent(report: Report) -> Extent:
     """The first pass: time columns only."""
-    capture = CaptureWindow()  # the one timeline's capture window and GPU bounds (nvbridge.timeline)
+    capture = CaptureWindow()  # the one timeline's capture window and GPU bounds (nvbridge.dataset.timeline)
     gpus = GpuBounds()
     spans: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for name in TIMED:

@@ -20,9 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge import flops, names
 from nvbridge.columns import np_col, one_chunk
-from nvbridge.forward_links import FORWARD_HORIZON_ROWS, ForwardIndex, Links, take_or_null
+from nvbridge.engine import names
+from nvbridge.engine.costs import flops
+from nvbridge.engine.forward_links import FORWARD_HORIZON_ROWS, ForwardIndex, Links, take_or_null
 
 __all__ = ["FORWARD_HORIZON_ROWS", "ForwardIndex", "Links", "annotate"]
 
@@ -69,7 +70,7 @@ def annotate(
             from earlier windows, the state this function returned for them then.
         index: forward ops of earlier windows; this window's are added.
         carried: the links of the carried rows.
-        kernel_dtype: per row, the compute dtype its kernels' names carry (nvbridge.kernel_dtypes;
+        kernel_dtype: per row, the compute dtype its kernels' names carry (nvbridge.engine.costs.kernel_dtypes;
             null: none), which its cost takes where no dtype was recorded.
 
     Returns:
