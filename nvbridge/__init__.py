@@ -33,7 +33,8 @@ from nvbridge.errors import (
 
 if TYPE_CHECKING:
     from nvbridge.analysis.summarize import Summary, summarize
-    from nvbridge.conversion import ConversionResult, convert
+    from nvbridge.conversion.many import convert
+    from nvbridge.conversion.result import ConversionResult
     from nvbridge.dataset.report import Report, load
     from nvbridge.export.trace import export_chrome_trace
 
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "Summary": "nvbridge.analysis.summarize",
     "summarize": "nvbridge.analysis.summarize",
-    "ConversionResult": "nvbridge.conversion",
-    "convert": "nvbridge.conversion",
+    "ConversionResult": "nvbridge.conversion.result",
+    "convert": "nvbridge.conversion.many",
     "Report": "nvbridge.dataset.report",
     "load": "nvbridge.dataset.report",
     "export_chrome_trace": "nvbridge.export.trace",

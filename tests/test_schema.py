@@ -107,3 +107,15 @@ def test_a_table_unlike_its_declaration_is_refused() -> None:
         schema.conform("ops", ops.set_column(2, "depth", pa.array([], pa.string())))
     with pytest.raises(KeyError, match="no column nope"):
         schema.pick("ops", ["op_id", "nope"])
+
+
+def test_a_declared_integer_column_of_another_type_is_refused(tmp_path: Path) -> None:
+    """The dataset checks take the integer columns from the declarations, not from the names:
+    ``seq`` (no ``_id``/``_ns`` in its name) edited into text is refused when it is read."""
+    out = tmp_path / "out"
+    nvbridge.convert(SAMPLE_DB / "flops_cpu.sqlite", out)
+    ops = pq.read_table(out / "ops.parquet")
+    seq = ops.schema.get_field_index("seq")
+    pq.write_table(ops.set_column(seq, "seq", ops.column("seq").cast(pa.string())), out / "ops.parquet")
+    with pytest.raises(nvbridge.errors.DamagedDataset, match="seq of another type than integer"):
+        nvbridge.load(out, columns={"ops": ["op_id", "seq"]})

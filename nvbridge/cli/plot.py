@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from nvbridge.cli._common import errors, shown, window
-from nvbridge.conversion import convert
+from nvbridge.conversion.many import convert
 from nvbridge.dataset.report import Report, load
 from nvbridge.output import publish as outputs
 from nvbridge.plot.window import extent

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from nvbridge.cli._common import errors, shown, wrapped
-from nvbridge.conversion import convert
+from nvbridge.conversion.many import convert
 from nvbridge.conversion.record import REPORT_SUFFIXES, record
 from nvbridge.errors import ExportError
 from nvbridge.output import publish as outputs

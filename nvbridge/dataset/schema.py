@@ -1,9 +1,11 @@
 """The dataset's tables, declared once: each table's columns, in file order, with their Arrow types.
 
-tests/test_schema.py holds docs/dataset.md, the tests' contract and every file a conversion
-writes to these declarations; :func:`conform` checks a table against its declaration and
-:func:`pick` a list of columns a reader needs. Columns marked *contract* in docs/dataset.md are
-:data:`CONTRACT`.
+Everything else derives from here: the conversion pipeline checks the engine's tables against
+it before any sink takes them (:func:`conform`, nvbridge.conversion.pipeline), the dataset checks
+take their integer columns from it (nvbridge.dataset.check), the summary's and the trace's
+column lists are picked from it (:func:`pick`), and tests/test_schema.py holds docs/dataset.md,
+the tests' contract and every file a conversion writes to it. Columns marked *contract* in
+docs/dataset.md are :data:`CONTRACT`.
 
 It also declares :class:`ReportTables`, the one protocol for "a report's tables": a loaded
 ``nvbridge.Report``, a dataset streamed from its files, or a conversion held in memory
