@@ -34,7 +34,7 @@ from nvbridge.errors import (
 if TYPE_CHECKING:
     from nvbridge.analysis.summarize import Summary, summarize
     from nvbridge.conversion import ConversionResult, convert
-    from nvbridge.dataset.report import Report, load
+    from nvbridge.analysis.report import Report, load
     from nvbridge.export.trace import export_chrome_trace
 
 # Loaded at first use (PEP 562): `import nvbridge` stays cheap, so a training script that only
@@ -45,8 +45,8 @@ _LAZY = {
     "summarize": "nvbridge.analysis.summarize",
     "ConversionResult": "nvbridge.conversion",
     "convert": "nvbridge.conversion",
-    "Report": "nvbridge.dataset.report",
-    "load": "nvbridge.dataset.report",
+    "Report": "nvbridge.analysis.report",
+    "load": "nvbridge.analysis.report",
     "export_chrome_trace": "nvbridge.export.trace",
 }
 

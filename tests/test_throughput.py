@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.analysis import throughput
+from nvbridge.analysis.mfu import mfu
 from nvbridge.cli import cli
 from nvbridge.gpu.peaks import Peaks, lookup, resolve
 from tests.conftest import raw, real_db
@@ -89,7 +90,7 @@ def test_mfu_per_step_is_model_flops_over_wall_time_and_peak() -> None:
     steps = workload_flops()
     walls = dict(raw(SAMPLE, "SELECT text, \"end\" - start FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'"))
     report = nvbridge.load(SAMPLE)
-    figures = throughput.mfu(report.ops, report.gpu_ops, resolve(None, peak_tflops=0.002, peak_gbps=10))
+    figures = mfu(report.ops, report.gpu_ops, resolve(None, peak_tflops=0.002, peak_gbps=10))
     assert [s["step"] for s in figures["steps"]] == [0, 1]
     for st, (fwd, bwd) in zip(figures["steps"], steps):
         wall = int(walls[f"ProfilerStep#{st['step']}"])
@@ -261,7 +262,7 @@ def test_mfu_per_rank_of_a_partitioned_dataset(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--peak-tflops", "0.002", "--json"])
     figures = __import__("json").loads(result.stdout)["flops"]
-    single = throughput.mfu(nvbridge.load(SAMPLE).ops, nvbridge.load(SAMPLE).gpu_ops, resolve(None, 0.002))
+    single = mfu(nvbridge.load(SAMPLE).ops, nvbridge.load(SAMPLE).gpu_ops, resolve(None, 0.002))
     assert sorted(figures) == ["rank 0", "rank 1"]
     for fig in figures.values():
         assert [s["mfu_pct"] for s in fig["steps"]] == [s["mfu_pct"] for s in single["steps"]]

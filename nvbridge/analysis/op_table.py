@@ -87,11 +87,6 @@ def format_time(us: float, unit: str | None = None) -> str:
     return f"{us / TIME_UNITS[unit]:.3f}{unit}"
 
 
-def plural(n: int, noun: str) -> str:
-    """``1 kernel``, ``2 kernels``, ``1,234 GPU ops``, ``3 processes``: counts read as English."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}es" if noun.endswith("s") else f"{n:,} {noun}s"
-
-
 def sort_column(sort_by: str) -> str:
     """The rows' column a torch sort key sorts on."""
     column = SORT_KEYS.get(sort_by, sort_by)
