@@ -93,8 +93,8 @@ def any_real_db(request: pytest.FixtureRequest) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def injection(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test NVTX collector (tests/nvtx_inject/inject.c), compiled once per session."""
-    from tests.nvtx_inject.nvtx_log import build_injection
+    """The test NVTX collector (scripts/workloads/collector.c), compiled once per session."""
+    from scripts.workloads.collector import build_injection
 
     try:
         return build_injection(tmp_path_factory.mktemp("inject"))

@@ -3,8 +3,9 @@ here: torch's FlopCounterMode on the recorded workload, raw SQL, the docs' formu
 
 from __future__ import annotations
 
+import contextlib
 import math
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,7 +26,7 @@ SAMPLE = ROOT / "sample_db" / "transformer_shapes_cpu.sqlite"
 
 def workload_flops() -> list[tuple[int, int]]:
     """(forward, backward) FLOPs per step that FlopCounterMode counts when the sample's workload
-    (scripts/sample_workloads.py, recorded with record_shapes) runs again here. Its registry has
+    (scripts/workloads/samples.py, recorded with record_shapes) runs again here. Its registry has
     no CPU flash-attention kernel (what the encoder's attention runs on CPU): that kernel and its
     backward are counted with torch's own formulas for the CUDA flash kernel."""
     torch = pytest.importorskip("torch")
@@ -40,26 +41,21 @@ def workload_flops() -> list[tuple[int, int]]:
         ).__wrapped__,
     }
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import sample_workloads as w
-    finally:
-        sys.path.pop(0)
-    torch.manual_seed(0)
-    model = w.TinyTransformer()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
-    tokens = torch.randint(0, 50, (2, 8))
-    steps = []
-    for _ in range(2):
-        opt.zero_grad()
-        with FlopCounterMode(display=False, custom_mapping=cpu_flash) as forward:
-            logits = model(tokens[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 50), tokens[:, 1:].reshape(-1))
-        with FlopCounterMode(display=False, custom_mapping=cpu_flash) as backward:
-            loss.backward()
-        opt.step()
-        steps.append((int(forward.get_total_flops()), int(backward.get_total_flops())))
-    return steps
+    from scripts.workloads import samples
+
+    counted: dict[str, list[int]] = {"forward": [], "backward": []}
+
+    @contextlib.contextmanager
+    def phase(name: str) -> Iterator[None]:
+        if name not in counted:  # the optimizer's step is not counted
+            yield
+            return
+        with FlopCounterMode(display=False, custom_mapping=cpu_flash) as mode:
+            yield
+        counted[name].append(int(mode.get_total_flops()))
+
+    samples.transformer().run(phase=phase)
+    return list(zip(counted["forward"], counted["backward"]))
 
 
 def test_recorded_workload_flops_equal_flop_counter_forward_and_backward() -> None:

@@ -35,7 +35,7 @@ class Summary:
     ops: int  # ops over all reports
     open_at_end: int  # ops clamped to the capture end (never closed)
     peaks: Peaks | None = None  # the GPU's (first report's device), with the user's overrides
-    flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, throughput.mfu)
+    flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, mfu.model_flops)
     launches: Launches = field(default_factory=Launches)  # who launched the [no op] row's GPU time
 
     @property
