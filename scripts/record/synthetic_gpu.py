@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.paths import ROOT
+from scripts.record.nsys_ddl import DDL  # re-exported: autograd_gpu and advise_gpu take it from here
 
 GENERATOR = "scripts/record/synthetic_gpu.py"
 COMMAND = "python -m scripts.record.synthetic_gpu"
@@ -72,89 +73,6 @@ REDUCTION = ("norm", "softmax", "nll_loss", "pool", "mean", "sum", "embedding", 
 DURATION_NS = {"matmul": (6_000, 14_000), "reduction": (2_500, 6_000), "elementwise": (1_200, 3_000)}
 
 OP = re.compile(r"^aten::(?P<op>\w+)(?:, seq = \d+)?(?:, op_id = \d+)?(?:, sizes = (?P<sizes>\[.*?\]))?(?:, |$)")
-
-# Column names, types and constraints as a real Nsight Systems 2026.2 export declares them.
-DDL = {
-    "CUPTI_ACTIVITY_KIND_RUNTIME": """CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (
-    start                       INTEGER   NOT NULL,
-    end                         INTEGER   NOT NULL,
-    eventClass                  INTEGER   NOT NULL,
-    globalTid                   INTEGER,
-    correlationId               INTEGER,
-    nameId                      INTEGER   NOT NULL,
-    returnValue                 INTEGER   NOT NULL,
-    callchainId                 INTEGER
-)""",
-    "CUPTI_ACTIVITY_KIND_KERNEL": """CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (
-    start                       INTEGER   NOT NULL,
-    end                         INTEGER   NOT NULL,
-    deviceId                    INTEGER   NOT NULL,
-    contextId                   INTEGER   NOT NULL,
-    greenContextId              INTEGER,
-    streamId                    INTEGER   NOT NULL,
-    correlationId               INTEGER,
-    globalPid                   INTEGER,
-    demangledName               INTEGER   NOT NULL,
-    shortName                   INTEGER   NOT NULL,
-    mangledName                 INTEGER,
-    launchType                  INTEGER,
-    cacheConfig                 INTEGER,
-    registersPerThread          INTEGER   NOT NULL,
-    gridX                       INTEGER   NOT NULL,
-    gridY                       INTEGER   NOT NULL,
-    gridZ                       INTEGER   NOT NULL,
-    blockX                      INTEGER   NOT NULL,
-    blockY                      INTEGER   NOT NULL,
-    blockZ                      INTEGER   NOT NULL,
-    staticSharedMemory          INTEGER   NOT NULL,
-    dynamicSharedMemory         INTEGER   NOT NULL,
-    localMemoryPerThread        INTEGER   NOT NULL,
-    localMemoryTotal            INTEGER   NOT NULL,
-    gridId                      INTEGER   NOT NULL,
-    sharedMemoryExecuted        INTEGER,
-    graphNodeId                 INTEGER,
-    sharedMemoryLimitConfig     INTEGER,
-    qmdBulkReleaseDone          INTEGER,
-    qmdPreexitDone              INTEGER,
-    qmdLastCtaDone              INTEGER,
-    graphId                     INTEGER,
-    clusterX                    INTEGER,
-    clusterY                    INTEGER,
-    clusterZ                    INTEGER,
-    clusterSchedulingPolicy     INTEGER,
-    maxPotentialClusterSize     INTEGER,
-    maxActiveClusters           INTEGER,
-    sharedMemoryRequestedPercentage   INTEGER,
-    tensorSizeMinusOneElements   TEXT      NOT NULL
-)""",
-    "CUPTI_ACTIVITY_KIND_MEMCPY": """CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (
-    start                       INTEGER   NOT NULL,
-    end                         INTEGER   NOT NULL,
-    deviceId                    INTEGER   NOT NULL,
-    contextId                   INTEGER   NOT NULL,
-    greenContextId              INTEGER,
-    streamId                    INTEGER   NOT NULL,
-    correlationId               INTEGER,
-    globalPid                   INTEGER,
-    bytes                       INTEGER   NOT NULL,
-    copyKind                    INTEGER   NOT NULL,
-    deprecatedSrcId             INTEGER,
-    srcKind                     INTEGER,
-    dstKind                     INTEGER,
-    srcDeviceId                 INTEGER,
-    srcContextId                INTEGER,
-    dstDeviceId                 INTEGER,
-    dstContextId                INTEGER,
-    migrationCause              INTEGER,
-    graphNodeId                 INTEGER,
-    virtualAddress              INTEGER,
-    copyCount                   INTEGER
-)""",
-    "NVBRIDGE_SYNTHETIC": """CREATE TABLE NVBRIDGE_SYNTHETIC (
-    name                        TEXT      NOT NULL   PRIMARY KEY,
-    value                       TEXT      NOT NULL
-)""",
-}
 
 
 @dataclass(frozen=True)
