@@ -124,6 +124,35 @@ def count_ranges(body: Callable[[], None], backend: str = "python") -> int:
     return counter[0] + records
 
 
+Modes = dict[str, Callable[[], AbstractContextManager[object]]]
+
+
+def _collector_phase(saved: str | None, under_tool: bool, shapes: bool) -> tuple[Modes, str, str, str, str | None]:
+    """The modes timed with an NVTX collector attached (nsys's, or the test collector built here):
+    the modes, then the names of its baseline, the python and observer backends and the native
+    one (None where torch has no CUDA)."""
+    collector = "nsys" if under_tool else "test collector (collector.c)"
+    if saved is not None:
+        os.environ["NVTX_INJECTION64_PATH"] = saved
+    else:
+        lib = build_injection(Path(tempfile.mkdtemp()))
+        os.environ["NVTX_INJECTION64_PATH"] = str(lib)
+        os.environ["NVBRIDGE_NVTX_LOG"] = os.devnull
+    with_collector = f"emit_nvtx python, {collector}"
+    observer = f"emit_nvtx observer, {collector}"
+    rebase = "baseline, collector phase"
+    collector_modes: Modes = {
+        rebase: nullcontext,
+        observer: lambda: emit_nvtx(backend="observer", record_shapes=shapes),
+        with_collector: lambda: emit_nvtx(backend="python", record_shapes=shapes),
+    }
+    # The native backend exists only where torch was built with CUDA (no GPU needed to run it).
+    native = f"emit_nvtx native, {collector}" if torch.version.cuda else None
+    if native:
+        collector_modes[native] = lambda: emit_nvtx(backend="native", record_shapes=shapes)
+    return collector_modes, rebase, with_collector, observer, native
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=20000)
@@ -162,25 +191,7 @@ def main() -> None:
         for mname, seconds in timed(modes, body, args.repeat).items():
             results[(wname, mname)] = seconds
 
-    collector = "nsys" if under_tool else "test collector (inject.c)"
-    if saved is not None:
-        os.environ["NVTX_INJECTION64_PATH"] = saved
-    else:
-        lib = build_injection(Path(tempfile.mkdtemp()))
-        os.environ["NVTX_INJECTION64_PATH"] = str(lib)
-        os.environ["NVBRIDGE_NVTX_LOG"] = os.devnull
-    with_collector = f"emit_nvtx python, {collector}"
-    observer = f"emit_nvtx observer, {collector}"
-    rebase = "baseline, collector phase"
-    collector_modes: dict[str, Callable[[], AbstractContextManager[object]]] = {
-        rebase: nullcontext,
-        observer: lambda: emit_nvtx(backend="observer", record_shapes=shapes),
-        with_collector: lambda: emit_nvtx(backend="python", record_shapes=shapes),
-    }
-    # The native backend exists only where torch was built with CUDA (no GPU needed to run it).
-    native = f"emit_nvtx native, {collector}" if torch.version.cuda else None
-    if native:
-        collector_modes[native] = lambda: emit_nvtx(backend="native", record_shapes=shapes)
+    collector_modes, rebase, with_collector, observer, native = _collector_phase(saved, under_tool, shapes)
     for wname, (body, _) in workloads.items():
         for mname, seconds in timed(collector_modes, body, args.repeat).items():
             results[(wname, mname)] = seconds

@@ -118,32 +118,10 @@ def rowid_gap(src: Path) -> Callable[[Path], Run]:
     return build
 
 
-def structure_cases(src: Path) -> list[Case]:
-    tag = src.stem
-    have = tables(src)
-    cases = []
-    for table in (
-        "StringIds",
-        "NVTX_EVENTS",
-        K + "RUNTIME",
-        K + "KERNEL",
-        K + "MEMCPY",
-        "META_DATA_EXPORT",
-        "EXPORT_META_DATA",
-        "TARGET_INFO_SESSION_START_TIME",
-        "ThreadNames",
-        "PROCESSES",
-        "StringTable",
-        K + "MARKER",
-        "Version",
-        K + "NAME",
-    ):
-        if table in have:
-            cases.append(
-                Case(f"drop-table/{tag}/{table}", "dropped tables", mutated(src, [f"DROP TABLE {table}"], "any"))
-            )
-    # The columns that carry each table's meaning: dropping one must be refused (issue 24, item 6);
-    # the others (domainId, mangledName: older exporters lack them) may read as their defaults.
+def _dropped_columns(src: Path, tag: str, have: set[str]) -> list[Case]:
+    """The columns that carry each table's meaning, each dropped: refused (issue 24, item 6); the
+    others (domainId, mangledName: older exporters lack them) may read as their defaults."""
+    cases: list[Case] = []
     optional = {"domainId", "mangledName", "shortName", "eventClass", "returnValue"}
     for table, cols in (
         ("NVTX_EVENTS", ("start", "eventType", "text", "globalTid", "textId", "domainId")),
@@ -172,6 +150,34 @@ def structure_cases(src: Path) -> list[Case]:
                         ),
                     )
                 )
+    return cases
+
+
+def structure_cases(src: Path) -> list[Case]:
+    tag = src.stem
+    have = tables(src)
+    cases = []
+    for table in (
+        "StringIds",
+        "NVTX_EVENTS",
+        K + "RUNTIME",
+        K + "KERNEL",
+        K + "MEMCPY",
+        "META_DATA_EXPORT",
+        "EXPORT_META_DATA",
+        "TARGET_INFO_SESSION_START_TIME",
+        "ThreadNames",
+        "PROCESSES",
+        "StringTable",
+        K + "MARKER",
+        "Version",
+        K + "NAME",
+    ):
+        if table in have:
+            cases.append(
+                Case(f"drop-table/{tag}/{table}", "dropped tables", mutated(src, [f"DROP TABLE {table}"], "any"))
+            )
+    cases += _dropped_columns(src, tag, have)
     if "StringIds" in have:
         cases.append(
             Case(f"value/{tag}/StringIds-emptied", "hostile values", mutated(src, ["DELETE FROM StringIds"], "error"))
