@@ -8,15 +8,7 @@ annotates a PyTorch run for the profiler.
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 from typing import TYPE_CHECKING, Any
-
-# Arrow's allocator (mimalloc) hands freed pages back to the system only after a delay: a
-# streamed conversion frees a window's buffers every few milliseconds, and at 10M NVTX rows the
-# delay kept 0.2-0.3 GB of them resident. Set before pyarrow loads, when nvbridge loads it.
-if "pyarrow" not in sys.modules:
-    os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
 
 from nvbridge._version import __version__
 from nvbridge.errors import (
@@ -32,10 +24,10 @@ from nvbridge.errors import (
 )
 
 if TYPE_CHECKING:
+    from nvbridge.analysis.report import Report, load
     from nvbridge.analysis.summarize import Summary, summarize
     from nvbridge.conversion.many import convert
     from nvbridge.conversion.result import ConversionResult
-    from nvbridge.dataset.report import Report, load
     from nvbridge.export.trace import export_chrome_trace
 
 # Loaded at first use (PEP 562): `import nvbridge` stays cheap, so a training script that only
@@ -46,8 +38,8 @@ _LAZY = {
     "summarize": "nvbridge.analysis.summarize",
     "ConversionResult": "nvbridge.conversion.result",
     "convert": "nvbridge.conversion.many",
-    "Report": "nvbridge.dataset.report",
-    "load": "nvbridge.dataset.report",
+    "Report": "nvbridge.analysis.report",
+    "load": "nvbridge.analysis.report",
     "export_chrome_trace": "nvbridge.export.trace",
 }
 
@@ -92,7 +84,7 @@ def __getattr__(name: str) -> Any:
         try:
             from nvbridge.annotate import emit_nvtx
         except ImportError as exc:
-            raise ImportError(
+            raise MissingDependency(
                 f"nvbridge.emit_nvtx needs torch ({exc}); install it with: pip install 'nvbridge[torch]'"
             ) from exc
         return emit_nvtx

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
 
 KEYS = ("op", "shapes", "backward", "module")
 OP_SUMS = ("calls", "self_cpu_ns", "total_cpu_ns", "self_gpu_ns", "total_gpu_ns")
@@ -87,7 +87,7 @@ class Diff:
         return out
 
 
-def _op_groups(report: Report) -> pa.Table:
+def _op_groups(report: ReportTables) -> pa.Table:
     ops = report.ops
     is_step = pc.starts_with(ops.column("op_name"), "ProfilerStep#")
     ops = ops.filter(pc.invert(is_step.fill_null(False)))
@@ -105,7 +105,7 @@ def _op_groups(report: Report) -> pa.Table:
     return agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
 
 
-def _kernel_groups(report: Report) -> pa.Table:
+def _kernel_groups(report: ReportTables) -> pa.Table:
     g = report.gpu_ops
     t = pa.table(
         {
@@ -146,7 +146,7 @@ class Side:
     gpu_ns: int
 
 
-def side_of(report: Report) -> Side:
+def side_of(report: ReportTables) -> Side:
     """One report's groups."""
     g = report.gpu_ops
     return Side(
@@ -235,7 +235,7 @@ def diff_sides(a: Side, b: Side) -> Diff:
     )
 
 
-def diff_reports(a: Report, b: Report) -> Diff:
+def diff_reports(a: ReportTables, b: ReportTables) -> Diff:
     """What differs from report ``a`` to report ``b``."""
     return diff_sides(side_of(a), side_of(b))
 

@@ -14,10 +14,10 @@ from typing import Any
 from nvbridge.analysis.gpu import GpuHeader
 from nvbridge.analysis.launches import Launches, merge_launches
 from nvbridge.analysis.mfu import model_flops
+from nvbridge.analysis.op_table import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
 from nvbridge.analysis.ranks import RankFacts, StepSpread, step_spreads
 from nvbridge.analysis.streamed import ReportFigures, report_figures
-from nvbridge.analysis.summary import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
-from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
 from nvbridge.errors import OptionError
 from nvbridge.gpu.peaks import Peaks
 
@@ -35,7 +35,7 @@ class Summary:
     ops: int  # ops over all reports
     open_at_end: int  # ops clamped to the capture end (never closed)
     peaks: Peaks | None = None  # the GPU's (first report's device), with the user's overrides
-    flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, throughput.mfu)
+    flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, mfu.model_flops)
     launches: Launches = field(default_factory=Launches)  # who launched the [no op] row's GPU time
 
     @property
@@ -127,7 +127,7 @@ def summarize(
     )
 
 
-def _rank_facts(report: Report, figures: ReportFigures, several_reports: bool) -> list[RankFacts]:
+def _rank_facts(report: ReportTables, figures: ReportFigures, several_reports: bool) -> list[RankFacts]:
     """One report's ranks: each of several (the kept ones), or the report as one rank."""
     source = report.meta.get("source")
     if not figures.by_process:  # a report of one rank (or the one rank a filter kept)

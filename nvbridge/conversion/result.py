@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
+from nvbridge.output.names import plural
 from nvbridge.readers.raw import SourceInfo
 
 
@@ -79,12 +80,6 @@ class ConversionResult:
                 line.rstrip(".") + "." for line in self.info.diagnostics.splitlines()
             )
         return note
-
-
-def plural(n: int, noun: str) -> str:
-    """``1 kernel``, ``2 kernels``, ``3 processes``: counts read as English (as the summary
-    tables write them, nvbridge.analysis.summary.plural; a conversion never loads analysis)."""
-    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}es" if noun.endswith("s") else f"{n:,} {noun}s"
 
 
 def rank_from_name(source: str) -> int | None:
