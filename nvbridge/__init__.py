@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from nvbridge.conversion import ConversionResult, convert
     from nvbridge.dataset.report import Report, load
     from nvbridge.export.trace import export_chrome_trace
+    from nvbridge.page import report
 
 # Loaded at first use (PEP 562): `import nvbridge` stays cheap, so a training script that only
 # annotates does not load pyarrow, and the command line can take Ctrl-C quietly from its first
@@ -48,6 +49,7 @@ _LAZY = {
     "Report": "nvbridge.dataset.report",
     "load": "nvbridge.dataset.report",
     "export_chrome_trace": "nvbridge.export.trace",
+    "report": "nvbridge.page",
 }
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "export_chrome_trace",
     "load",
     "load_nvprof",
+    "report",
     "summarize",
 ]
 

@@ -86,6 +86,12 @@ class Diff:
             out.append(f"mean step time {100 * (sb / sa - 1):+.1f}%")
         return out
 
+    def _repr_html_(self) -> str:
+        """diff's tables and the steps of A and B, inline in a notebook (nvbridge/page/notebook.py)."""
+        from nvbridge.page.notebook import diff_html
+
+        return diff_html(self)
+
 
 def _op_groups(report: Report) -> pa.Table:
     ops = report.ops

@@ -191,6 +191,12 @@ class Report:
         counts = ", ".join(f"{k}={self.rows(k)}" for k in parquet.TABLES if k in self._tables or self._files)
         return f"<nvbridge.Report {self.meta.get('source')}: {counts}>"
 
+    def _repr_html_(self) -> str:
+        """The report page, inline in a notebook (nvbridge/page/notebook.py)."""
+        from nvbridge.page.notebook import report_html
+
+        return report_html(self)
+
 
 def load(
     path: str | os.PathLike[str],
