@@ -8,15 +8,8 @@ annotates a PyTorch run for the profiler.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import TYPE_CHECKING, Any
-
-# Arrow's allocator (mimalloc) hands freed pages back to the system only after a delay: a
-# streamed conversion frees a window's buffers every few milliseconds, and at 10M NVTX rows the
-# delay kept 0.2-0.3 GB of them resident. Set before pyarrow loads, when nvbridge loads it.
-if "pyarrow" not in sys.modules:
-    os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
 
 from nvbridge._version import __version__
 from nvbridge.errors import (
@@ -32,9 +25,9 @@ from nvbridge.errors import (
 )
 
 if TYPE_CHECKING:
+    from nvbridge.analysis.report import Report, load
     from nvbridge.analysis.summarize import Summary, summarize
     from nvbridge.conversion import ConversionResult, convert
-    from nvbridge.dataset.report import Report, load
     from nvbridge.export.trace import export_chrome_trace
     from nvbridge.page import report
 
@@ -46,8 +39,8 @@ _LAZY = {
     "summarize": "nvbridge.analysis.summarize",
     "ConversionResult": "nvbridge.conversion",
     "convert": "nvbridge.conversion",
-    "Report": "nvbridge.dataset.report",
-    "load": "nvbridge.dataset.report",
+    "Report": "nvbridge.analysis.report",
+    "load": "nvbridge.analysis.report",
     "export_chrome_trace": "nvbridge.export.trace",
     "report": "nvbridge.page",
 }
@@ -79,6 +72,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
+        if "IPython" in sys.modules:  # a notebook: Report, Summary, findings and Diff display as pages
+            importlib.import_module("nvbridge.page")  # registers the renderers (nvbridge/output/rich.py)
         globals()[name] = value
         return value
     # emit_nvtx imports torch; keep `import nvbridge` free of it (PEP 562).
@@ -94,7 +89,7 @@ def __getattr__(name: str) -> Any:
         try:
             from nvbridge.annotate import emit_nvtx
         except ImportError as exc:
-            raise ImportError(
+            raise MissingDependency(
                 f"nvbridge.emit_nvtx needs torch ({exc}); install it with: pip install 'nvbridge[torch]'"
             ) from exc
         return emit_nvtx

@@ -6,7 +6,7 @@
     python scripts/bench_convert.py --skip-nsys --nvprof-tiles none              # quick
     python scripts/bench_convert.py --convert-only --nvprof-tiles none --nvtx-rows 2000000 --nvtx-rows 10000000
 
-For each size, the tiled database is built once (scripts/make_large_db.py) into the cache
+For each size, the tiled database is built once (scripts/bench/large_db.py) into the cache
 directory (default bench_out/, git-ignored) and reused by later runs; ``--clean`` deletes it
 afterwards. nvbridge's bytecode is compiled once, as ``pip install .`` does. Then, on that same
 file, with the page cache warmed first, these subprocesses run
@@ -55,10 +55,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-import make_large_db  # noqa: E402
+if __package__:  # python -m scripts.bench_convert, or imported by scripts.bench.trace
+    from scripts.bench import large_db as make_large_db
+else:  # python scripts/bench_convert.py: Python puts this file's folder first on the path
+    from bench import large_db as make_large_db  # type: ignore[no-redef]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_SOURCE = ROOT.parent / "shared" / "real_db" / "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
 DEFAULT_NVPROF = ROOT.parent / "shared" / "real_db" / "nvprof-2020-pytorch14-pyprof-lm.sqlite"

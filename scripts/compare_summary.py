@@ -1,8 +1,8 @@
 """Compare `nvbridge summary --json` of this tree against another checkout, on every real export,
 sample and a partitioned dataset: the proof that a refactor left the summary unchanged.
 
-    python scripts/compare_summary.py /path/to/other/checkout [--dataset DIR]
-    python scripts/compare_summary.py /path/to/other/checkout --exact --convert-to /tmp/cmp
+    python -m scripts.compare_summary /path/to/other/checkout [--dataset DIR]
+    python -m scripts.compare_summary /path/to/other/checkout --exact --convert-to /tmp/cmp
 
 Differences the comparison expects (issue #14) and discounts: the ``[no op]`` row (GPU time no
 op launched), the CPU-time order of reports without GPU time, and ``--device`` on a report

@@ -59,7 +59,7 @@ def test_dominant_category_matches_raw_interval_arithmetic(name: str) -> None:
 
 
 def test_pinned_copies_that_dominate_come_first_with_bytes_and_bandwidth() -> None:
-    """Our recording (scripts/copies_gpu.py, SYNTHETIC GPU rows): 32 MiB pinned HtoD input copies
+    """Our recording (scripts/record/copies_gpu.py, SYNTHETIC GPU rows): 32 MiB pinned HtoD input copies
     hold most of the GPU timeline; before, no finding covered pinned copies at all."""
     rows = raw(PINNED, "SELECT start, end, bytes, srcKind FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1")
     assert rows and {src for *_, src in rows} == {1}  # pinned

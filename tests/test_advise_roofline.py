@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.analysis.advise import Advice, Finding, advise_report
-from nvbridge.analysis.roofline import BELOW_SHARE
+from nvbridge.analysis.below_roofline import BELOW_SHARE
 from nvbridge.cli import cli
 from tests.conftest import SAMPLE_DB, raw, real_db
 

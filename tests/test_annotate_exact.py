@@ -21,8 +21,8 @@ pytest.importorskip("torch", reason="emit_nvtx needs torch (pip install 'nvbridg
 
 from nvbridge.annotate import _observer  # noqa: E402
 from nvbridge.engine import correlate  # noqa: E402
+from scripts.workloads.exact import WORKLOADS  # noqa: E402
 from tests.nvtx_inject import exact  # noqa: E402
-from tests.nvtx_inject.exact_workloads import WORKLOADS  # noqa: E402
 from tests.nvtx_inject.nvtx_log import NvtxLog  # noqa: E402
 from tests.test_correlate import _range, profile  # noqa: E402
 
@@ -164,7 +164,7 @@ def _nodes_with_one_fitting_op(log: NvtxLog) -> list[Place]:
 _SHAPES = """
 import sys, torch
 from nvbridge.annotate import emit_nvtx
-from tests.nvtx_inject.exact_workloads import Scale
+from scripts.workloads.exact import Scale
 x, w = torch.randn(4, 6, requires_grad=True), torch.ones(6, requires_grad=True)
 with emit_nvtx(backend=sys.argv[2], record_shapes=True):
     torch.stack([x, x * 2]).sum().backward()

@@ -6,7 +6,7 @@ while annotation is on and put back after exits and exceptions (or left switched
 wrapper someone added later), module ranges on other threads, backward node ranges on the thread
 that runs each node (including nodes run on another thread and reentrant backward), the last
 node's range ending before the graph task's final callbacks, and that the wrapper traces under
-``torch.compile``. No timing: performance is measured by ``scripts/bench_annotate.py`` only.
+``torch.compile``. No timing: performance is measured by ``scripts/bench/annotate.py`` only.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import torch  # noqa: E402
 from nvbridge.annotate import _nvtx_lib, emit_nvtx  # noqa: E402
 from nvbridge.annotate._backward import run_backward_with_ranges  # noqa: E402
 from nvbridge.annotate._modules import ModuleRanges  # noqa: E402
+from scripts.workloads.net import Bad, Net  # noqa: E402
 from tests.nvtx_inject.nvtx_log import NvtxLog, Range, parse_log  # noqa: E402
-from tests.nvtx_inject.workloads import Bad, Net  # noqa: E402
 
 ORIGINAL_CALL = torch.nn.Module.__dict__["__call__"]
 

@@ -69,18 +69,7 @@ def no_sync(*args, **kwargs):
 
 torch.cuda.synchronize = no_sync  # torch's own emit_nvtx calls it and fails without a GPU
 
-from tests.nvtx_inject.workloads import Net  # the Net whose ranges NET_MODULE_RANGES lists
-
-
-class Double(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 2
-
+from scripts.workloads.net import parts, steps_of  # the Net whose ranges NET_MODULE_RANGES lists
 
 def state():
     return {
@@ -96,19 +85,11 @@ def state():
 
 ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
 ORIGINAL_CALL = torch.nn.Module.__dict__["__call__"]
-torch.manual_seed(0)
-model = Net()
-opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-x, target = torch.randn(2, 1, 8, 8), torch.tensor([0, 2])
+model, opt, x, target = parts(momentum=0.9)
 
 
 def train(nv, steps=2):
-    for _ in range(steps):
-        nv.step()
-        opt.zero_grad()
-        out = Double.apply(model(x))
-        torch.nn.functional.cross_entropy(out, target).backward()
-        opt.step()
+    steps_of(model, opt, x, target, steps, custom=True).run(nv.step)
 
 
 def training(backend, record_shapes):

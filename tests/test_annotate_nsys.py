@@ -8,7 +8,7 @@ node ranges on the thread that ran them, module paths, step ranges. Then ``nvbri
 must link every backward node to its forward op.
 
 nsys 2022.4 often cannot find its importer and leaves only a ``.qdstrm``; QdstrmImporter (path in
-``QDSTRM_IMPORTER``, default as in ``scripts/record_samples.sh``) then makes the ``.nsys-rep``.
+``QDSTRM_IMPORTER``, default as in ``scripts/record/samples.sh``) then makes the ``.nsys-rep``.
 """
 
 from __future__ import annotations
@@ -54,22 +54,14 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from nvbridge.annotate import emit_nvtx
 
-from tests.nvtx_inject.workloads import Net  # the Net whose ranges NET_MODULE_RANGES lists
+from scripts.workloads.net import net  # the Net whose ranges NET_MODULE_RANGES lists
 
 
 torch.set_num_threads(1)
-torch.manual_seed(0)
-model = Net()
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-x, target = torch.randn(2, 1, 8, 8), torch.tensor([0, 2])
+training = net()
 with profile(activities=[ProfilerActivity.CPU]) as prof:
     with emit_nvtx(backend="python") as nv:  # the observer is checked in test_annotate_exact
-        for _ in range(2):
-            nv.step()
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(x), target)
-            loss.backward()
-            opt.step()
+        training.run(nv.step)
 events = []
 for e in prof.events():
     parent = e.cpu_parent

@@ -1,8 +1,8 @@
 """diff: nothing against itself; the planted extra matmul is the top row with raw-SQL deltas.
 
 sample_db/diff_extra_cpu+synthetic_gpu.sqlite is diff_base_cpu's training loop with one extra
-``torch.mm`` in module ``blocks.1`` (scripts/advise_workloads.py); their GPU rows are SYNTHETIC
-(scripts/advise_gpu.py), a fixed function of op and shapes, so only the planted change moves
+``torch.mm`` in module ``blocks.1`` (scripts/workloads/advise.py); their GPU rows are SYNTHETIC
+(scripts/record/advise_gpu.py), a fixed function of op and shapes, so only the planted change moves
 GPU time. Expected figures come from the files' raw NVTX and CUDA tables.
 """
 

@@ -52,3 +52,19 @@ def test_docs_link_to_files_that_exist() -> None:
     for doc in [root / "README.md", *DOCS.glob("*.md")]:
         for target in re.findall(r"\]\(((?!https?:)[^)#]+)", doc.read_text()):
             assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
+
+
+def test_docs_name_files_and_scripts_that_exist() -> None:
+    """Every repository file or folder a doc names (``scripts/bench/trace.py``, ``nvbridge/cli/``)
+    and every ``python -m scripts...`` it runs is there: files move, and a doc's command must
+    still run. Placeholders (``sample_db/NAME_cpu.sqlite``) are left out."""
+    root = DOCS.parent
+    named = re.compile(r"(?<![\w/.-])((?:scripts|tests|nvbridge|native|sample_db)/(?:[\w+-]+/)*(?:[\w+-]+\.\w+)?)")
+    for doc in [root / "README.md", root / "sample_db" / "README.md", *DOCS.glob("*.md")]:
+        text = doc.read_text()
+        for path in named.findall(text):
+            if not re.search(r"(?<![A-Za-z])(?!README)[A-Z]{3,}(?![a-z])", path):
+                assert (root / path).exists(), f"{doc.relative_to(root)} names {path}, which does not exist"
+        for module in re.findall(r"python3? -m (scripts(?:\.\w+)+)", text):
+            file = root / (module.replace(".", "/") + ".py")
+            assert file.exists() or (file.with_suffix("") / "__init__.py").exists(), f"{doc.name} runs {module}"

@@ -1,4 +1,4 @@
-"""FLOPs on a held-out training workload (tests/nvtx_inject/flops_workloads.py), recorded under
+"""FLOPs on a held-out training workload (scripts/workloads/flops.py), recorded under
 emit_nvtx, against torch's FlopCounterMode run on the same program in another process where
 nvbridge is never imported: per family (mm, addmm, bmm, conv, attention) and pass (forward,
 backward), the ops torch's counter sees; the model FLOPs MFU counts; and the dtypes of the
@@ -29,7 +29,6 @@ from nvbridge.engine.costs.tables import base_name  # noqa: E402
 from tests.nvtx_inject.nvtx_log import REPO, parse_log  # noqa: E402
 from tests.test_correlate import _range, profile  # noqa: E402
 
-HERE = Path(__file__).resolve().parent / "nvtx_inject"
 PASSES = ("forward", "backward")
 
 
@@ -73,7 +72,7 @@ def _run(mode: str, workdir: Path, injection: Path | None) -> tuple[dict[str, An
     env["NVBRIDGE_NVTX_LOG"] = str(log)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, str(HERE / "flops_workloads.py"), mode, str(out)],
+        [sys.executable, "-m", "scripts.workloads.flops", mode, str(out)],
         env=env,
         capture_output=True,
         text=True,

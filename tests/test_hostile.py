@@ -1,4 +1,4 @@
-"""The fast subset of scripts/hostile_inputs.py (``--quick``): damaged copies of sample and real
+"""The fast subset of scripts/hostile/inputs.py (``--quick``): damaged copies of sample and real
 exports, and special files, each run through ``python -m nvbridge convert`` as a user would.
 
 Asserts zero failures (internal errors, tracebacks, hangs, partial outputs, modified inputs,
@@ -22,7 +22,8 @@ ELSEWHERE = {"special/url"}
 def test_quick_hostile_corpus_has_no_failures(tmp_path: Path) -> None:
     saved = tmp_path / "verdicts.jsonl"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "hostile_inputs.py"), "--quick", "--save", str(saved)],
+        [sys.executable, "-m", "scripts.hostile.inputs", "--quick", "--save", str(saved)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.analysis.kernels import TOP_OPS, kernel_table
-from nvbridge.analysis.summary import NO_OP
+from nvbridge.analysis.op_table import NO_OP
 from nvbridge.cli import cli
 from nvbridge.export import parquet
 from tests import raw_gpu

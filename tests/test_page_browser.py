@@ -226,6 +226,7 @@ def test_notebook_outputs_share_one_document(driver: Any, shots: Path, tmp_path:
     """Four outputs (Report, Summary, Advice, Diff) in one document, as a notebook shows them:
     each draws its own charts, the Vega bundle runs once."""
     import nvbridge
+    import nvbridge.page  # noqa: F401  (registers the notebook renderers, as nvbridge.load does in IPython)
     from nvbridge.analysis.advise import advise
     from nvbridge.analysis.diff import diff
 

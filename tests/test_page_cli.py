@@ -60,3 +60,30 @@ def test_missing_input_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "none.sqlite: no such file; check the path." in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rich_display_without_and_with_the_page_renderers() -> None:
+    """In a fresh interpreter: before nvbridge.page is imported, _repr_html_ is None (the
+    notebook shows the repr) and the analysis loads no page module; in IPython,
+    nvbridge.load registers the renderers and a Report displays as its page."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        f"""
+        import sys
+        import nvbridge
+        from nvbridge.analysis.report import load
+        report = load({str(ADVISE)!r})
+        print(report._repr_html_() is None, any(m.startswith("nvbridge.page") for m in sys.modules))
+        sys.modules["IPython"] = type(sys)("IPython")  # as in a notebook's kernel
+        nvbridge.load
+        html = report._repr_html_()
+        print(html.startswith('<div class="nvbridge-page">'), 'id="nvbridge-data"' in html)
+        """
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "True", "True"]

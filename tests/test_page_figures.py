@@ -295,12 +295,8 @@ def test_page_size_does_not_grow_with_rows(tmp_path: Path, monkeypatch: pytest.M
     """Tiled 16x and 64x in time (each tile repeats the sample's steps), the page holds the same
     number of bars, table rows and steps once each is past its bound (the bounds made small here
     so a small sample reaches them): its size differs by the digits of the numbers."""
-    import sys
-
     from nvbridge.page import advice_json
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    import make_large_db
+    from scripts.bench import large_db
 
     monkeypatch.setattr(advice_json, "MAX_STEPS", 8)
     monkeypatch.setattr(advice_json, "MAX_STEP_ROWS", 16)
@@ -308,7 +304,7 @@ def test_page_size_does_not_grow_with_rows(tmp_path: Path, monkeypatch: pytest.M
     sizes, rows = {}, {}
     for tiles in (16, 64):
         db = tmp_path / f"x{tiles}.sqlite"
-        make_large_db.build(ADVISE, db, tiles=tiles, quiet=True)
+        large_db.build(ADVISE, db, tiles=tiles, quiet=True)
         dataset = tmp_path / f"x{tiles}"
         nvbridge.convert(db, dataset)
         out = tmp_path / f"x{tiles}.html"

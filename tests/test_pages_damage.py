@@ -4,7 +4,7 @@ which may read a damaged page without an error), cross-checks what it read again
 count, can be turned off, and takes only typed arguments.
 
 Mutants are made here from the project's own recordings (sample_db/) by setting bytes found with
-scripts/page_map.py. The reference that a mutant is damaged is SQLite itself, through the
+scripts/hostile/page_map.py. The reference that a mutant is damaged is SQLite itself, through the
 stdlib's sqlite3: PRAGMA integrity_check, or a plain read raising."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from nvbridge.readers import read_profile
 from nvbridge.readers._column import Column
 from nvbridge.readers._db import Database
 from nvbridge.readers._page_scan import PageScan, Tally
-from scripts.page_map import PageMap
+from scripts.hostile.page_map import PageMap
 from tests.conftest import SAMPLE_DB, require_native
 
 SAMPLE = SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"

@@ -1,5 +1,5 @@
-"""Page-level mutants the fuzzers found (tests/regress/pages/*.json, kept by scripts/fuzz_pages.py
-and scripts/fuzz_pages_raw.py) replayed: each is a recipe (source file, its sha256, byte edits),
+"""Page-level mutants the fuzzers found (tests/regress/pages/*.json, kept by scripts/hostile/fuzz_pages.py
+and scripts/hostile/fuzz_pages_raw.py) replayed: each is a recipe (source file, its sha256, byte edits),
 rebuilt from sample_db/ or ../shared/real_db (skipped where that file is absent or differs; the
 real exports' bytes are never kept). Reading a mutant must end in a one-line refusal or in the
 undamaged file's rows; rows that differ are wrong only where SQLite accepts the mutant (then
@@ -14,8 +14,8 @@ import pytest
 
 from nvbridge.errors import NvbridgeError
 from nvbridge.readers import read_profile
-from scripts.fuzz_pages import sqlite_verdict
-from scripts.page_mutants import Mutant, sha256
+from scripts.hostile.fuzz_pages import sqlite_verdict
+from scripts.hostile.page_mutants import Mutant, sha256
 from tests.conftest import REAL_DB, ROOT, SAMPLE_DB, require_native
 
 RECIPES = sorted((ROOT / "tests" / "regress" / "pages").glob("*.json"))

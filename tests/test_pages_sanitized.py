@@ -1,9 +1,9 @@
 """The page reader under AddressSanitizer and UndefinedBehaviorSanitizer (issue 24, item 7).
 
-native/ is built instrumented in a temporary folder (scripts/sanitize.py), then run in a
+native/ is built instrumented in a temporary folder (scripts/hostile/sanitize.py), then run in a
 subprocess with the ASan runtime preloaded: the page reader's tests (but the one reading every
 table of every export, 50 s there) and a bounded scan-only fuzz of page-level mutants
-(scripts/fuzz_pages.py). An out-of-bounds access, use after free or undefined behaviour aborts
+(scripts/hostile/fuzz_pages.py). An out-of-bounds access, use after free or undefined behaviour aborts
 that process with the sanitizer's report, and the test fails with it. A canary first proves the
 sanitizer is live: a heap overflow made on purpose must abort."""
 
@@ -18,13 +18,13 @@ import pytest
 
 from tests.conftest import ROOT, require_native
 
-SANITIZE = ROOT / "scripts" / "sanitize.py"
+SANITIZE = ["-m", "scripts.hostile.sanitize"]
 
 
 def _built(tmp_path: Path) -> Path:
     require_native()
     folder = tmp_path / "asan"
-    done = subprocess.run([sys.executable, str(SANITIZE), "build", str(folder)], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, *SANITIZE, "build", str(folder)], cwd=ROOT, capture_output=True, text=True)
     if done.returncode:
         if os.environ.get("CI"):
             pytest.fail(f"the sanitized build failed in CI: {done.stderr[-2000:]}")
@@ -33,7 +33,7 @@ def _built(tmp_path: Path) -> Path:
 
 
 def _run(folder: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, str(SANITIZE), "run", str(folder), *args]
+    cmd = [sys.executable, *SANITIZE, "run", str(folder), *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
@@ -58,6 +58,6 @@ def test_the_page_reader_runs_clean_under_the_sanitizers(tmp_path: Path) -> None
     assert "Sanitizer" not in done.stderr
 
     fuzz = _run(
-        folder, str(ROOT / "scripts" / "fuzz_pages.py"), "--scan-only", "--no-keep", "--mutants", "120", "--seed", "24"
+        folder, "-m", "scripts.hostile.fuzz_pages", "--scan-only", "--no-keep", "--mutants", "120", "--seed", "24"
     )
     assert fuzz.returncode == 0 and ", 0 failing" in fuzz.stdout, (fuzz.stdout + fuzz.stderr)[-4000:]

@@ -22,6 +22,7 @@ import pytest
 import nvbridge
 from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
 from nvbridge.readers import estimate_rows, exported, read_profile
+from scripts.hostile.fuzz_readers import apply
 from tests.conftest import SAMPLE_DB, raw, real_db, require_nsys
 
 GPU_SAMPLE = SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"
@@ -413,14 +414,9 @@ REGRESS = sorted((Path(__file__).parent / "regress").glob("*.json"))
 
 @pytest.mark.parametrize("case", REGRESS, ids=[p.stem for p in REGRESS])
 def test_fuzz_regressions_read_or_refuse_in_one_line(tmp_path: Path, case: Path) -> None:
-    """Each file is a crash scripts/fuzz_readers.py found (a sample_db/ seed and SQL edits): reading
+    """Each file is a crash scripts/hostile/fuzz_readers.py found (a sample_db/ seed and SQL edits): reading
     the edited copy must succeed or raise an NvbridgeError, never anything else."""
     spec = json.loads(case.read_text())
-    sys.path.insert(0, str(SAMPLE_DB.parent / "scripts"))
-    try:
-        from fuzz_readers import apply
-    finally:
-        sys.path.pop(0)
     path = tmp_path / spec["seed"]
     assert apply(SAMPLE_DB / spec["seed"], spec["sql"], path) == spec["sql"]  # every edit still applies
     try:
@@ -446,7 +442,7 @@ def test_a_schema_that_is_not_utf8_reads_or_refuses_without_a_panic(tmp_path: Pa
     """A byte flip inside a column declaration made ConnectorX panic (pyo3's PanicException, a
     BaseException that slipped past every handler as a traceback); the cursor path reads it."""
     data = bytearray(DOMAINS.read_bytes())
-    data[206610] ^= 0xFF  # found by scripts/hostile_inputs.py (flip/nvtx_domains/206610)
+    data[206610] ^= 0xFF  # found by scripts/hostile/inputs.py (flip/nvtx_domains/206610)
     path = tmp_path / "flipped.sqlite"
     path.write_bytes(bytes(data))
     try:
@@ -456,7 +452,7 @@ def test_a_schema_that_is_not_utf8_reads_or_refuses_without_a_panic(tmp_path: Pa
 
 
 def test_schema_text_that_is_not_utf8_is_damage(tmp_path: Path) -> None:
-    """A flipped byte inside sqlite_master's text (found by scripts/hostile_inputs.py) was an
+    """A flipped byte inside sqlite_master's text (found by scripts/hostile/inputs.py) was an
     internal UnicodeDecodeError."""
     data = bytearray((SAMPLE_DB / "advise_cpu.sqlite").read_bytes())
     data[482162] ^= 0xFF

@@ -60,7 +60,7 @@ def test_fsdp_report_has_no_backward_nodes_to_link() -> None:
 def test_sample_recordings_link_99_percent(sample: str) -> None:
     path = SAMPLE_DB / sample
     if not path.is_file():
-        pytest.fail("sample_db/ holds no recordings; scripts/record_samples.sh makes them")
+        pytest.fail("sample_db/ holds no recordings; scripts/record/samples.sh makes them")
     nodes, linked, missing = _linked_share(nvbridge.load(path))
     assert nodes > 0
     assert linked >= 0.99 * nodes, missing
@@ -235,12 +235,12 @@ def _converted(ranges: list[dict[str, object]]) -> dict[tuple[int, int], tuple[i
 
 @pytest.mark.parametrize("sample", OBSERVER_SAMPLES or ["<none>"])
 def test_observer_recordings_link_as_torch_does(sample: str) -> None:
-    """Real nsys recordings of the observer backend (scripts/record_samples.sh): every backward
+    """Real nsys recordings of the observer backend (scripts/record/samples.sh): every backward
     node links to the op computed here from raw SQL; with fwd_tid removed (torch's own names),
     no link differs from it."""
     path = SAMPLE_DB / sample
     if not path.is_file():
-        pytest.fail("sample_db/ holds no observer recordings; scripts/record_samples.sh makes them")
+        pytest.fail("sample_db/ holds no observer recordings; scripts/record/samples.sh makes them")
     ranges = _raw_ranges(path)
     expected = _expected_links(ranges)
     assert sum(v is not None for v in expected.values()) >= 20

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import nvbridge
-from nvbridge.dataset.report import Report
+from nvbridge.dataset.report import ReportTables as Report
 from nvbridge.errors import LateLink
 from tests.conftest import NSYS_FILES, SAMPLE_DB, raw, real_db
 

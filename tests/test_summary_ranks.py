@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import nvbridge
-from nvbridge.analysis import throughput
+from nvbridge.analysis.mfu import mfu
 from nvbridge.cli import cli
 from nvbridge.gpu.peaks import resolve
 from tests import raw_by_time, raw_gpu
@@ -191,7 +191,7 @@ def test_one_report_of_several_processes_is_per_rank(name: str) -> None:
         alone = _json("summary", str(path), "--rank", str(i), "--json", *PEAKS)
         assert got["flops"][f"rank {i}"] == alone["flops"]
     whole = nvbridge.load(path)
-    total = throughput.mfu(whole.ops, whole.gpu_ops, resolve(None, peak_tflops=100, peak_gbps=1000))["flops"]
+    total = mfu(whole.ops, whole.gpu_ops, resolve(None, peak_tflops=100, peak_gbps=1000))["flops"]
     assert sum(f["flops"] or 0 for f in got["flops"].values()) == (total or 0)
     text = CliRunner().invoke(cli, ["summary", str(path), "--limit", "3"]).stdout
     assert text.startswith(f"2 ranks in {path.name}, one process each:\n  rank 0 (pid {pids[0]}, GPU 0): ")

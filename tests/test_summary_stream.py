@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.analysis import gpu_header
-from nvbridge.analysis.throughput import mfu
+from nvbridge.analysis.mfu import mfu
 from nvbridge.cli import cli
 from nvbridge.dataset.files import Files
 from nvbridge.gpu.peaks import resolve

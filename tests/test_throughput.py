@@ -3,8 +3,9 @@ here: torch's FlopCounterMode on the recorded workload, raw SQL, the docs' formu
 
 from __future__ import annotations
 
+import contextlib
 import math
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.analysis import throughput
+from nvbridge.analysis.mfu import mfu
 from nvbridge.cli import cli
 from nvbridge.gpu.peaks import Peaks, lookup, resolve
 from tests.conftest import raw, real_db
@@ -24,7 +26,7 @@ SAMPLE = ROOT / "sample_db" / "transformer_shapes_cpu.sqlite"
 
 def workload_flops() -> list[tuple[int, int]]:
     """(forward, backward) FLOPs per step that FlopCounterMode counts when the sample's workload
-    (scripts/sample_workloads.py, recorded with record_shapes) runs again here. Its registry has
+    (scripts/workloads/samples.py, recorded with record_shapes) runs again here. Its registry has
     no CPU flash-attention kernel (what the encoder's attention runs on CPU): that kernel and its
     backward are counted with torch's own formulas for the CUDA flash kernel."""
     torch = pytest.importorskip("torch")
@@ -39,26 +41,21 @@ def workload_flops() -> list[tuple[int, int]]:
         ).__wrapped__,
     }
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import sample_workloads as w
-    finally:
-        sys.path.pop(0)
-    torch.manual_seed(0)
-    model = w.TinyTransformer()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
-    tokens = torch.randint(0, 50, (2, 8))
-    steps = []
-    for _ in range(2):
-        opt.zero_grad()
-        with FlopCounterMode(display=False, custom_mapping=cpu_flash) as forward:
-            logits = model(tokens[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 50), tokens[:, 1:].reshape(-1))
-        with FlopCounterMode(display=False, custom_mapping=cpu_flash) as backward:
-            loss.backward()
-        opt.step()
-        steps.append((int(forward.get_total_flops()), int(backward.get_total_flops())))
-    return steps
+    from scripts.workloads import samples
+
+    counted: dict[str, list[int]] = {"forward": [], "backward": []}
+
+    @contextlib.contextmanager
+    def phase(name: str) -> Iterator[None]:
+        if name not in counted:  # the optimizer's step is not counted
+            yield
+            return
+        with FlopCounterMode(display=False, custom_mapping=cpu_flash) as mode:
+            yield
+        counted[name].append(int(mode.get_total_flops()))
+
+    samples.transformer().run(phase=phase)
+    return list(zip(counted["forward"], counted["backward"]))
 
 
 def test_recorded_workload_flops_equal_flop_counter_forward_and_backward() -> None:
@@ -89,7 +86,7 @@ def test_mfu_per_step_is_model_flops_over_wall_time_and_peak() -> None:
     steps = workload_flops()
     walls = dict(raw(SAMPLE, "SELECT text, \"end\" - start FROM NVTX_EVENTS WHERE text LIKE 'ProfilerStep#%'"))
     report = nvbridge.load(SAMPLE)
-    figures = throughput.mfu(report.ops, report.gpu_ops, resolve(None, peak_tflops=0.002, peak_gbps=10))
+    figures = mfu(report.ops, report.gpu_ops, resolve(None, peak_tflops=0.002, peak_gbps=10))
     assert [s["step"] for s in figures["steps"]] == [0, 1]
     for st, (fwd, bwd) in zip(figures["steps"], steps):
         wall = int(walls[f"ProfilerStep#{st['step']}"])
@@ -261,7 +258,7 @@ def test_mfu_per_rank_of_a_partitioned_dataset(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--peak-tflops", "0.002", "--json"])
     figures = __import__("json").loads(result.stdout)["flops"]
-    single = throughput.mfu(nvbridge.load(SAMPLE).ops, nvbridge.load(SAMPLE).gpu_ops, resolve(None, 0.002))
+    single = mfu(nvbridge.load(SAMPLE).ops, nvbridge.load(SAMPLE).gpu_ops, resolve(None, 0.002))
     assert sorted(figures) == ["rank 0", "rank 1"]
     for fig in figures.values():
         assert [s["mfu_pct"] for s in fig["steps"]] == [s["mfu_pct"] for s in single["steps"]]

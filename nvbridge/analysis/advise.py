@@ -16,14 +16,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nvbridge.analysis import context, dominant, findings, roofline, spans, waits
+from nvbridge.analysis import below_roofline, context, dominant, findings, spans, waits
 from nvbridge.analysis.context import Context
 from nvbridge.analysis.dominant import Dominant
 from nvbridge.analysis.fixes import BETWEEN_OPS, NO_OP, fix_for
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
 from nvbridge.dataset.timeline import timeline
+from nvbridge.output import rich
 
 KIND_ORDER = (
     "startup",
@@ -112,11 +113,9 @@ class Advice:
     dominant: Dominant | None = None
     waits: tuple[tuple[str, int, int], ...] = ()  # (API name, calls, ns) the host blocked in, by name
 
-    def _repr_html_(self) -> str:
-        """The findings and per-step bars, inline in a notebook (nvbridge/page/notebook.py)."""
-        from nvbridge.page.notebook import advice_html
-
-        return advice_html(self)
+    def _repr_html_(self) -> str | None:
+        """The findings and per-step bars, inline in a notebook (drawn by nvbridge/page/notebook.py)."""
+        return rich.html("advice", self)
 
 
 @dataclass
@@ -181,7 +180,7 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
         lanes = tuple(ctx.lane_label(int(x)) for x in spans.distinct(np.sort(ev.lane[rows])))
         figs = tuple((k, int(v[rows].sum())) for k, v in ev.figures.items())
         count = len(rows) if ev.event is None else len(spans.distinct(np.sort(ev.event[rows])))
-        shapes = _shapes(ctx, int(row[rows[0]])) if ev.kind == roofline.KIND else None
+        shapes = _shapes(ctx, int(row[rows[0]])) if ev.kind == below_roofline.KIND else None
         out.append(_Draft(ev.kind, op, module, lanes, count, spans.union(enc_s[rows], enc_e[rows]), figs, shapes))
     return out
 
@@ -207,7 +206,7 @@ def _steps(ctx: Context, cut: Mapping[str, spans.Spans]) -> tuple[StepTime, ...]
 
 
 def advise_report(
-    report: Report,
+    report: ReportTables,
     min_share: float = 0.0,
     skew_by_step: Mapping[int, int] | None = None,
     peak_tflops: float | None = None,
@@ -237,6 +236,38 @@ def advise_report(
         ctx.enc(at, np.array([t.start_ns for t in lanes.lanes], np.int64)),
         ctx.enc(at, np.array([t.end_ns for t in lanes.lanes], np.int64)),
     )
+    out, claimed = _shared(ctx, drafts, on_gpu)
+    span = spans.length(on_gpu)
+    # a wait whose GPU stayed busy after it has no time at stake, but the host did wait: kept,
+    # so the findings' wait_ns add up to the blocking calls' time
+    kept = [f for f in out if (f.time_ns > 0 or dict(f.figures).get("wait_ns")) and f.time_ns >= min_share * span]
+    kept.sort(key=lambda f: (-f.time_ns, KIND_ORDER.index(f.kind), f.op))
+    cut = dominant.category_spans(ctx, on_gpu, evidence)
+    top = dominant.categorize(ctx, on_gpu, evidence, cut)
+    return Advice(
+        str(report.meta.get("source")),
+        tuple(_first_of(kept, top)),
+        _steps(ctx, cut),
+        span,
+        spans.length(claimed),
+        tuple(ctx.lane_label(i) for i in range(len(ctx.lane_process))),
+        below_roofline.describe(report, peak_tflops, peak_gbps),
+        lanes.startup_ns,
+        lanes.capture.span_ns,
+        tuple(
+            LaneFigures(
+                ctx.lane_label(i), t.process_id, t.device_id, t.start_ns, t.end_ns, t.span_ns, t.busy_ns, t.startup_ns
+            )
+            for i, t in enumerate(lanes.lanes)
+        ),
+        top,
+        waits.by_api(ctx),
+    )
+
+
+def _shared(ctx: Context, drafts: list[_Draft], on_gpu: spans.Spans) -> tuple[list[Finding], spans.Spans]:
+    """The findings, each with the time at stake no finding before it in KIND_ORDER claimed, and
+    the time all of them claimed."""
     drafts.sort(key=lambda d: (KIND_ORDER.index(d.kind), -spans.length(d.own)))
     claimed = spans.empty()
     out = []
@@ -265,32 +296,7 @@ def advise_report(
                 d.shapes,
             )
         )
-    span = spans.length(on_gpu)
-    # a wait whose GPU stayed busy after it has no time at stake, but the host did wait: kept,
-    # so the findings' wait_ns add up to the blocking calls' time
-    kept = [f for f in out if (f.time_ns > 0 or dict(f.figures).get("wait_ns")) and f.time_ns >= min_share * span]
-    kept.sort(key=lambda f: (-f.time_ns, KIND_ORDER.index(f.kind), f.op))
-    cut = dominant.category_spans(ctx, on_gpu, evidence)
-    top = dominant.categorize(ctx, on_gpu, evidence, cut)
-    return Advice(
-        str(report.meta.get("source")),
-        tuple(_first_of(kept, top)),
-        _steps(ctx, cut),
-        span,
-        spans.length(claimed),
-        tuple(ctx.lane_label(i) for i in range(len(ctx.lane_process))),
-        roofline.describe(report, peak_tflops, peak_gbps),
-        lanes.startup_ns,
-        lanes.capture.span_ns,
-        tuple(
-            LaneFigures(
-                ctx.lane_label(i), t.process_id, t.device_id, t.start_ns, t.end_ns, t.span_ns, t.busy_ns, t.startup_ns
-            )
-            for i, t in enumerate(lanes.lanes)
-        ),
-        top,
-        waits.by_api(ctx),
-    )
+    return out, claimed
 
 
 def _evidence(
@@ -302,7 +308,7 @@ def _evidence(
     found += [findings.nccl_exposed(ctx), findings.rank_skew(ctx), findings.gpu_idle(ctx)]
     if skew_by_step:
         found.append(findings.report_skew(ctx, skew_by_step))
-    found.append(roofline.below_roofline(ctx, peak_tflops, peak_gbps))
+    found.append(below_roofline.below_roofline(ctx, peak_tflops, peak_gbps))
     return found
 
 

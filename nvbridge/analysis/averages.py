@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge.analysis.summary import Grouping, KeyAverages, finish
+from nvbridge.analysis.op_table import Grouping, KeyAverages, finish
 from nvbridge.columns import np_col, roll_up, sum_by
 from nvbridge.dataset.ranks import Ranks, ranks_of
 

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
+from nvbridge.output import rich
 
 KEYS = ("op", "shapes", "backward", "module")
 OP_SUMS = ("calls", "self_cpu_ns", "total_cpu_ns", "self_gpu_ns", "total_gpu_ns")
@@ -86,14 +87,12 @@ class Diff:
             out.append(f"mean step time {100 * (sb / sa - 1):+.1f}%")
         return out
 
-    def _repr_html_(self) -> str:
-        """diff's tables and the steps of A and B, inline in a notebook (nvbridge/page/notebook.py)."""
-        from nvbridge.page.notebook import diff_html
-
-        return diff_html(self)
+    def _repr_html_(self) -> str | None:
+        """diff's tables and the steps of A and B, inline in a notebook (drawn by nvbridge/page/notebook.py)."""
+        return rich.html("diff", self)
 
 
-def _op_groups(report: Report) -> pa.Table:
+def _op_groups(report: ReportTables) -> pa.Table:
     ops = report.ops
     is_step = pc.starts_with(ops.column("op_name"), "ProfilerStep#")
     ops = ops.filter(pc.invert(is_step.fill_null(False)))
@@ -111,7 +110,7 @@ def _op_groups(report: Report) -> pa.Table:
     return agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
 
 
-def _kernel_groups(report: Report) -> pa.Table:
+def _kernel_groups(report: ReportTables) -> pa.Table:
     g = report.gpu_ops
     t = pa.table(
         {
@@ -152,7 +151,7 @@ class Side:
     gpu_ns: int
 
 
-def side_of(report: Report) -> Side:
+def side_of(report: ReportTables) -> Side:
     """One report's groups."""
     g = report.gpu_ops
     return Side(
@@ -241,7 +240,7 @@ def diff_sides(a: Side, b: Side) -> Diff:
     )
 
 
-def diff_reports(a: Report, b: Report) -> Diff:
+def diff_reports(a: ReportTables, b: ReportTables) -> Diff:
     """What differs from report ``a`` to report ``b``."""
     return diff_sides(side_of(a), side_of(b))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from nvbridge.analysis import roofline
+from nvbridge.analysis import below_roofline
 
 NO_OP = "(no op range)"
 BETWEEN_OPS = "(Python between ops)"
@@ -13,8 +13,8 @@ BETWEEN_OPS = "(Python between ops)"
 
 def fix_for(kind: str, op: str, figures: Mapping[str, int] | None = None, count: int = 1) -> str:
     """One sentence: what to change."""
-    if kind == roofline.KIND:
-        return roofline.fix(figures or {}, count)
+    if kind == below_roofline.KIND:
+        return below_roofline.fix(figures or {}, count)
     if kind == "blocking_copy_sync":
         return _blocking_fix(op, figures or {})
     if kind == "exposed_copies":

@@ -14,12 +14,13 @@ from typing import Any
 from nvbridge.analysis.gpu import GpuHeader
 from nvbridge.analysis.launches import Launches, merge_launches
 from nvbridge.analysis.mfu import model_flops
+from nvbridge.analysis.op_table import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
 from nvbridge.analysis.ranks import RankFacts, StepSpread, step_spreads
 from nvbridge.analysis.streamed import ReportFigures, report_figures
-from nvbridge.analysis.summary import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
-from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
 from nvbridge.errors import OptionError
 from nvbridge.gpu.peaks import Peaks
+from nvbridge.output import rich
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,18 +36,16 @@ class Summary:
     ops: int  # ops over all reports
     open_at_end: int  # ops clamped to the capture end (never closed)
     peaks: Peaks | None = None  # the GPU's (first report's device), with the user's overrides
-    flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, throughput.mfu)
+    flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, mfu.model_flops)
     launches: Launches = field(default_factory=Launches)  # who launched the [no op] row's GPU time
 
     @property
     def several(self) -> bool:
         return bool(self.ranks)
 
-    def _repr_html_(self) -> str:
-        """The op table and GPU time by module, inline in a notebook (nvbridge/page/notebook.py)."""
-        from nvbridge.page.notebook import summary_html
-
-        return summary_html(self)
+    def _repr_html_(self) -> str | None:
+        """The op table and GPU time by module, inline in a notebook (drawn by nvbridge/page/notebook.py)."""
+        return rich.html("summary", self)
 
     def notes(self) -> list[str]:
         """What a reader of the table should know: why it is empty, which totals are inflated."""
@@ -66,7 +65,7 @@ class Summary:
 
 
 def summarize(
-    path: str | os.PathLike[str] | Report,
+    path: str | os.PathLike[str] | ReportTables,
     *,
     group_by_input_shape: bool = False,
     group_by_stack_n: int = 0,
@@ -78,7 +77,7 @@ def summarize(
     rank: int | None = None,
 ) -> Summary:
     """Summarize a report, a dataset or a partitioned dataset (reports merged, rows adding up),
-    or a :class:`Report` already loaded.
+    or a :class:`nvbridge.Report` already loaded.
 
     ``device`` and ``rank`` keep the processes that ran GPU work on that GPU / are that rank
     (nvbridge.dataset.ranks) in every figure: ops, CPU and GPU times, the header, MFU.
@@ -87,8 +86,8 @@ def summarize(
         NvbridgeError: a report or dataset that cannot be read.
         OptionError: ``device`` names a GPU no report has, ``rank`` a rank none has.
     """
-    sources: list[str | os.PathLike[str] | Report] = (
-        [path] if isinstance(path, Report) else list(report_dirs(path)) if is_partitioned(path) else [path]
+    sources: list[str | os.PathLike[str] | ReportTables] = (
+        [path] if isinstance(path, ReportTables) else list(report_dirs(path)) if is_partitioned(path) else [path]
     )
     grouping = Grouping(group_by_input_shape, group_by_stack_n, group_by_module, top_level_events_only)
     parts, facts, gpus, flops = [], [], [], []
@@ -98,7 +97,9 @@ def summarize(
     ops = open_at_end = 0
     launches: list[Launches] = []
     for source in sources:
-        report = source if isinstance(source, Report) else load(source, SUMMARY_COLUMNS, in_order=False, streamed=True)
+        report = (
+            source if isinstance(source, ReportTables) else load(source, SUMMARY_COLUMNS, in_order=False, streamed=True)
+        )
         figures = report_figures(report, grouping, device, rank)
         devices.update(figures.ranks.device_users)
         ranks.update(figures.ranks.numbers())
@@ -136,7 +137,7 @@ def summarize(
     )
 
 
-def _rank_facts(report: Report, figures: ReportFigures, several_reports: bool) -> list[RankFacts]:
+def _rank_facts(report: ReportTables, figures: ReportFigures, several_reports: bool) -> list[RankFacts]:
     """One report's ranks: each of several (the kept ones), or the report as one rank."""
     source = report.meta.get("source")
     if not figures.by_process:  # a report of one rank (or the one rank a filter kept)
@@ -165,7 +166,7 @@ def _rank_facts(report: Report, figures: ReportFigures, several_reports: bool) -
 
 
 def _check_filter(
-    path: str | os.PathLike[str] | Report,
+    path: str | os.PathLike[str] | ReportTables,
     device: int | None,
     rank: int | None,
     devices: set[int],
@@ -173,7 +174,7 @@ def _check_filter(
     parts: list[KeyAverages],
 ) -> None:
     """A filter that kept nothing names what the input has."""
-    where = str(path.meta.get("source")) if isinstance(path, Report) else os.fspath(path)
+    where = str(path.meta.get("source")) if isinstance(path, ReportTables) else os.fspath(path)
     if device is not None and device not in devices:
         have = f"GPUs {', '.join(map(str, sorted(devices)))}" if devices else "no GPU ops"
         raise OptionError(f"there is no GPU {device} in {where}: it has {have}")

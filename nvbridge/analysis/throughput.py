@@ -120,19 +120,7 @@ def rates(rows: pa.Table, peaks: Peaks | None) -> pa.Table:
     return rows.append_column("bound", pa.array(bound.tolist(), pa.string()))
 
 
-def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]:
-    """Model FLOPs, their precision and MFU per ``ProfilerStep#N`` (docs/flops.md)."""
-    from nvbridge.analysis.gpu import gpu_header
-    from nvbridge.analysis.mfu import model_flops
-    from nvbridge.dataset.report import Report
-
-    gpus = max(len(set(np_col(gpu_ops, "device_id", fill=-1).tolist()) - {-1}), 1)
-    no_names = pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
-    span = sum(d.span_ns for d in gpu_header(gpu_ops, no_names))  # the summary header's spans
-    return model_flops(Report({}, {"ops": ops}), peaks, gpus, span)
-
-
-def _si(value: float | None, unit: str) -> str:
+def si(value: float | None, unit: str) -> str:
     """1.23 GFLOP-style text; empty for a missing value."""
     if value is None or value != value:
         return ""
@@ -165,8 +153,8 @@ def cost_table(rows: pa.Table, keys: tuple[str, ...], width: int | None = None) 
         body.append(
             [
                 r["name"],
-                _si(r["flops"], "FLOP") if some else "",
-                _si(r["bytes"], "B") if some else "",
+                si(r["flops"], "FLOP") if some else "",
+                si(r["bytes"], "B") if some else "",
                 str(r["unknown_calls"] or ""),
                 "" if r["achieved_tflops"] is None else f"{r['achieved_tflops']:.3f}",
                 "" if r["achieved_gbps"] is None else f"{r['achieved_gbps']:.1f}",
@@ -210,7 +198,7 @@ def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]],
         )
         whole = "" if fig.get("mfu_pct") is None else f", MFU {fig['mfu_pct']:.3g}% over the GPU timeline"
         lines.append(
-            f"{where}model FLOPs {_si(fig['flops'], 'FLOP')} ({_runs_at(peaks, fig['precision'])} precision, "
+            f"{where}model FLOPs {si(fig['flops'], 'FLOP')} ({_runs_at(peaks, fig['precision'])} precision, "
             f"{fig['gpus']} GPU){whole}{assumed}"
         )
         if peaks is None:
@@ -221,7 +209,7 @@ def header_lines(peaks: Peaks | None, figures: list[tuple[str, dict[str, Any]]],
         for st in fig["steps"]:
             value = "unknown peak" if st["mfu_pct"] is None else f"{st['mfu_pct']:.3g}%"
             lines.append(
-                f"{where}  step {st['step']}: MFU {value} ({_si(st['flops'], 'FLOP')} in {st['wall_ns'] / 1e6:.3f} ms)"
+                f"{where}  step {st['step']}: MFU {value} ({si(st['flops'], 'FLOP')} in {st['wall_ns'] / 1e6:.3f} ms)"
             )
     # a line longer than the terminal (a rank's label, a long dtype note) continues indented
     return [

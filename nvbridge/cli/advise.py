@@ -12,9 +12,9 @@ import click
 
 from nvbridge.analysis import format_time
 from nvbridge.analysis.advise import Advice, Finding, advise
-from nvbridge.analysis.summary import plural
-from nvbridge.analysis.throughput import _si as si
+from nvbridge.analysis.throughput import si
 from nvbridge.cli._common import errors
+from nvbridge.output.names import plural
 
 WIDTH = 100
 HEADER = f"{'#':>3}  {'finding':<18}  {'op (module)':<36}  {'step':>5}  {'count':>7}  {'at stake':>10}  {'share':>6}"

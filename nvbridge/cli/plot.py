@@ -11,8 +11,10 @@ import click
 
 from nvbridge.cli._common import errors, shown, window
 from nvbridge.conversion import convert
-from nvbridge.dataset.report import Report, load
+from nvbridge.dataset.report import ReportTables, load
 from nvbridge.output import publish as outputs
+from nvbridge.plot import picture as plot
+from nvbridge.plot import roofline as roof
 from nvbridge.plot.window import extent
 
 
@@ -56,8 +58,6 @@ def plot_cmd(
     if step is not None and (start or end):
         raise click.BadParameter("give either --step or --start/--end, not both", param_hint="--step")
     with errors():
-        from nvbridge.plot import picture as plot
-
         outputs.check_file_destination(plot.output_path(output), force, "the picture")
         with _as_dataset(path) as dataset:
             report = load(dataset, streamed=True)  # read a row group at a time
@@ -78,7 +78,7 @@ def _as_dataset(path: Path) -> Iterator[Path]:
 
 
 def _draw(
-    report: Report,
+    report: ReportTables,
     output: Path,
     step: int | None,
     start: str | None,
@@ -88,11 +88,7 @@ def _draw(
     peak_gbps: float | None,
 ) -> str:
     """Draw the picture; the line to print."""
-    from nvbridge.plot import picture as plot
-
     if roofline:
-        from nvbridge.plot import roofline as roof
-
         rows, peaks = roof.streamed_points(report, peak_tflops, peak_gbps)
         drawn = roof.draw(rows, output, peaks)
         return f"Wrote {output} ({drawn} ops)."

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from nvbridge.cli._common import errors, shown, wrapped
+from nvbridge.cli.summary import summary_cmd
 from nvbridge.conversion import convert
 from nvbridge.conversion.record import REPORT_SUFFIXES, record
 from nvbridge.errors import ExportError
@@ -46,8 +47,6 @@ def profile_cmd(
     Anything before `--` goes to `nsys profile`, after nvbridge's own trace flags (CUDA, NVTX,
     cuBLAS, cuDNN, OS runtime; no CPU sampling), so it wins.
     """
-    from nvbridge.cli.summary import summary_cmd
-
     nsys_options, command = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else ((), argv)
     with errors():
         outputs.check_destination(output, force, [])

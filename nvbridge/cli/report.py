@@ -8,6 +8,7 @@ import click
 
 from nvbridge.cli._common import errors, shown
 from nvbridge.errors import OptionError
+from nvbridge.page import report
 
 
 @click.command("report")
@@ -48,8 +49,6 @@ def report_cmd(
             f"{advise_ops} ops cannot be read; give a count, or -1 for always", param_hint="--advise-ops"
         )
     with errors():
-        from nvbridge.page import report
-
         try:
             written = report(
                 path,

@@ -25,6 +25,7 @@ from nvbridge.analysis import (
     sort_column,
     summarize,
 )
+from nvbridge.cli import kernels as kernel_cli
 from nvbridge.cli._common import errors, human_bytes, terminal_width, wrapped
 from nvbridge.errors import OptionError
 
@@ -264,8 +265,6 @@ def summary_cmd(
     """
     min_us = _check_options(sort_by, limit, group_by, stack_depth, min_time, name_regex, as_csv, as_json)
     if kernels:  # the kernel table instead of the op table (cli/kernels.py)
-        from nvbridge.cli import kernels as kernel_cli
-
         kernel_cli.check(locals())
         with errors():
             form = "json" if as_json else "csv" if as_csv else "text"

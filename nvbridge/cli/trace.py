@@ -8,6 +8,7 @@ import click
 
 from nvbridge.analysis import parse_time
 from nvbridge.cli._common import errors, shown, steps
+from nvbridge.dataset.report import load
 from nvbridge.export.chrome import Tables
 from nvbridge.export.trace import Traces, check_destination, check_suffix, export_chrome_traces, first_event_ns
 
@@ -87,8 +88,6 @@ def trace_cmd(
     with errors():
         source: Path | Tables = path
         if start_us_given and not path.is_dir():
-            from nvbridge.dataset.report import load
-
             source = load(path)  # converted once, for both the window's origin and the trace
         start_ns, end_ns = _window(source, start, end)
         written = export_chrome_traces(

@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nvbridge.analysis.summary import plural
 from nvbridge.columns import np_col
+from nvbridge.output.names import plural
 from nvbridge.readers.raw import SourceInfo
 
 

@@ -1,7 +1,8 @@
-"""A converted dataset: ``load`` a directory (or a report) as a :class:`Report`, its files read a
-row group at a time (``files``), checked (``check``), and the figures every reader of a dataset
-shares: which rank each process is (``ranks``) and the one timeline (``timeline``)."""
+"""A converted dataset: its tables (``report``: ``ReportTables``, ``load``), its files read a row
+group at a time (``files``), checked (``check``), and the figures every reader of a dataset
+shares: which rank each process is (``ranks``) and the one timeline (``timeline``).
 
-from nvbridge.dataset.report import Report, load
-
-__all__ = ["Report", "load"]
+Nothing is imported here: ``nvbridge.dataset.timeline`` loads the timeline, not the readers and
+the engine that ``load`` needs for a report. The public ``nvbridge.Report`` and ``nvbridge.load``
+are in nvbridge.analysis.report.
+"""

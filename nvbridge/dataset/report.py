@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -21,9 +21,6 @@ from nvbridge.errors import DamagedDataset, MissingDependency
 from nvbridge.export import parquet
 from nvbridge.export.dictionaries import compact_table
 
-if TYPE_CHECKING:  # analysis reads Reports; a Report hands its tables to analysis on demand
-    from nvbridge.analysis import GpuHeader, KeyAverages
-
 
 def parse_rank(value: str | None) -> int | None:
     """The rank recorded in a dataset's meta (text), or None where none was recorded."""
@@ -33,8 +30,11 @@ def parse_rank(value: str | None) -> int | None:
         return None
 
 
-class Report:
-    """The tables of one converted report.
+Tables = TypeVar("Tables", bound="ReportTables")
+
+
+class ReportTables:
+    """The tables of one converted report (``nvbridge.Report`` adds torch's answers to them).
 
     Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads`` and
     ``devices`` are Arrow tables (columns in docs/dataset.md); ``meta`` is the key/value
@@ -49,6 +49,11 @@ class Report:
         self.rank = parse_rank(meta.get("rank"))
         self._tables = dict(tables)
         self._files = files
+
+    @classmethod
+    def view(cls: type[Tables], tables: ReportTables) -> Tables:
+        """The same tables (shared, not copied), as an instance of ``cls``."""
+        return cls(tables.meta, tables._tables, tables._files)
 
     def table(self, name: str) -> pa.Table:
         """Table ``name`` whole (read now, if the report was opened streamed)."""
@@ -127,40 +132,6 @@ class Report:
         else:
             yield from self._files.chunks(name, columns, window)
 
-    def key_averages(
-        self,
-        group_by_input_shape: bool = False,
-        group_by_stack_n: int = 0,
-        group_by_module: bool = False,
-        top_level_events_only: bool = False,
-        device: int | None = None,
-        unattributed: bool = False,
-        rank: int | None = None,
-    ) -> KeyAverages:
-        """Ops grouped like torch's ``key_averages``; ``.table(sort_by=..., row_limit=...)`` prints it.
-        ``unattributed`` adds a ``[no op]`` row for GPU ops launched outside every op; ``device``
-        and ``rank`` keep the processes that used that GPU / are that rank (as ``summary``)."""
-        from nvbridge.analysis import key_averages
-
-        return key_averages(
-            self.ops,
-            self.gpu_ops,
-            group_by_input_shape=group_by_input_shape,
-            group_by_stack_n=group_by_stack_n,
-            group_by_module=group_by_module,
-            top_level_events_only=top_level_events_only,
-            device=device,
-            unattributed=unattributed,
-            rank=rank,
-            recorded_rank=self.rank,
-        )
-
-    def gpu_summary(self) -> list[GpuHeader]:
-        """Per device: busy and idle time, kernel count, copy volume by direction."""
-        from nvbridge.analysis import gpu_header
-
-        return gpu_header(self.gpu_ops, self.devices, api_calls=self.api_calls)
-
     @cached_property
     def _event_index(self) -> EventIndex:
         return EventIndex(self.ops, self.gpu_ops)
@@ -189,13 +160,7 @@ class Report:
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={self.rows(k)}" for k in parquet.TABLES if k in self._tables or self._files)
-        return f"<nvbridge.Report {self.meta.get('source')}: {counts}>"
-
-    def _repr_html_(self) -> str:
-        """The report page, inline in a notebook (nvbridge/page/notebook.py)."""
-        from nvbridge.page.notebook import report_html
-
-        return report_html(self)
+        return f"<{type(self).__name__} {self.meta.get('source')}: {counts}>"
 
 
 def load(
@@ -204,7 +169,7 @@ def load(
     in_order: bool = True,
     *,
     streamed: bool = False,
-) -> Report:
+) -> ReportTables:
     """Open a dataset written by ``nvbridge convert``, or convert a report in memory.
 
     Args:
@@ -226,7 +191,7 @@ def load(
     p = Path(os.fspath(path))
     if p.is_dir() and streamed:
         meta = check_dataset(p, parquet.TABLES, columns or {})
-        return Report(meta, {}, Files(p, columns or {}, in_order))
+        return ReportTables(meta, {}, Files(p, columns or {}, in_order))
     if p.is_dir():
         return _read_dataset(p, columns or {}, in_order)
     from dataclasses import replace
@@ -238,7 +203,7 @@ def load(
     return from_model(correlate(replace(profile, info=with_rank(profile.info, path))))
 
 
-def from_model(model: Model) -> Report:
+def from_model(model: Model) -> ReportTables:
     """A Report over an in-memory model (what a conversion is about to write)."""
     meta_t = parquet.meta_table(
         model.info, {name: getattr(model, name).num_rows for name in parquet.TABLES}, __version__
@@ -246,10 +211,10 @@ def from_model(model: Model) -> Report:
     meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
     # Dictionaries cut to what the rows use, as a conversion writes them: never the export's
     # whole string table (its environment, host names, paths).
-    return Report(meta, {name: compact_table(getattr(model, name)) for name in parquet.TABLES})
+    return ReportTables(meta, {name: compact_table(getattr(model, name)) for name in parquet.TABLES})
 
 
-def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> Report:
+def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> ReportTables:
     check_dataset(directory, parquet.TABLES, columns)
     try:
         meta, tables = parquet.read(directory, columns, in_order)
@@ -257,7 +222,7 @@ def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_orde
         detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise DamagedDataset(f"{directory} cannot be read ({detail}); {fix(directory)}.") from exc
     check_rows(directory, tables)
-    return Report(meta, tables)
+    return ReportTables(meta, tables)
 
 
 def report_dirs(path: str | os.PathLike[str]) -> list[Path]:

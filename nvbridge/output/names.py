@@ -3,7 +3,8 @@
 A name longer than the file system allows, a path longer than the kernel takes (a working
 directory nested too deep), a path that is not UTF-8 where Arrow opens it, a full disk: each is
 one line naming the problem and the fix, never an internal error. Names in messages are made
-printable: a newline in a file name cannot split the error line.
+printable: a newline in a file name cannot split the error line; counts are spelled with their
+noun (``plural``), in messages and in the tables the commands print.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from nvbridge.errors import ExportError
 
 NAME_MAX = 255  # bytes of one name (ext4, xfs, btrfs, tmpfs, NTFS via Linux: all 255)
 PATH_MAX = 4096  # bytes of a path the kernel takes (Linux)
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 kernel``, ``2 kernels``, ``1,234 GPU ops``, ``3 processes``: counts read as English."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}es" if noun.endswith("s") else f"{n:,} {noun}s"
 
 
 def printable(text: str) -> str:

@@ -7,6 +7,7 @@ them as one page with the Vega libraries embedded once (bundle.py), charts as Ve
 
 from __future__ import annotations
 
+from nvbridge.page import notebook as notebook  # registers the notebook renderers (nvbridge/output/rich.py)
 from nvbridge.page.write import html_of, report
 
 __all__ = ["html_of", "report"]

@@ -19,9 +19,10 @@ from nvbridge._version import __version__
 from nvbridge.analysis import throughput
 from nvbridge.analysis.diff import diff as diff_of
 from nvbridge.analysis.diff import diff_reports
+from nvbridge.analysis.report import Report, load
 from nvbridge.analysis.summarize import Summary, summarize
 from nvbridge.analysis.throughput import peaks_of
-from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.report import is_partitioned, report_dirs
 from nvbridge.page import charts, figures
 from nvbridge.page.advice_json import advice_json, bounded, diff_json, step_records
 from nvbridge.page.focus import ADVISE_OPS, Focus, advised, focus

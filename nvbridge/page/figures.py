@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.analysis import throughput
+from nvbridge.analysis.op_table import KeyAverages, merge_averages
 from nvbridge.analysis.summarize import Summary
-from nvbridge.analysis.summary import KeyAverages, merge_averages
 from nvbridge.engine.costs.flops import precision
 from nvbridge.gpu.peaks import Peaks
 

@@ -20,8 +20,9 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.analysis.advise import Advice, advise, advise_report
+from nvbridge.analysis.report import Report, load
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import Report, is_partitioned, load, report_dirs
+from nvbridge.dataset.report import is_partitioned, report_dirs
 from nvbridge.dataset.timeline import step_window_of
 from nvbridge.errors import OptionError
 from nvbridge.export import parquet

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvbridge.dataset.report import Report
+from nvbridge.analysis.report import Report
 from nvbridge.export import parquet
 
 MEMORY_TABLE = "memory"  # the dataset table the hook will read, once conversion writes one

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from nvbridge.output import rich
 from nvbridge.page import charts, figures
 from nvbridge.page.advice_json import advice_json, bounded, diff_json, step_records
 from nvbridge.page.build import Page, collect
@@ -17,8 +18,8 @@ from nvbridge.page.html import fragment
 if TYPE_CHECKING:
     from nvbridge.analysis.advise import Advice
     from nvbridge.analysis.diff import Diff
+    from nvbridge.analysis.report import Report
     from nvbridge.analysis.summarize import Summary
-    from nvbridge.dataset.report import Report
 
 
 def report_html(report: Report) -> str:
@@ -66,3 +67,10 @@ def diff_html(d: Diff) -> str:
         )
         page_charts["chart-compare"] = spec
     return fragment(Page({"diff": diff_json(d)}, page_charts), ("compare",))
+
+
+# the analysis' _repr_html_ asks nvbridge/output/rich.py, which cannot import this layer above it
+rich.register("report", report_html)
+rich.register("summary", summary_html)
+rich.register("advice", advice_html)
+rich.register("diff", diff_html)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from nvbridge.analysis.summary import format_time
+from nvbridge.analysis.op_table import format_time
 
 
 def t(ns: float | None) -> str:

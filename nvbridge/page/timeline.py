@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nvbridge.dataset.report import Report
+from nvbridge.analysis.report import Report
 from nvbridge.plot.picture import lanes_of
 from nvbridge.plot.pixels import KINDS, Pixels, decimate, runs
 from nvbridge.plot.window import Extent

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from nvbridge.analysis import plural
+from nvbridge.output.names import plural
 from nvbridge.plot.pixels import KINDS, Pixels
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import merged_intervals
-from nvbridge.dataset.report import Report
+from nvbridge.dataset.report import ReportTables
 from nvbridge.dataset.timeline import step_window_of
 from nvbridge.errors import ExportError, MissingDependency
 from nvbridge.output import publish as outputs
@@ -36,7 +36,9 @@ DPI = 100
 __all__ = ["SUFFIXES", "Lane", "Window", "figure", "gpu_idle", "lanes", "lanes_of", "output_path", "render", "title"]
 
 
-def window(report: Report, step: int | None = None, start_ns: int | None = None, end_ns: int | None = None) -> Window:
+def window(
+    report: ReportTables, step: int | None = None, start_ns: int | None = None, end_ns: int | None = None
+) -> Window:
     """The window of ``ProfilerStep#step``, of [start_ns, end_ns], or of the whole capture.
 
     Raises:
@@ -68,7 +70,7 @@ def window_of(found: Extent, step: int | None = None, start_ns: int | None = Non
     return Window(lo, hi, label)
 
 
-def lanes(report: Report, win: Window) -> list[Lane]:
+def lanes(report: ReportTables, win: Window) -> list[Lane]:
     """Lanes with something in the window: host threads (sorted by process, thread) above GPU
     streams (sorted by device, stream)."""
     return lanes_of(decimate(report, win.start_ns, win.end_ns, 1, {}), report.threads)
@@ -112,7 +114,7 @@ def output_path(dest: str | os.PathLike[str]) -> Path:
 
 
 def render(
-    report: Report,
+    report: ReportTables,
     dest: str | os.PathLike[str],
     *,
     step: int | None = None,
@@ -140,7 +142,7 @@ def render(
 
 
 def figure(
-    report: Report,
+    report: ReportTables,
     *,
     step: int | None = None,
     start_ns: int | None = None,

@@ -14,11 +14,12 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.analysis import throughput
+from nvbridge.analysis.averages import key_averages
+from nvbridge.analysis.op_table import Grouping, add_up, finish
 from nvbridge.analysis.streamed import PENDING_PARTS
-from nvbridge.analysis.summary import Grouping, add_up, finish
 from nvbridge.analysis.throughput import peaks_of
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import Report
+from nvbridge.dataset.report import ReportTables
 from nvbridge.engine.costs.flops import precision
 from nvbridge.errors import ExportError
 from nvbridge.gpu.peaks import Peaks, fmt
@@ -52,17 +53,15 @@ def _kept(rows: pa.Table) -> pa.Table:
 
 def ops_rows(ops: pa.Table, gpu_ops: pa.Table) -> pa.Table:
     """key_averages rows by name and input shapes (ops of known cost only)."""
-    from nvbridge.analysis import key_averages
-
     known = ops.filter(ops.column("flops").is_valid())
     return key_averages(known, gpu_ops, group_by_input_shape=True).rows
 
 
 def streamed_points(
-    report: Report, peak_tflops: float | None = None, peak_gbps: float | None = None
+    report: ReportTables, peak_tflops: float | None = None, peak_gbps: float | None = None
 ) -> tuple[pa.Table, Peaks | None]:
     """:func:`points` and the peaks (the GPU that ran the most GPU ops, with the user's
-    overrides) of a report read a part at a time (``Report.chunks``): memory holds a row group
+    overrides) of a report read a part at a time (``ReportTables.chunks``): memory holds a row group
     and the groups, whatever the report's size.
 
     Raises:

@@ -21,7 +21,6 @@ from typing import Any
 
 from tests.nvtx_inject.nvtx_log import REPO, NvtxLog, parse_log
 
-HERE = Path(__file__).resolve().parent
 NAME = re.compile(
     r"^(?P<name>.*?)(?:, seq = (?P<seq>\d+))?, op_id = (?P<op_id>\d+)(?:, fwd_tid = (?P<tid>\d+))?"
     r"(?:, sizes = \[.*\])?$",
@@ -40,7 +39,7 @@ class Run:
 
 
 def run(injection: Path, workload: str, mode: str, workdir: Path) -> Run:
-    """``exact_workloads.py WORKLOAD MODE`` in a fresh interpreter (collector attached if annotated)."""
+    """``scripts.workloads.exact WORKLOAD MODE`` in a fresh interpreter (collector attached if annotated)."""
     out = workdir / f"{workload}.{mode}.json"
     log_path = workdir / f"{workload}.{mode}.tsv"
     log_path.unlink(missing_ok=True)  # the collector appends
@@ -50,7 +49,7 @@ def run(injection: Path, workload: str, mode: str, workdir: Path) -> Run:
         env["NVTX_INJECTION64_PATH"] = str(injection)
     env["NVBRIDGE_NVTX_LOG"] = str(log_path)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    argv = [sys.executable, str(HERE / "exact_workloads.py"), workload, mode, str(out)]
+    argv = [sys.executable, "-m", "scripts.workloads.exact", workload, mode, str(out)]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise AssertionError(f"{workload} {mode} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")

@@ -1,10 +1,10 @@
-"""Build the injection library and read its log back as per-thread range trees."""
+"""Run a scenario under the test NVTX collector (scripts/workloads/collector.py) and read its log
+back as per-thread range trees."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -86,21 +86,9 @@ def parse_log(path: Path) -> NvtxLog:
     return NvtxLog(ranges, pushes, pops, unclosed)
 
 
-def build_injection(dest: Path) -> Path:
-    """Compile inject.c into ``dest``; the caller skips the test if gcc is missing."""
-    compiler = shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
-        raise FileNotFoundError("gcc")
-    lib = dest / "libnvbridge_test_inject.so"
-    subprocess.run(
-        [compiler, "-O2", "-shared", "-fPIC", "-o", str(lib), str(HERE / "inject.c"), "-lpthread"],
-        check=True,
-    )
-    return lib
-
-
 def run_scenario(injection: Path | None, scenario: str, workdir: Path, code: str | None = None) -> tuple[NvtxLog, Any]:
-    """Run one workload (or ``code``) in a fresh interpreter under the collector."""
+    """Run one scenario (tests/nvtx_inject/scenarios.py, or ``code``) in a fresh interpreter under the
+    collector."""
     log_path = workdir / f"{scenario}.tsv"
     out_path = workdir / f"{scenario}.json"
     env = dict(os.environ)
@@ -110,7 +98,7 @@ def run_scenario(injection: Path | None, scenario: str, workdir: Path, code: str
     env["NVBRIDGE_NVTX_LOG"] = str(log_path)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     if code is None:
-        argv = [sys.executable, str(HERE / "workloads.py"), scenario, str(out_path)]
+        argv = [sys.executable, "-m", "tests.nvtx_inject.scenarios", scenario, str(out_path)]
     else:
         argv = [sys.executable, "-c", code, str(out_path)]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
