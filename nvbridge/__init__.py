@@ -8,6 +8,7 @@ annotates a PyTorch run for the profiler.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 from nvbridge._version import __version__
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from nvbridge.conversion.many import convert
     from nvbridge.conversion.result import ConversionResult
     from nvbridge.export.trace import export_chrome_trace
+    from nvbridge.page import report
 
 # Loaded at first use (PEP 562): `import nvbridge` stays cheap, so a training script that only
 # annotates does not load pyarrow, and the command line can take Ctrl-C quietly from its first
@@ -41,6 +43,7 @@ _LAZY = {
     "Report": "nvbridge.analysis.report",
     "load": "nvbridge.analysis.report",
     "export_chrome_trace": "nvbridge.export.trace",
+    "report": "nvbridge.page",
 }
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "export_chrome_trace",
     "load",
     "load_nvprof",
+    "report",
     "summarize",
 ]
 
@@ -69,6 +73,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
+        if "IPython" in sys.modules:  # a notebook: Report, Summary, findings and Diff display as pages
+            importlib.import_module("nvbridge.page")  # registers the renderers (nvbridge/output/rich.py)
         globals()[name] = value
         return value
     # emit_nvtx imports torch; keep `import nvbridge` free of it (PEP 562).

@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("nvbridge.conversion",),
     ("nvbridge.analysis",),
     ("nvbridge.plot",),
+    ("nvbridge.page",),
     ("nvbridge.cli",),
     ("nvbridge.__main__", "nvbridge"),
 )

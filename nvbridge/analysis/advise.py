@@ -24,6 +24,7 @@ from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
 from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
 from nvbridge.dataset.timeline import timeline
+from nvbridge.output import rich
 
 KIND_ORDER = (
     "startup",
@@ -49,6 +50,9 @@ class StepTime:
     step: int
     step_ns: int
     busy_ns: int
+    # the step's time in each category of the GPU timeline (nvbridge.analysis.dominant); the
+    # rest of step_ns lies outside the lane's timeline (before its first or after its last GPU op)
+    by_category: tuple[tuple[str, int], ...] = ()
 
     @property
     def idle_share(self) -> float:
@@ -108,6 +112,10 @@ class Advice:
     timeline: tuple[LaneFigures, ...] = ()
     dominant: Dominant | None = None
     waits: tuple[tuple[str, int, int], ...] = ()  # (API name, calls, ns) the host blocked in, by name
+
+    def _repr_html_(self) -> str | None:
+        """The findings and per-step bars, inline in a notebook (drawn by nvbridge/page/notebook.py)."""
+        return rich.html("advice", self)
 
 
 @dataclass
@@ -188,11 +196,12 @@ def _shapes(ctx: Context, row: int) -> str | None:
     return f"{shapes} {dtype}" if dtype else (None if shapes is None else str(shapes))
 
 
-def _steps(ctx: Context) -> tuple[StepTime, ...]:
+def _steps(ctx: Context, cut: Mapping[str, spans.Spans]) -> tuple[StepTime, ...]:
     busy = spans.clip_per_window(ctx.busy, ctx.step_start, ctx.step_end)
+    per = {c: spans.clip_per_window(x, ctx.step_start, ctx.step_end).tolist() for c, x in cut.items()}
     return tuple(
-        StepTime(ctx.lane_label(int(lane)), int(n), int(e - s), int(b))
-        for lane, n, s, e, b in zip(ctx.step_lane, ctx.step_number, ctx.step_start, ctx.step_end, busy)
+        StepTime(ctx.lane_label(int(lane)), int(n), int(e - s), int(b), tuple((c, int(ns[i])) for c, ns in per.items()))
+        for i, (lane, n, s, e, b) in enumerate(zip(ctx.step_lane, ctx.step_number, ctx.step_start, ctx.step_end, busy))
     )
 
 
@@ -233,11 +242,12 @@ def advise_report(
     # so the findings' wait_ns add up to the blocking calls' time
     kept = [f for f in out if (f.time_ns > 0 or dict(f.figures).get("wait_ns")) and f.time_ns >= min_share * span]
     kept.sort(key=lambda f: (-f.time_ns, KIND_ORDER.index(f.kind), f.op))
-    top = dominant.categorize(ctx, on_gpu, evidence)
+    cut = dominant.category_spans(ctx, on_gpu, evidence)
+    top = dominant.categorize(ctx, on_gpu, evidence, cut)
     return Advice(
         str(report.meta.get("source")),
         tuple(_first_of(kept, top)),
-        _steps(ctx),
+        _steps(ctx, cut),
         span,
         spans.length(claimed),
         tuple(ctx.lane_label(i) for i in range(len(ctx.lane_process))),

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
 from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
+from nvbridge.output import rich
 
 KEYS = ("op", "shapes", "backward", "module")
 OP_SUMS = ("calls", "self_cpu_ns", "total_cpu_ns", "self_gpu_ns", "total_gpu_ns")
@@ -85,6 +86,10 @@ class Diff:
         if sa and sb is not None and sb > sa * (1 + bound):
             out.append(f"mean step time {100 * (sb / sa - 1):+.1f}%")
         return out
+
+    def _repr_html_(self) -> str | None:
+        """diff's tables and the steps of A and B, inline in a notebook (drawn by nvbridge/page/notebook.py)."""
+        return rich.html("diff", self)
 
 
 def _op_groups(report: ReportTables) -> pa.Table:

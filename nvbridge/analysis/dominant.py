@@ -83,9 +83,9 @@ def _within(a: spans.Spans, b: spans.Spans) -> spans.Spans:
     return spans.minus(a, spans.minus(a, b))
 
 
-def categorize(ctx: Context, timeline: spans.Spans, evidence: list[Evidence]) -> Dominant:
-    """The timeline's categories (module docstring) from the GPU ops and advise's evidence."""
-    g = ctx.report.gpu_ops
+def category_spans(ctx: Context, timeline: spans.Spans, evidence: list[Evidence]) -> dict[str, spans.Spans]:
+    """The timeline cut into CATEGORIES (module docstring), as lane-encoded spans that never
+    overlap: per step, ``spans.clip_per_window`` gives each category's time in it."""
     compute = _within(_gpu_union(ctx, ctx.compute), timeline)
     comm = spans.minus(_within(_gpu_union(ctx, ctx.nccl), timeline), compute)
     memcpy = _within(_gpu_union(ctx, ctx.direction > 0), timeline)
@@ -94,7 +94,18 @@ def categorize(ctx: Context, timeline: spans.Spans, evidence: list[Evidence]) ->
     startup = _within(idle, _evidence_union(ctx, evidence, ("startup",)))
     syncs = _within(spans.minus(idle, startup), _evidence_union(ctx, evidence, WAIT_KINDS))
     rest = spans.minus(spans.minus(idle, startup), syncs)
-    by = dict(zip(CATEGORIES, (spans.length(x) for x in (compute, comm, copies, startup, syncs, rest))))
+    return dict(zip(CATEGORIES, (compute, comm, copies, startup, syncs, rest)))
+
+
+def categorize(
+    ctx: Context, timeline: spans.Spans, evidence: list[Evidence], cut: dict[str, spans.Spans] | None = None
+) -> Dominant:
+    """The timeline's categories (module docstring) from the GPU ops and advise's evidence
+    (``cut``: :func:`category_spans`, where the caller has it already)."""
+    g = ctx.report.gpu_ops
+    cut = cut if cut is not None else category_spans(ctx, timeline, evidence)
+    memcpy = _within(_gpu_union(ctx, ctx.direction > 0), timeline)
+    by = {c: spans.length(cut[c]) for c in CATEGORIES}
     top = max(CATEGORIES, key=lambda c: by[c])  # ties: the earlier category
     way = ctx.direction
     nbytes = np_col(g, "bytes", fill=0)

@@ -14,6 +14,7 @@ from nvbridge.analysis.averages import key_averages
 from nvbridge.analysis.gpu import GpuHeader, gpu_header
 from nvbridge.analysis.op_table import KeyAverages
 from nvbridge.dataset import report as dataset
+from nvbridge.output import rich
 
 
 class Report(dataset.ReportTables):
@@ -26,6 +27,10 @@ class Report(dataset.ReportTables):
     ``load(..., streamed=True)`` reads a table when it is first asked for, and ``chunks``
     reads it a row group at a time instead.
     """
+
+    def _repr_html_(self) -> str | None:
+        """The report page, inline in a notebook (drawn by nvbridge/page/notebook.py)."""
+        return rich.html("report", self)
 
     def key_averages(
         self,

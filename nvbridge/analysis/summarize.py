@@ -20,6 +20,7 @@ from nvbridge.analysis.streamed import ReportFigures, report_figures
 from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
 from nvbridge.errors import OptionError
 from nvbridge.gpu.peaks import Peaks
+from nvbridge.output import rich
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,10 @@ class Summary:
     def several(self) -> bool:
         return bool(self.ranks)
 
+    def _repr_html_(self) -> str | None:
+        """The op table and GPU time by module, inline in a notebook (drawn by nvbridge/page/notebook.py)."""
+        return rich.html("summary", self)
+
     def notes(self) -> list[str]:
         """What a reader of the table should know: why it is empty, which totals are inflated."""
         out = []
@@ -60,7 +65,7 @@ class Summary:
 
 
 def summarize(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | ReportTables,
     *,
     group_by_input_shape: bool = False,
     group_by_stack_n: int = 0,
@@ -71,7 +76,8 @@ def summarize(
     peak_gbps: float | None = None,
     rank: int | None = None,
 ) -> Summary:
-    """Summarize a report, a dataset or a partitioned dataset (reports merged, rows adding up).
+    """Summarize a report, a dataset or a partitioned dataset (reports merged, rows adding up),
+    or a :class:`nvbridge.Report` already loaded.
 
     ``device`` and ``rank`` keep the processes that ran GPU work on that GPU / are that rank
     (nvbridge.dataset.ranks) in every figure: ops, CPU and GPU times, the header, MFU.
@@ -80,7 +86,9 @@ def summarize(
         NvbridgeError: a report or dataset that cannot be read.
         OptionError: ``device`` names a GPU no report has, ``rank`` a rank none has.
     """
-    sources = report_dirs(path) if is_partitioned(path) else [path]
+    sources: list[str | os.PathLike[str] | ReportTables] = (
+        [path] if isinstance(path, ReportTables) else list(report_dirs(path)) if is_partitioned(path) else [path]
+    )
     grouping = Grouping(group_by_input_shape, group_by_stack_n, group_by_module, top_level_events_only)
     parts, facts, gpus, flops = [], [], [], []
     peaks: Peaks | None = None
@@ -89,7 +97,9 @@ def summarize(
     ops = open_at_end = 0
     launches: list[Launches] = []
     for source in sources:
-        report = load(source, SUMMARY_COLUMNS, in_order=False, streamed=True)
+        report = (
+            source if isinstance(source, ReportTables) else load(source, SUMMARY_COLUMNS, in_order=False, streamed=True)
+        )
         figures = report_figures(report, grouping, device, rank)
         devices.update(figures.ranks.device_users)
         ranks.update(figures.ranks.numbers())
@@ -156,7 +166,7 @@ def _rank_facts(report: ReportTables, figures: ReportFigures, several_reports: b
 
 
 def _check_filter(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | ReportTables,
     device: int | None,
     rank: int | None,
     devices: set[int],
@@ -164,7 +174,7 @@ def _check_filter(
     parts: list[KeyAverages],
 ) -> None:
     """A filter that kept nothing names what the input has."""
-    where = os.fspath(path)
+    where = str(path.meta.get("source")) if isinstance(path, ReportTables) else os.fspath(path)
     if device is not None and device not in devices:
         have = f"GPUs {', '.join(map(str, sorted(devices)))}" if devices else "no GPU ops"
         raise OptionError(f"there is no GPU {device} in {where}: it has {have}")

@@ -19,6 +19,7 @@ from nvbridge.cli.convert import convert_cmd
 from nvbridge.cli.diff import diff_cmd
 from nvbridge.cli.plot import plot_cmd
 from nvbridge.cli.profile import profile_cmd
+from nvbridge.cli.report import report_cmd
 from nvbridge.cli.summary import summary_cmd
 from nvbridge.cli.trace import trace_cmd
 from nvbridge.output.interrupts import exit_on_interrupt
@@ -30,7 +31,7 @@ def cli() -> None:
     """PyTorch-level answers from Nsight Systems and nvprof profiles."""
 
 
-for _command in (convert_cmd, summary_cmd, trace_cmd, plot_cmd, advise_cmd, diff_cmd, profile_cmd):
+for _command in (convert_cmd, summary_cmd, trace_cmd, plot_cmd, advise_cmd, diff_cmd, profile_cmd, report_cmd):
     cli.add_command(_command)
 
 

@@ -146,6 +146,7 @@ def as_json(advice: Advice) -> dict[str, Any]:
         f["by_step"] = {str(k): v for k, v in f["by_step"]}
     for s, step in zip(out["steps"], advice.steps):
         s["idle_share"] = step.idle_share
+        s["by_category"] = dict(step.by_category)
     if advice.dominant is not None:
         top = out["dominant"]
         top["by_category"] = dict(top["by_category"])
