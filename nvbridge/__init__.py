@@ -27,7 +27,8 @@ from nvbridge.errors import (
 if TYPE_CHECKING:
     from nvbridge.analysis.report import Report, load
     from nvbridge.analysis.summarize import Summary, summarize
-    from nvbridge.conversion import ConversionResult, convert
+    from nvbridge.conversion.many import convert
+    from nvbridge.conversion.result import ConversionResult
     from nvbridge.export.trace import export_chrome_trace
     from nvbridge.page import report
 
@@ -37,8 +38,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "Summary": "nvbridge.analysis.summarize",
     "summarize": "nvbridge.analysis.summarize",
-    "ConversionResult": "nvbridge.conversion",
-    "convert": "nvbridge.conversion",
+    "ConversionResult": "nvbridge.conversion.result",
+    "convert": "nvbridge.conversion.many",
     "Report": "nvbridge.analysis.report",
     "load": "nvbridge.analysis.report",
     "export_chrome_trace": "nvbridge.export.trace",

@@ -6,7 +6,6 @@
     │   ├── DamagedDatabase         truncated or malformed SQLite
     │   └── MissingTable            a table or column the reader cannot do without
     ├── CorrelationError        an invariant of the op tree does not hold (a bug, not bad input)
-    ├── NotStreamable           internal: the report must be read whole, not window by window
     ├── ExportError             the output cannot be written (exists, not a dataset, ...)
     │   └── DamagedDataset          a dataset file missing, unreadable, of another schema or impossible
     ├── MissingDependency       an optional package (pandas, torch, matplotlib) is not installed
@@ -41,24 +40,6 @@ class MissingTable(InputError):
 
 class CorrelationError(NvbridgeError):
     """The correlated model breaks one of its invariants."""
-
-
-class NotStreamable(NvbridgeError):
-    """A report cannot be correlated window by window as tried (its ranges are not in start
-    order, say); ``convert`` catches it and tries another way. Never reaches a user."""
-
-
-class BeyondHorizon(NotStreamable):
-    """Something a window needed may have left the stream's horizon: ``convert`` tries again with
-    longer horizons, then reads the report whole."""
-
-
-class LateGpuOp(BeyondHorizon):
-    """A GPU op may have started after its API call's window was correlated."""
-
-
-class LateLink(BeyondHorizon):
-    """A backward node's forward op may have left the forward index (older than its horizon)."""
 
 
 class ExportError(NvbridgeError):

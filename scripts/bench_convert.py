@@ -17,7 +17,8 @@ the process and the children it reaped):
            (taken from the readers' Column declarations, so it follows them)
   raw      the same columns read straight into Arrow by ConnectorX, two queries at a time:
            the read a conversion cannot beat (issue 19's floor)
-  baseline ``nvbridge convert`` as of ``--baseline REV`` (git archive of that revision), so a
+  baseline ``nvbridge convert`` as of ``--baseline REV`` (git archive of that revision, its native/
+           loops built as an install builds them), so a
            change is compared with what it replaced in the same rounds
   convert  ``python -m nvbridge convert DB -o TMP`` (Parquet written to a temporary directory)
   two-runs with ``--disorder``: convert of a copy of DB whose NVTX rows are stored as two runs out
@@ -274,14 +275,19 @@ def cached_db(source: Path, nvtx_target: int, cache: Path) -> tuple[Path, int]:
 
 
 def baseline_checkout(rev: str, into: Path) -> Path:
-    """The repository at ``rev``, exported (``git archive``) into ``into`` and byte-compiled."""
+    """The repository at ``rev``, exported (``git archive``) into ``into``, its compiled loops
+    built as an install builds them (without them the baseline would time the NumPy fallbacks)
+    and byte-compiled."""
     import compileall
     import io
     import tarfile
 
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "nvbridge"], check=True, capture_output=True).stdout
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(into, filter="data")
+    if (into / "native").is_dir():
+        build = [sys.executable, "setup.py", "build_ext", "--inplace", "-q"]
+        subprocess.run(build, cwd=into, check=True, capture_output=True)
     compileall.compile_dir(into / "nvbridge", quiet=1)
     return into
 

@@ -21,7 +21,8 @@ from tests.conftest import SAMPLE_DB
 from tests.raw_gpu import EVERY, path_of
 
 AUTOGRAD = SAMPLE_DB / "autograd_thread_ranges+synthetic_gpu.sqlite"
-convert_mod = importlib.import_module("nvbridge.conversion.report")
+pipeline = importlib.import_module("nvbridge.conversion.pipeline")
+whole_mod = importlib.import_module("nvbridge.readers.whole")
 
 
 def _identity(ops: dict[str, list[object]], i: int) -> tuple[object, ...]:
@@ -97,13 +98,13 @@ def test_tiny_windows_give_the_one_window_attribution(
     rows: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Backward ranges cut by windows carry their attribution across the cut."""
-    whole = nvbridge.load(AUTOGRAD)
-    monkeypatch.setattr(convert_mod, "WINDOW_ROWS", rows)
+    whole = nvbridge.load(AUTOGRAD)  # one window: the sample is smaller than WINDOW_ROWS
+    monkeypatch.setattr(pipeline, "WINDOW_ROWS", rows)
 
     def no_whole(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the report fell back to the one-window conversion")
 
-    monkeypatch.setattr(convert_mod, "_whole", no_whole)
+    monkeypatch.setattr(whole_mod, "OneWindow", no_whole)
     nvbridge.convert(AUTOGRAD, tmp_path / "out")
     streamed = nvbridge.load(tmp_path / "out")
     assert streamed.ops.num_rows > 2 * rows  # several windows of ranges (and more of marks)

@@ -16,7 +16,7 @@ from nvbridge.export.trace import export_chrome_traces
 from tests.conftest import SAMPLE_DB, real_db
 from tests.test_trace_stream import events
 
-report_mod = importlib.import_module("nvbridge.conversion.report")
+report_mod = importlib.import_module("nvbridge.conversion.pipeline")
 
 
 def _no_reads(monkeypatch: pytest.MonkeyPatch) -> None:

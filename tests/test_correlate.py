@@ -15,14 +15,66 @@ from nvbridge.engine import (
     NO_API_CALL,
     OPEN_AT_END,
     Correlator,
-    capture_end,
     check,
     correlate,
-    stream,
-    whole_activity,
-    with_parsed_names,
+    parse_names,
 )
-from nvbridge.readers.raw import GPU_OPS_SCHEMA, RawProfile, SourceInfo
+from nvbridge.readers.raw import GPU_OPS_SCHEMA, RawProfile, Restart, SourceInfo, Tail, capture_end
+from nvbridge.readers.whole import whole_activity
+from nvbridge.readers.windows import cut_windows
+
+
+class WholeActivity:
+    """A profile's API calls and GPU ops handed on as a streamed reader hands them: the calls
+    starting before each cut, the GPU ops starting before ``horizon`` ns past it (None: every GPU
+    op with the first window; the engine holds each until its launch's window)."""
+
+    def __init__(self, p: RawProfile, horizon: int | None) -> None:
+        self.api, self.gpu = whole_activity(p.api_calls, p.gpu_ops)
+        self.a_order = np.argsort(np.asarray(self.api.column("start_ns")), kind="stable")
+        self.g_order = np.argsort(np.asarray(self.gpu.column("start_ns")), kind="stable")
+        self.given = {"api": 0, "gpu": 0}
+        self.horizon = horizon
+
+    def take(self, cut: int | None) -> tuple[pa.Table, pa.Table]:
+        a_start = np.asarray(self.api.column("start_ns"))[self.a_order]
+        g_start = np.asarray(self.gpu.column("start_ns"))[self.g_order]
+        a_stop = len(self.a_order) if cut is None else int(np.searchsorted(a_start, cut, "left"))
+        if cut is None or self.horizon is None:
+            g_stop = len(self.g_order)
+        else:
+            g_stop = int(np.searchsorted(g_start, cut + self.horizon, "left"))
+        api = self.api.take(pa.array(self.a_order[self.given["api"] : a_stop]))
+        gpu = self.gpu.take(pa.array(self.g_order[self.given["gpu"] : g_stop]))
+        self.given.update(api=a_stop, gpu=max(g_stop, self.given["gpu"]))
+        return api, gpu
+
+    def bounds(self) -> list[int]:
+        return []
+
+
+def streamed(
+    p: RawProfile, parts: list[pa.Table], horizon: int | None, parse_ahead: bool = False
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """ops (in op_id order), api_calls and gpu_ops of ``p`` run through the engine in windows cut
+    from ``parts`` of its ranges, as a streamed conversion runs it."""
+    times = [np.asarray(p.ranges.column("start_ns")), np.asarray(p.api_calls.column("start_ns"))]
+    times.append(np.asarray(p.api_calls.column("end_ns")))
+    end = capture_end(p.info, int(max((int(t.max()) for t in times if len(t)), default=0)))
+    engine = Correlator(p.info, end, p.syncs)
+    out: dict[str, list[pa.Table]] = {"ops": [], "api_calls": [], "gpu_ops": []}
+    try:
+        for window in cut_windows(parts, WholeActivity(p, horizon), end, lambda: 0):
+            assert not isinstance(window, Restart), window
+            rows = engine.add(window, parse_names(window.ranges) if parse_ahead else None)
+            assert not isinstance(rows, Restart), rows
+            for name in out:
+                out[name].append(getattr(rows, name))
+        engine.finish(Tail(p.marks, p.threads, p.devices))
+    finally:
+        engine.close()
+    ops, api, gpu = (pa.concat_tables(out[name]) for name in ("ops", "api_calls", "gpu_ops"))
+    return ops.sort_by("op_id"), api, gpu
 
 
 def _range(
@@ -346,44 +398,12 @@ def test_windows_give_the_one_pass_result(
     gpu = [_kernel(2000 + i, 2001 + i + i % 3, i) for i in range(len(calls))]
     p = profile(built, api, gpu)
     one = correlate(p)
-    times = [
-        np.asarray(p.ranges.column("start_ns")),
-        np.asarray(p.api_calls.column("start_ns")),
-        np.asarray(p.api_calls.column("end_ns")),
-    ]
-    hi = int(max((int(t.max()) for t in times if len(t)), default=0))
-    engine = Correlator(p.info, capture_end(p.info, hi), p.syncs)
     windows = [p.ranges.slice(i, window) for i in range(0, p.ranges.num_rows, window)]
-    if rnd.random() < 0.5:  # names parsed already, as the streamed reader sends them
-        windows = [with_parsed_names(w) for w in windows]
-    api_all, gpu_all = whole_activity(p.api_calls, p.gpu_ops)
-    given = {"api": 0, "gpu": 0}
-    a_order = np.argsort(np.asarray(api_all.column("start_ns")), kind="stable")
-    g_order = np.argsort(np.asarray(gpu_all.column("start_ns")), kind="stable")
-
-    def fetch(cut: int | None) -> tuple[pa.Table, pa.Table]:
-        """What the streamed reader gives: API calls before the cut, GPU ops before a horizon
-        past every lag here (kernels start at 2,000 ns or later, calls by 1,030 ns)."""
-        a_start = np.asarray(api_all.column("start_ns"))[a_order]
-        g_start = np.asarray(gpu_all.column("start_ns"))[g_order]
-        a_stop = len(a_order) if cut is None else int(np.searchsorted(a_start, cut, "left"))
-        g_stop = len(g_order) if cut is None else int(np.searchsorted(g_start, cut + 3000, "left"))
-        api = api_all.take(pa.array(a_order[given["api"] : a_stop]))
-        gpu = gpu_all.take(pa.array(g_order[given["gpu"] : g_stop]))
-        given.update(api=a_stop, gpu=max(g_stop, given["gpu"]))
-        return api, gpu
-
-    chunks, api_out, gpu_out = [], [], []
-    for chunk in stream(engine, windows, fetch):
-        chunks.append(chunk)
-        api_ready, gpu_ready = engine.finished()
-        api_out += [api_ready] if api_ready is not None else []
-        gpu_out += gpu_ready
-    ops = pa.concat_tables(chunks).sort_by("op_id")
+    # GPU ops read through a horizon past every lag here (kernels start at 2,000 ns or later,
+    # calls by 1,030 ns); names parsed ahead, as the pipeline does, or by the engine.
+    ops, api_calls, gpu_ops = streamed(p, windows, 3000, parse_ahead=rnd.random() < 0.5)
     for name in one.ops.column_names:
         assert ops.column(name).cast(one.ops.column(name).type).to_pylist() == one.ops.column(name).to_pylist(), name
-    api_calls = pa.concat_tables(api_out) if api_out else engine.no_api_calls()
-    gpu_ops = pa.concat_tables(gpu_out) if gpu_out else engine.no_gpu_ops()
     assert api_calls.to_pylist() == one.api_calls.to_pylist()
     assert gpu_ops.to_pylist() == one.gpu_ops.to_pylist()
 

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
-from nvbridge.engine import Correlator, capture_end, correlate, stream, whole_activity
-from tests.test_correlate import _api, _kernel, _range, profile
+from nvbridge.engine import correlate
+from tests.test_correlate import _api, _kernel, _range, profile, streamed
 
 MM = "aten::mm, op_id = {}, sizes = [[4, 6], [6, 3]], dtypes = [f32, f32]"
 ADDMM = "aten::addmm, seq = 9, op_id = 1, sizes = [[3], [4, 6], [6, 3], [], []], dtypes = [f32, f32, f32, -, -]"
@@ -21,27 +18,14 @@ def ops(ranges: list[dict[str, Any]], api: list[dict[str, Any]] | None = None, g
     return sorted(table.to_pylist(), key=lambda r: r["op_id"])
 
 
-def streamed(ranges: list[dict[str, Any]], api: list[dict[str, Any]], gpu: list[dict[str, Any]], window: int) -> Any:
+def streamed_ops(
+    ranges: list[dict[str, Any]], api: list[dict[str, Any]], gpu: list[dict[str, Any]], window: int
+) -> Any:
     """The ops of a conversion in windows of ``window`` ranges (every API call and GPU op given
     with the first window: the engine holds each until its launch's window)."""
     p = profile(ranges, api, gpu)
-    hi = max(int(np.asarray(p.ranges.column("start_ns")).max()), max((a["end_ns"] for a in api), default=0))
-    engine = Correlator(p.info, capture_end(p.info, hi), p.syncs)
-    rest = [whole_activity(p.api_calls, p.gpu_ops)]
-
-    def fetch(cut: int | None) -> tuple[pa.Table, pa.Table]:
-        if rest:
-            api_all, gpu_all = rest[0]
-            starts = np.asarray(api_all.column("start_ns"))
-            now = np.flatnonzero(starts < cut) if cut is not None else np.arange(len(starts))
-            later = np.setdiff1d(np.arange(len(starts)), now)
-            rest[0] = (api_all.take(pa.array(later)), gpu_all.slice(0, 0))
-            return api_all.take(pa.array(now)), gpu_all
-        return whole_activity(p.api_calls, p.gpu_ops)[0].slice(0, 0), p.gpu_ops.slice(0, 0)
-
-    windows = [p.ranges.slice(i, window) for i in range(0, p.ranges.num_rows, window)]
-    chunks = list(stream(engine, windows, fetch))  # finishes and closes the engine
-    return sorted(pa.concat_tables(chunks).to_pylist(), key=lambda r: r["op_id"])
+    parts = [p.ranges.slice(i, window) for i in range(0, p.ranges.num_rows, window)]
+    return streamed(p, parts, None)[0].to_pylist()
 
 
 def test_backward_nodes_with_their_own_sizes_leave_the_cost_to_their_ops() -> None:
@@ -159,11 +143,11 @@ def test_what_an_open_op_learned_survives_the_windows_it_spans() -> None:
     ]
     one = ops(ranges, [a], [k])
     for window in (2, 3):
-        rows = streamed(ranges, [a], [k], window)
+        rows = streamed_ops(ranges, [a], [k], window)
         assert [(r["name"], r["compute_dtype"], r["dtype_inferred"]) for r in rows] == [
             (r["name"], r["compute_dtype"], r["dtype_inferred"]) for r in one
         ]
     step, linear = one[0], one[1]
     assert (step["compute_dtype"], step["dtype_inferred"]) == ("bfloat16", True)  # no shapes: the kernels'
     assert (linear["compute_dtype"], linear["dtype_inferred"], linear["dtype_assumed"]) == ("bf16", False, False)
-    assert streamed(ranges, [], [], 2)[1]["compute_dtype"] == "bf16"  # a CPU recording: the same
+    assert streamed_ops(ranges, [], [], 2)[1]["compute_dtype"] == "bf16"  # a CPU recording: the same

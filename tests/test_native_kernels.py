@@ -233,11 +233,11 @@ def test_without_the_extension_every_table_is_the_same(
     """Where nvbridge._native is not built, ConnectorX reads and NumPy and Arrow do the rest: the
     dataset (small windows, so carried ranges and slabs are crossed) and the trace are the same."""
     import nvbridge
-    import nvbridge.conversion.report as report
+    import nvbridge.conversion.pipeline as pipeline
 
     if not source.is_file():
         pytest.skip(f"{source} not found")
-    monkeypatch.setattr(report, "WINDOW_ROWS", 997)
+    monkeypatch.setattr(pipeline, "WINDOW_ROWS", 997)
     native = nvbridge.convert(source, tmp_path / "native", chrome_trace=tmp_path / "native.json")[0].traces
     for module in (
         "engine.window",

@@ -7,6 +7,7 @@ never committed): the damage is synthetic, the expected answer follows from the 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -267,7 +268,7 @@ def _tables(folder: Path) -> dict[str, object]:
 def test_nvtx_rowid_gap_converts_to_the_same_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rowids with gaps (rows past 100 moved up by 2^40, the last row to 2^62): windows follow rows
     (the rowid span would be 2^45 windows), so with 64-row windows the dataset is the original's."""
-    monkeypatch.setattr(sys.modules["nvbridge.conversion.report"], "WINDOW_ROWS", 64)
+    monkeypatch.setattr(importlib.import_module("nvbridge.conversion.pipeline"), "WINDOW_ROWS", 64)
     path = edited(
         tmp_path,
         "UPDATE NVTX_EVENTS SET rowid = rowid + 1099511627776 WHERE rowid > 100",

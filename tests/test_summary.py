@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import struct
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -131,7 +131,7 @@ def test_summary_reads_only_what_its_tables_need(tmp_path: Path, monkeypatch: py
     read whole and in op_id order."""
     out = tmp_path / "ds"
     # Small windows: ranges open across a cut are written late, so the file is out of op_id order.
-    monkeypatch.setattr(sys.modules["nvbridge.conversion.report"], "WINDOW_ROWS", 97)
+    monkeypatch.setattr(importlib.import_module("nvbridge.conversion.pipeline"), "WINDOW_ROWS", 97)
     nvbridge.convert(real_db("nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"), out)
     in_file = np.asarray(pq.read_table(out / "ops.parquet", columns=["op_id"]).column("op_id"))
     assert (np.diff(in_file) < 0).any()

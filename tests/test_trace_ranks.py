@@ -10,9 +10,8 @@ import json
 import shutil
 import sqlite3
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +21,7 @@ from click.testing import CliRunner
 import nvbridge
 from nvbridge.cli import cli
 from nvbridge.columns import np_col
+from nvbridge.dataset.schema import InMemory
 from nvbridge.export.trace import export_chrome_traces
 from nvbridge.export.trace_ranks import Ranks, rank_path, report_ranks
 from tests import raw_gpu
@@ -142,16 +142,6 @@ def test_one_rank_takes_the_rank_its_file_name_records(tmp_path: Path) -> None:
     assert load_strict(tmp_path / "c.rank0.json")["distributedInfo"] == {"rank": 0, "world_size": 1}
 
 
-@dataclass(frozen=True)
-class _Tables:
-    meta: dict[str, str | None]
-    ops: pa.Table
-    api_calls: pa.Table
-    gpu_ops: pa.Table
-    threads: pa.Table
-    devices: pa.Table
-
-
 def test_gpu_ops_without_a_process_go_with_their_gpus_only_user(tmp_path: Path) -> None:
     """(nvprof's GPU ops whose call is outside the capture have no process; planted here on the
     real FSDP export by blanking the process of every tenth GPU op.)"""
@@ -161,7 +151,8 @@ def test_gpu_ops_without_a_process_go_with_their_gpus_only_user(tmp_path: Path) 
     blank = np.arange(gpu.num_rows) % 10 == 0
     at = gpu.column_names.index("process_id")
     planted = gpu.set_column(at, "process_id", pa.array(pid, pa.int64(), mask=blank))
-    tables: Any = _Tables(dict(report.meta), report.ops, report.api_calls, planted, report.threads, report.devices)
+    names = ("ops", "api_calls", "threads", "devices")
+    tables = InMemory(dict(report.meta), {"gpu_ops": planted, **{n: report.table(n) for n in names}})
     written = export_chrome_traces(tables, tmp_path / "t.json")
     dev = np_col(gpu, "device_id")
     for stats, p in zip(written.files, sorted(set(pid.tolist()))):

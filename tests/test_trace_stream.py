@@ -193,29 +193,32 @@ def test_a_dataset_is_never_read_whole(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
-    """The calls ``convert --chrome`` makes: each window's finished ops, then the API calls and
-    GPU ops that became final (GPU ops may arrive before their calls), threads at the end."""
+    """The calls ``convert --chrome`` makes: each window's finished ops, API calls and GPU ops
+    (GPU ops may arrive before their calls), threads at the end."""
     from nvbridge._version import __version__
-    from nvbridge.engine import Correlator, capture_end, other_tables, stream, with_parsed_names
+    from nvbridge.engine import Correlator, parse_names
     from nvbridge.export import parquet
-    from nvbridge.readers._db import Database
-    from nvbridge.readers.nsys import Stream
+    from nvbridge.readers import open_windows
+    from nvbridge.readers.raw import Restart
 
     source = real_db(FSDP)
     report = nvbridge.load(source)
     origin = first_start([report.ops, report.api_calls, report.gpu_ops])
     assert origin is not None
-    with Database(source) as db:
-        read = Stream(db, 2048, prepare=with_parsed_names)
-        engine = Correlator(read.info, capture_end(read.info, read.latest_ns), read.syncs)
+    with open_windows(source, 2048) as read:
+        engine = Correlator(read.info, read.capture_end_ns, read.syncs)
         meta_t = parquet.meta_table(read.info, dict.fromkeys(parquet.TABLES, 0), __version__)
         meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
+        windows = read.windows()
+        first = next(windows)
+        facts = read.trace_facts()
+        assert facts is not None and facts.first_ns == origin
         # The header lists the dataset's devices: those the report names plus any a GPU op ran on.
-        seen = set(np_col(read.devices, "device_id").tolist())
-        extra = sorted(set(read.gpu_devices()) - seen - {-1})
+        seen = set(np_col(facts.devices, "device_id").tolist())
+        extra = sorted(set(facts.gpu_devices) - seen - {-1})
         devices = pa.concat_tables(
             [
-                read.devices.select(["device_id", "name"]).cast(
+                facts.devices.select(["device_id", "name"]).cast(
                     pa.schema([("device_id", pa.int64()), ("name", pa.string())])
                 ),
                 pa.table({"device_id": pa.array(extra, pa.int64()), "name": pa.nulls(len(extra), pa.string())}),
@@ -223,29 +226,25 @@ def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
         )
         # the ranks as convert --chrome knows them before reading the rows: two, so the whole
         # report in one file names no rank
-        work, host = read.processes()
-        distributed = report_ranks(work, host, read.info.rank).info(set().union(*work.values()))
+        distributed = report_ranks(facts.gpu_users, facts.host_processes, read.info.rank).info(
+            set().union(*facts.gpu_users.values())
+        )
         assert distributed == {"world_size": 2, "rank_of_process": {"148": 0, "149": 1}}
         with chrome.TraceWriter(
             tmp_path / "conv.json.gz", origin_ns=origin, meta=meta, devices=devices, distributed=distributed
         ) as writer:
-
-            def final() -> None:
-                api, gpu = engine.finished()
-                for table in gpu:  # GPU ops first: their calls may come later
-                    writer.gpu_ops(table)
-                if api is not None:
-                    writer.api_calls(api)
-
-            windows = 0
-            for chunk in stream(engine, read.windows(), read.activity):
-                writer.ops(chunk)
-                final()
-                windows += 1
-            final()
-            threads = read.threads(np.concatenate(engine.tally.thread_keys))
-            tables = other_tables(engine, read.marks(), threads, read.devices)
+            count = 0
+            for window in [first, *windows]:
+                assert not isinstance(window, Restart)
+                rows = engine.add(window, parse_names(window.ranges))
+                assert not isinstance(rows, Restart)
+                writer.gpu_ops(rows.gpu_ops)  # GPU ops first: their calls may come later
+                writer.api_calls(rows.api_calls)
+                writer.ops(rows.ops)
+                count += 1
+            tables = engine.finish(read.tail())
+            engine.close()
             writer.finish(tables["threads"])
-    assert windows > 3
+    assert count > 3
     export_chrome_trace(report, tmp_path / "whole.json")
     assert events(tmp_path / "conv.json.gz") == events(tmp_path / "whole.json")

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from nvbridge.analysis.text_table import TORCH_COLUMNS, Column, fit
 from nvbridge.analysis.throughput import COST_AGGREGATES, COST_COLUMNS, cost_inputs
 from nvbridge.columns import np_col
+from nvbridge.dataset.schema import pick
 
 SORT_KEYS = {
     # torch's sort_by names, and the column each sorts on
@@ -43,32 +44,45 @@ NO_OP = "[no op]"  # the row of GPU ops launched outside every op
 # op_name is what they group by). Each mode reads only its part (nvbridge.analysis.streamed), and
 # columns newer datasets have where present (the attribution by time).
 SUMMARY_COLUMNS: dict[str, list[str]] = {
-    "ops": [
-        "op_id",
-        "parent_id",
-        "depth",
-        "op_name",
-        "start_ns",
-        "end_ns",
-        "self_cpu_ns",
-        "total_cpu_ns",
-        "self_gpu_ns",
-        "total_gpu_ns",
-        "input_shapes",
-        "module_path",
-        "stack",
-        "flags",
-        "process_id",  # the ranks (nvbridge.dataset.ranks)
-        *COST_COLUMNS,
-    ],
-    # thread_id: who launched the [no op] row's GPU time (nvbridge.analysis.launches)
-    "gpu_ops": ["op_id", "kind", "device_id", "process_id", "thread_id", "start_ns", "end_ns", "bytes", "copy_kind"],
-    # API calls: the start-up before each process's first GPU op (nvbridge.dataset.timeline), and the
-    # check that no interval ends before it starts (dataset.load)
-    "api_calls": ["process_id", "name", "start_ns", "end_ns"],
-    "marks": [],
-    "syncs": [],
-    "threads": ["process_id", "thread_id", "thread_name"],
+    name: pick(name, columns)
+    for name, columns in {
+        "ops": [
+            "op_id",
+            "parent_id",
+            "depth",
+            "op_name",
+            "start_ns",
+            "end_ns",
+            "self_cpu_ns",
+            "total_cpu_ns",
+            "self_gpu_ns",
+            "total_gpu_ns",
+            "input_shapes",
+            "module_path",
+            "stack",
+            "flags",
+            "process_id",  # the ranks (nvbridge.dataset.ranks)
+            *COST_COLUMNS,
+        ],
+        # thread_id: who launched the [no op] row's GPU time (nvbridge.analysis.launches)
+        "gpu_ops": [
+            "op_id",
+            "kind",
+            "device_id",
+            "process_id",
+            "thread_id",
+            "start_ns",
+            "end_ns",
+            "bytes",
+            "copy_kind",
+        ],
+        # API calls: the start-up before each process's first GPU op (nvbridge.dataset.timeline), and the
+        # check that no interval ends before it starts (dataset.load)
+        "api_calls": ["process_id", "name", "start_ns", "end_ns"],
+        "marks": [],
+        "syncs": [],
+        "threads": ["process_id", "thread_id", "thread_name"],
+    }.items()
 }
 
 

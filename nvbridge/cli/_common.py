@@ -13,7 +13,7 @@ import click
 
 from nvbridge._version import __version__
 from nvbridge.analysis import parse_time
-from nvbridge.conversion import Progress
+from nvbridge.conversion.pipeline import Progress
 from nvbridge.errors import NvbridgeError
 from nvbridge.output.names import printable
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from nvbridge.cli._common import errors, progress, shown, wrapped
-from nvbridge.conversion import convert
+from nvbridge.conversion.many import convert
 from nvbridge.readers import estimate_rows
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from nvbridge.cli._common import errors, shown, window
-from nvbridge.conversion import convert
+from nvbridge.conversion.many import convert
 from nvbridge.dataset.report import ReportTables, load
 from nvbridge.output import publish as outputs
 from nvbridge.plot import picture as plot

@@ -11,7 +11,7 @@ import click
 
 from nvbridge.cli._common import errors, shown, wrapped
 from nvbridge.cli.summary import summary_cmd
-from nvbridge.conversion import convert
+from nvbridge.conversion.many import convert
 from nvbridge.conversion.record import REPORT_SUFFIXES, record
 from nvbridge.errors import ExportError
 from nvbridge.output import publish as outputs

@@ -1,13 +1,12 @@
-"""Conversion: profiler databases -> Parquet datasets.
+"""Conversions: reports into Parquet datasets (and Chrome traces), or into tables in memory.
 
-``report`` converts one report (streamed where it can), ``many`` several into one partitioned
-dataset (in processes or on Dask), ``result`` holds the figures a conversion reports.
+- ``pipeline``: the one pipeline every conversion runs (reader -> name parsing -> engine -> sinks);
+- ``sinks``: the dataset's files, tables in memory; ``trace``: the traces written alongside;
+- ``report``: one report into one dataset directory (``convert_one``), all or nothing;
+- ``many``: several reports (``convert``, what ``nvbridge.convert`` is), partitioned by report;
+- ``memory``: a report in memory (``nvbridge.load`` of a report);
+- ``result``: what a conversion read and wrote; ``record``: recording with nsys.
+
+Nothing is imported here: ``nvbridge.load`` of a report imports ``memory`` alone, and what it
+needs, never the writers.
 """
-
-from __future__ import annotations
-
-from nvbridge.conversion.many import convert
-from nvbridge.conversion.report import Progress, convert_one
-from nvbridge.conversion.result import ConversionResult, rank_from_name
-
-__all__ = ["ConversionResult", "Progress", "convert", "convert_one", "rank_from_name"]

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from nvbridge.columns import np_col
 from nvbridge.output.names import plural
@@ -94,25 +93,6 @@ def with_rank(info: SourceInfo, source: str | os.PathLike[str]) -> SourceInfo:
     if info.rank is None and (rank := rank_from_name(str(source))) is not None:
         return dataclasses.replace(info, rank=rank)
     return info
-
-
-def gpu_figures(
-    kind: pa.ChunkedArray, start: np.ndarray, end: np.ndarray, op_id: np.ndarray, api_call_id: np.ndarray
-) -> dict[str, int]:
-    """The summary's GPU counts and times (ids -1 where null)."""
-    counts = {str(v["values"]): int(v["counts"]) for v in pc.value_counts(kind).to_pylist()}
-    dur = end - start
-    lost = op_id < 0
-    return {
-        "kernels": counts.get("kernel", 0),
-        "memcpys": counts.get("memcpy", 0),
-        "memsets": counts.get("memset", 0),
-        "graph_launches": counts.get("graph", 0),
-        "gpu_ops_without_api_call": int((api_call_id < 0).sum()),
-        "gpu_ops_unattributed": int(lost.sum()),
-        "gpu_ns_total": int(dur.sum()),
-        "gpu_ns_unattributed": int(dur[lost].sum()),
-    }
 
 
 class OpsTally:

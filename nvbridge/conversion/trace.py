@@ -1,31 +1,30 @@
-"""``convert --chrome``: the traces written in the same pass as the dataset, from the same chunks.
+"""``convert --chrome``: the traces written in the same pass as the dataset, from the same rows.
 
-The streamed conversion hands each window's ops rows and each row group of final API calls and
-GPU ops to the Parquet writers; :class:`TraceFeed` hands the same tables to a
-:class:`~nvbridge.export.chrome.TraceWriter` (one per rank for a multi-rank report, each keeping
-its process's rows), so the dataset is never read back to make the traces. A report read whole
-goes through :func:`~nvbridge.export.trace.export_chrome_traces` from memory.
+The pipeline hands each window's finished ops, API calls and GPU ops to every sink;
+:class:`TraceSink` hands them to a :class:`~nvbridge.export.chrome.TraceWriter` (one per rank for a
+multi-rank report, each keeping its process's rows), so the dataset is never read back to make
+the traces. A report read as one window goes through
+:func:`~nvbridge.export.trace.export_chrome_traces` from memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import pyarrow as pa
 
 from nvbridge._version import __version__
-from nvbridge.engine import Model
+from nvbridge.dataset.schema import InMemory
+from nvbridge.engine import WindowRows, devices_table
 from nvbridge.errors import ExportError
 from nvbridge.export import parquet
 from nvbridge.export.chrome import TraceWriter
 from nvbridge.export.trace import NOTHING_TO_TRACE, check_destination, check_suffix, export_chrome_traces
-from nvbridge.export.trace_ranks import SPLITS, Ranks, rank_path
+from nvbridge.export.trace_ranks import SPLITS, Ranks, rank_path, report_ranks
 from nvbridge.output import publish as outputs
-from nvbridge.readers.raw import SourceInfo
+from nvbridge.readers.raw import SourceInfo, WindowSource
 
 
 class TraceOut(NamedTuple):
@@ -166,28 +165,63 @@ class TraceFeed:
             writer.abort()
 
 
-def earliest(windows: Iterator[pa.Table], found: list[int]) -> Iterator[pa.Table]:
-    """``windows`` passed on, the earliest range start (in the first non-empty one) appended to
-    ``found`` once it has been read."""
-    for part in windows:
-        if not found and part.num_rows:
-            found.append(int(np.min(part.column("start_ns").to_numpy())))
-        yield part
+class TraceSink:
+    """``convert --chrome``: the traces as a sink of the pipeline (nvbridge.conversion.pipeline).
 
+    A streamed report's traces are written as its windows finish rows (:class:`TraceFeed`), set
+    up at the first window from what the reader knows before the rows
+    (:class:`~nvbridge.readers.raw.TraceFacts`); a report read as one window holds its rows, and
+    its traces are written from them at the end, as ``nvbridge trace`` writes a loaded report's.
+    """
 
-@dataclass(frozen=True)
-class _InMemory:
-    """A correlated model seen as the tables a trace is written from."""
+    def __init__(self, request: TraceRequest, force: bool) -> None:
+        self.request, self.force = request, force
+        self._source: WindowSource | None = None
+        self._info: SourceInfo | None = None
+        self._feed: TraceFeed | None = None
+        self._held: dict[str, list[pa.Table]] | None = None
 
-    meta: Mapping[str, str | None]
-    ops: pa.Table
-    api_calls: pa.Table
-    gpu_ops: pa.Table
-    threads: pa.Table
-    devices: pa.Table
+    def start(self, source: WindowSource, info: SourceInfo) -> None:
+        self._source, self._info, self._feed, self._held = source, info, None, None
 
+    def _open(self) -> None:
+        assert self._source is not None and self._info is not None, "rows before start"
+        facts = self._source.trace_facts()
+        if facts is None:
+            self._held = {"ops": [], "api_calls": [], "gpu_ops": []}
+            return
+        devices = devices_table(facts.gpu_devices, facts.devices)
+        ranks = report_ranks(facts.gpu_users, facts.host_processes, self._info.rank)
+        self._feed = TraceFeed(self.request, self._info, devices, facts.first_ns, ranks, self.force)
 
-def write_whole(model: Model, request: TraceRequest, force: bool) -> None:
-    """The traces of a report read whole, from memory."""
-    tables = _InMemory(header_meta(model.info), model.ops, model.api_calls, model.gpu_ops, model.threads, model.devices)
-    export_chrome_traces(tables, request.path, split=request.split, force=force, staged=request.staged)
+    def rows(self, rows: WindowRows) -> None:
+        if self._feed is None and self._held is None:
+            self._open()
+        if self._held is not None:
+            for name in self._held:
+                self._held[name].append(getattr(rows, name))
+        elif self._feed is not None:
+            self._feed.ops(rows.ops)
+            self._feed.api_calls(rows.api_calls)
+            self._feed.gpu_ops(rows.gpu_ops)
+
+    def finish(self, tables: dict[str, pa.Table]) -> None:
+        if self._feed is None and self._held is None:
+            self._open()
+        if self._feed is not None:
+            self._feed.finish(tables["threads"])
+            self._feed = None
+            return
+        assert self._held is not None and self._info is not None
+        whole = {name: pa.concat_tables(parts) for name, parts in self._held.items()}
+        self._held = None
+        report = InMemory(header_meta(self._info), {**whole, **tables})
+        export_chrome_traces(
+            report, self.request.path, split=self.request.split, force=self.force, staged=self.request.staged
+        )
+
+    def abort(self) -> None:
+        if self._feed is not None:
+            self._feed.abort()
+        self._feed, self._held = None, None
+        self.request.abort()

@@ -1,8 +1,9 @@
-"""A converted dataset: its tables (``report``: ``ReportTables``, ``load``), its files read a row
-group at a time (``files``), checked (``check``), and the figures every reader of a dataset
-shares: which rank each process is (``ranks``) and the one timeline (``timeline``).
+"""A converted dataset: its tables declared (``schema``), its tables (``report``: ``ReportTables``,
+``load``), its files read a row group at a time (``files``), checked (``check``), and the figures
+every reader of a dataset shares: which rank each process is (``ranks``) and the one timeline
+(``timeline``).
 
-Nothing is imported here: ``nvbridge.dataset.timeline`` loads the timeline, not the readers and
-the engine that ``load`` needs for a report. The public ``nvbridge.Report`` and ``nvbridge.load``
-are in nvbridge.analysis.report.
+Nothing is imported here: the conversion and the checks read ``schema`` without loading ``report``, which
+loads the conversion for a report, and ``nvbridge.dataset.timeline`` loads the timeline alone.
+The public ``nvbridge.Report`` and ``nvbridge.load`` are in nvbridge.analysis.report.
 """

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from nvbridge.dataset.schema import SCHEMAS
 from nvbridge.errors import DamagedDataset, ExportError
 from nvbridge.export import parquet
 from nvbridge.output.names import check_name
@@ -50,8 +51,10 @@ def fix(directory: Path) -> str:
     return f"convert the report again with `nvbridge convert REPORT -o {directory} --force`"
 
 
-def _is_integer_column(name: str) -> bool:
-    return name.endswith(("_ns", "_id")) or name in ("depth", "flags")
+def _is_integer_column(table: str, name: str) -> bool:
+    """Whether nvbridge.dataset.schema declares column ``name`` of ``table`` an integer."""
+    declared = SCHEMAS.get(table)
+    return declared is not None and name in declared.names and pa.types.is_integer(declared.field(name).type)
 
 
 def check_files(directory: Path, tables: Sequence[str], columns: Mapping[str, Sequence[str]]) -> None:
@@ -74,7 +77,7 @@ def check_files(directory: Path, tables: Sequence[str], columns: Mapping[str, Se
                 f"{', '.join(missing)}: it is not this table of an nvbridge dataset; "
                 f"{fix(directory)}."
             )
-        wrong = [c for c in wanted if _is_integer_column(c) and not pa.types.is_integer(schema.field(c).type)]
+        wrong = [c for c in wanted if _is_integer_column(name, c) and not pa.types.is_integer(schema.field(c).type)]
         if wrong:
             raise DamagedDataset(f"{path} has {', '.join(wrong)} of another type than integer; {fix(directory)}.")
 

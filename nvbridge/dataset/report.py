@@ -10,16 +10,13 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from nvbridge._version import __version__
 from nvbridge.dataset.check import check_dataset, check_rows, fix
 from nvbridge.dataset.check import is_partitioned as is_partitioned  # part of this module's API
 from nvbridge.dataset.check import read_meta as read_meta
 from nvbridge.dataset.events import EventIndex, FunctionEvent
 from nvbridge.dataset.files import Files, Window
-from nvbridge.engine import Model, correlate
 from nvbridge.errors import DamagedDataset, MissingDependency
 from nvbridge.export import parquet
-from nvbridge.export.dictionaries import compact_table
 
 
 def parse_rank(value: str | None) -> int | None:
@@ -194,24 +191,10 @@ def load(
         return ReportTables(meta, {}, Files(p, columns or {}, in_order))
     if p.is_dir():
         return _read_dataset(p, columns or {}, in_order)
-    from dataclasses import replace
+    from nvbridge.conversion.memory import convert_in_memory  # a report: converted in memory
 
-    from nvbridge.conversion.result import with_rank
-    from nvbridge.readers import read_profile
-
-    profile = read_profile(path)  # the rank a file name spells counts here as when converting
-    return from_model(correlate(replace(profile, info=with_rank(profile.info, path))))
-
-
-def from_model(model: Model) -> ReportTables:
-    """A Report over an in-memory model (what a conversion is about to write)."""
-    meta_t = parquet.meta_table(
-        model.info, {name: getattr(model, name).num_rows for name in parquet.TABLES}, __version__
-    )
-    meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
-    # Dictionaries cut to what the rows use, as a conversion writes them: never the export's
-    # whole string table (its environment, host names, paths).
-    return ReportTables(meta, {name: compact_table(getattr(model, name)) for name in parquet.TABLES})
+    converted = convert_in_memory(path)
+    return ReportTables(dict(converted.meta), converted.tables)
 
 
 def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> ReportTables:

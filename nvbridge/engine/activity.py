@@ -9,7 +9,7 @@ window runs: the GPU time is summed into the call's range there, while the range
 held. A GPU op no call claims by the time the stream has passed its start has none
 (NO_API_CALL), unless a call already gone may have had its key (its correlation id lies among
 theirs): that op may have started more than LATE_NS after its launch, and the stream gives up
-(NotStreamable) rather than count it wrong.
+(:meth:`GpuBuffer.late`: the engine hands on a Restart) rather than count it wrong.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pyarrow as pa
 from nvbridge.columns import np_col, take_batches
 from nvbridge.engine.costs import kernel_dtypes
 from nvbridge.engine.model import BY_TIME, NO_API_CALL
-from nvbridge.errors import CorrelationError, LateGpuOp
+from nvbridge.errors import CorrelationError
 from nvbridge.readers.raw import GPU_OPS_SCHEMA
 
 _CORR_BITS = 40
@@ -191,19 +191,22 @@ class GpuBuffer:
         state = {name: np.zeros(0, bool if name == "late" else np.int64) for name in _STATE}
         return _gpu_rows(GPU_OPS_SCHEMA.empty_table(), np.zeros(0, np.int64), state, self._nsys)
 
-    def release(self, cut: int | None) -> pa.Table | None:
-        """The ops that start before ``cut`` (None: all), final now, in gpu_op_id order.
+    def _done(self, cut: int | None) -> int:
+        return self._n if cut is None else int(np.searchsorted(self._cols["start"], cut))
 
-        Raises:
-            LateGpuOp: one of them has no call now, but a call with its key may have been
-                correlated in an earlier window (it started more than LATE_NS after its launch).
-        """
+    def late(self, cut: int | None) -> bool:
+        """Whether an op that starts before ``cut`` has no call now, but a call with its key may
+        have been correlated in an earlier window (it started more than LATE_NS after its launch)."""
+        done, c = self._done(cut), self._cols
+        return bool((c["late"][:done] & (c["api"][:done] < 0)).any())
+
+    def release(self, cut: int | None) -> pa.Table | None:
+        """The ops that start before ``cut`` (None: all), final now, in gpu_op_id order (check
+        :meth:`late` first)."""
         c = self._cols
-        done = self._n if cut is None else int(np.searchsorted(c["start"], cut))
+        done = self._done(cut)
         if not done:
             return None
-        if (c["late"][:done] & (c["api"][:done] < 0)).any():
-            raise LateGpuOp("a GPU op started long after its API call's window")
         taken, rest, left = [], [], done
         for part in self._parts:
             if left >= part.num_rows:

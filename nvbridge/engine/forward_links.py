@@ -16,7 +16,6 @@ import pyarrow as pa
 from nvbridge.columns import dense_ids, np_col, one_chunk
 from nvbridge.compiled import native
 from nvbridge.engine import names
-from nvbridge.errors import LateLink
 
 if TYPE_CHECKING:
     from nvbridge._native import Store
@@ -34,8 +33,8 @@ _NAME_ROW = 3
 _VALUES = 5  # the values a store keeps per forward op: op_id and the four pool ids
 # Forward ops older than this many NVTX rows leave the index (a backward node comes in the same
 # training step as its forward op; a step of a quarter million ranges is rare). A backward node that
-# misses an op in its thread's evicted span of seqs is noticed (LateLink), and the conversion is
-# retried with a longer horizon: a link is never lost. Bounds the index at a real capture's size:
+# misses an op in its thread's evicted span of seqs is noticed (:attr:`ForwardIndex.late`), and
+# the conversion is retried with a longer horizon: a link is never lost. Bounds the index at a real capture's size:
 # every forward op of a torch 2 run has its own seq.
 FORWARD_HORIZON_ROWS = 1 << 18
 
@@ -71,14 +70,13 @@ class Links:
 
 class ForwardIndex:
     """Forward ops of earlier windows that a backward node may link to: the latest per key, for
-    ``horizon`` NVTX rows (module paths and shapes interned).
-
-    Raises (from :meth:`link`):
-        LateLink: a backward node may link to a forward op older than the horizon.
+    ``horizon`` NVTX rows (module paths and shapes interned). :attr:`late` turns true once a
+    backward node may link to a forward op older than the horizon (its links are then unsure).
     """
 
     def __init__(self, horizon: int = FORWARD_HORIZON_ROWS) -> None:
         self._horizon = horizon
+        self.late = False
         self._evict_every = max(1, horizon // 4)  # each eviction scans the store once
         self._rows = 0  # NVTX rows linked so far: the stamp of this window's forward ops
         self._evicted_at = 0
@@ -168,6 +166,7 @@ class ForwardIndex:
         guess = query[fwd_tid[query] < 0]
         if len(guess):
             found[:, guess] = self._decide(guess, pid, tid, start, seq, op_names, (window, top_window))
+        self.late |= window.late or top_window.late
         self._rows += n - new_from
         if len(cand):
             # Rows come in start order: a key's last row in this window is its latest op.
@@ -300,6 +299,7 @@ class _Window:
         store: SortedStore | Store,
     ) -> None:
         self.keys, self.start, self.seq, self.vals, self.store = keys, start, seq, vals, store
+        self.late = False  # a query's forward op may have left the store
 
     def latest(self, q_keys: np.ndarray, q_start: np.ndarray, q_seq: np.ndarray) -> np.ndarray:
         """(op_id, module, shapes, name) of the latest candidate with each key that started by
@@ -328,5 +328,5 @@ class _Window:
                 out[:, miss] = np.frombuffer(self.store.get(keys, seqs), np.int64).reshape(_VALUES, len(miss))
             unfound = out[0, miss] < 0
             if unfound.any() and np.frombuffer(self.store.evicted(keys[unfound], seqs[unfound]), np.uint8).any():
-                raise LateLink("a backward node's forward op may have left the forward index")
+                self.late = True
         return out

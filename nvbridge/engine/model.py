@@ -29,3 +29,13 @@ class Model:
     syncs: pa.Table
     threads: pa.Table
     devices: pa.Table
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRows:
+    """What the engine makes of one window: the ops rows final now, and the api_calls and
+    gpu_ops rows that continue those handed on before, in id order (each may have no rows)."""
+
+    ops: pa.Table
+    api_calls: pa.Table
+    gpu_ops: pa.Table

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
-from nvbridge.readers.raw import DEVICES_SCHEMA
-
-if TYPE_CHECKING:
-    from nvbridge.engine.correlator import Correlator
+from nvbridge.readers.raw import DEVICES_SCHEMA, Tail
 
 
 def devices_table(used: Iterable[int], devices: pa.Table) -> pa.Table:
@@ -33,17 +30,17 @@ def devices_table(used: Iterable[int], devices: pa.Table) -> pa.Table:
     return pa.concat_tables([named, extra_t]).sort_by([("device_id", "ascending")])
 
 
-def other_tables(engine: Correlator, marks: pa.Table, threads: pa.Table, devices: pa.Table) -> dict[str, pa.Table]:
-    """Every output table but ops, api_calls and gpu_ops (:meth:`Correlator.finished`), once
-    the engine has seen the last window."""
-    syncs, s_api = engine.syncs, engine.sync_api
+def other_tables(syncs: pa.Table, sync_api: np.ndarray, used_devices: Iterable[int], tail: Tail) -> dict[str, pa.Table]:
+    """Every output table but ops, api_calls and gpu_ops, once the engine has seen the last
+    window: ``syncs`` with the API call each belongs to (``sync_api``, -1 none), the reader's
+    ``tail``, and the devices it names plus those GPU ops ran on (``used_devices``)."""
     return {
-        "marks": marks.sort_by([("ts_ns", "ascending")]),
-        "syncs": syncs.append_column("api_call_id", pa.array(s_api, mask=s_api < 0)).sort_by(
+        "marks": tail.marks.sort_by([("ts_ns", "ascending")]),
+        "syncs": syncs.append_column("api_call_id", pa.array(sync_api, mask=sync_api < 0)).sort_by(
             [("start_ns", "ascending")]
         ),
-        "threads": threads.drop_columns(["thread_key"]).sort_by(
+        "threads": tail.threads.drop_columns(["thread_key"]).sort_by(
             [("process_id", "ascending"), ("thread_id", "ascending")]
         ),
-        "devices": devices_table(engine.gpu_devices, devices),
+        "devices": devices_table(used_devices, tail.devices),
     }

@@ -31,13 +31,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import np_col
+from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import in_window, step_window
 from nvbridge.engine import CROSS_THREAD, CROSSING
 from nvbridge.export.chrome_flows import FlowState, ThreadCodes
@@ -74,21 +75,8 @@ class TraceStats:
     distributed: dict[str, object] = field(default_factory=dict)  # the header's distributedInfo
 
 
-class Tables(Protocol):
-    """What :func:`write` reads: a loaded ``nvbridge.Report`` or anything with its tables."""
-
-    @property
-    def meta(self) -> Mapping[str, str | None]: ...
-    @property
-    def ops(self) -> pa.Table: ...
-    @property
-    def api_calls(self) -> pa.Table: ...
-    @property
-    def gpu_ops(self) -> pa.Table: ...
-    @property
-    def threads(self) -> pa.Table: ...
-    @property
-    def devices(self) -> pa.Table: ...
+# What :func:`write` reads: a loaded ``nvbridge.Report``, or any report's tables (the one protocol).
+Tables = ReportTables
 
 
 class TraceWriter:
@@ -352,28 +340,29 @@ def write(
         distributed: ``distributedInfo`` (default: the rank the kept processes are, by
             :mod:`nvbridge.export.trace_ranks`' rule; a file of several ranks names none).
     """
-    tables = (report.ops, report.api_calls, report.gpu_ops)
+    ops, api_calls, gpu_ops = (report.table(name) for name in ("ops", "api_calls", "gpu_ops"))
+    tables = (ops, api_calls, gpu_ops)
     kept = [in_window(t, start_ns, end_ns, processes) for t in tables]
     starts = [np_col(t, "start_ns")[k] for t, k in zip(tables, kept)]
     origin = min((int(s.min()) for s in starts if len(s)), default=0)
     if distributed is None:
-        ranks = tables_ranks(report.ops, report.api_calls, report.gpu_ops, recorded_rank(report.meta))
+        ranks = tables_ranks(ops, api_calls, gpu_ops, recorded_rank(report.meta))
         pids = set().union(*(np.unique(np_col(t, "process_id", fill=-1)[k]).tolist() for t, k in zip(tables, kept)))
         distributed = ranks.info(pids)
     with TraceWriter(
         dest,
         origin_ns=origin,
         meta=report.meta,
-        devices=report.devices,
+        devices=report.table("devices"),
         distributed=distributed,
         start_ns=start_ns,
         end_ns=end_ns,
         processes=processes,
     ) as writer:
-        for lo in range(0, max(report.api_calls.num_rows, 1), BATCH_ROWS):
-            writer.api_calls(report.api_calls.slice(lo, BATCH_ROWS))
-        for lo in range(0, max(report.gpu_ops.num_rows, 1), BATCH_ROWS):
-            writer.gpu_ops(report.gpu_ops.slice(lo, BATCH_ROWS))
-        for lo in range(0, max(report.ops.num_rows, 1), BATCH_ROWS):
-            writer.ops(report.ops.slice(lo, BATCH_ROWS))
-        return writer.finish(report.threads)
+        for lo in range(0, max(api_calls.num_rows, 1), BATCH_ROWS):
+            writer.api_calls(api_calls.slice(lo, BATCH_ROWS))
+        for lo in range(0, max(gpu_ops.num_rows, 1), BATCH_ROWS):
+            writer.gpu_ops(gpu_ops.slice(lo, BATCH_ROWS))
+        for lo in range(0, max(ops.num_rows, 1), BATCH_ROWS):
+            writer.ops(ops.slice(lo, BATCH_ROWS))
+        return writer.finish(report.table("threads"))

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import np_col, one_chunk
+from nvbridge.dataset.schema import pick
 from nvbridge.export import chrome_native
 from nvbridge.export.chrome_names import CBID_ARG, api_names
 from nvbridge.workers import worker_pool
@@ -27,54 +28,69 @@ Lines: TypeAlias = pa.Array | pa.ChunkedArray | memoryview
 EMPTY = '""'  # a null name is written as the empty string (a str: no pyarrow call at import)
 ESCAPED = frozenset({"name", "op_name", "domain", "input_shapes", "module_path"})
 META_PREFIXES = ("source", "kind", "producer", "schema", "time_base", "nvbridge", "dataset")
-# Columns each table must have (a dataset's or a conversion's chunks).
-OP_COLUMNS = (
-    "op_id",
-    "op_name",
-    "name",
-    "domain",
-    "process_id",
-    "thread_id",
-    "start_ns",
-    "end_ns",
-    "flags",
-    "seq",
-    "torch_op_id",
-    "fwd_tid",
-    "fwd_op_id",
-    "input_shapes",
-    "module_path",
+# Columns each table must have (a dataset's or a conversion's chunks), each one the dataset declares.
+OP_COLUMNS = tuple(
+    pick(
+        "ops",
+        [
+            "op_id",
+            "op_name",
+            "name",
+            "domain",
+            "process_id",
+            "thread_id",
+            "start_ns",
+            "end_ns",
+            "flags",
+            "seq",
+            "torch_op_id",
+            "fwd_tid",
+            "fwd_op_id",
+            "input_shapes",
+            "module_path",
+        ],
+    )
 )
-API_COLUMNS = (
-    "api_call_id",
-    "kind",
-    "name",
-    "process_id",
-    "thread_id",
-    "start_ns",
-    "end_ns",
-    "correlation_id",
-    "op_id",
+API_COLUMNS = tuple(
+    pick(
+        "api_calls",
+        [
+            "api_call_id",
+            "kind",
+            "name",
+            "process_id",
+            "thread_id",
+            "start_ns",
+            "end_ns",
+            "correlation_id",
+            "op_id",
+        ],
+    )
 )
-GPU_COLUMNS = (
-    "gpu_op_id",
-    "kind",
-    "name",
-    "process_id",
-    "device_id",
-    "stream_id",
-    "start_ns",
-    "end_ns",
-    "correlation_id",
-    "op_id",
-    "api_call_id",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-    "bytes",
+GPU_COLUMNS = tuple(
+    pick(
+        "gpu_ops",
+        [
+            "gpu_op_id",
+            "kind",
+            "name",
+            "process_id",
+            "device_id",
+            "stream_id",
+            "start_ns",
+            "end_ns",
+            "correlation_id",
+            "op_id",
+            "api_call_id",
+            "grid_x",
+            "grid_y",
+            "grid_z",
+            "block_x",
+            "block_y",
+            "block_z",
+            "bytes",
+        ],
+    )
 )
 
 

@@ -49,13 +49,13 @@ class _Loaded:
 
     def __init__(self, report: Tables) -> None:
         self.report = report
-        self.meta, self.threads, self.devices = report.meta, report.threads, report.devices
+        self.meta, self.threads, self.devices = report.meta, report.table("threads"), report.table("devices")
 
     def rows(self, name: str) -> int:
-        return int(getattr(self.report, name).num_rows)
+        return self.report.rows(name)
 
     def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]:
-        table: pa.Table = getattr(self.report, name)
+        table = self.report.table(name)
         for lo in range(0, table.num_rows, BATCH_ROWS):
             yield table.slice(lo, BATCH_ROWS)
 

@@ -88,6 +88,10 @@ class SlabTable:
         """One slab: every table read whole, in table order."""
         return len(self._plan()) == 1
 
+    def bounds(self) -> list[int]:
+        """Where one slab ends and the next begins, in start order."""
+        return [hi for _lo, hi in self._plan() if hi is not None]
+
     def dense(self, index: int) -> int | None:
         """The first rowid of table ``index`` when its rowids have no gaps, else None."""
         first, last, rows = self._scans[index].result()[0]

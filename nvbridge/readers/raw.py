@@ -25,8 +25,9 @@ Columns (see the readers for how each is read):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import pyarrow as pa
 
@@ -140,3 +141,80 @@ class RawProfile:
     threads: pa.Table
     devices: pa.Table
     rows_read: int = field(default=0)
+
+
+def capture_end(info: SourceInfo, hi: int) -> int:
+    """Where ranges never closed are clamped: the capture's end, or the latest time seen
+    (``hi``: range starts, API call starts and ends), whichever is later."""
+    return max(info.capture_end_ns if info.capture_end_ns is not None else hi, hi)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One step of a conversion, complete: what a reader hands the engine.
+
+    ``ranges``: every range that starts before ``cut`` and was in no earlier window (RANGES_SCHEMA
+    columns; a later window's ranges all start at or after ``cut``). ``api_calls``: every API call
+    starting before ``cut`` not in an earlier window, with its ``api_call_id`` (its place in the
+    export's order). ``gpu_ops``: the GPU ops read since the last window (GPU_OPS_SCHEMA plus
+    ``table_index`` and ``rowid``, which order equal starts), at least every one starting before
+    the window's horizon, past ``cut`` and its calls' ends (a GPU op starts after its launch).
+    ``cut`` None: the last window. ``rows_read``: the rows the reader had read by then.
+    """
+
+    ranges: pa.Table
+    api_calls: pa.Table
+    gpu_ops: pa.Table
+    cut: int | None
+    rows_read: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """A report the windows chosen cannot carry: read it again another way (nvbridge.conversion
+    decides how). ``horizon``: something came later than a horizon allows (a GPU op after its
+    launch's window, a backward node after its forward op left the forward index), which longer
+    horizons may carry; else an order the windows assumed does not hold (read by start)."""
+
+    reason: str
+    horizon: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What a reader knows once its last window is out: the marks, every thread (named) and the
+    devices the report names."""
+
+    marks: pa.Table
+    threads: pa.Table
+    devices: pa.Table
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFacts:
+    """What a trace written while converting needs before the rows: the devices the report names
+    and those GPU ops ran on, per device the processes that used it (and, only when none did, the
+    processes with ranges or CUDA calls), and the earliest start of any row."""
+
+    devices: pa.Table
+    gpu_devices: list[int]
+    gpu_users: dict[int, set[int]]
+    host_processes: list[int]
+    first_ns: int | None
+
+
+class WindowSource(Protocol):
+    """A report read as windows (nvbridge.readers.open_windows): what it is, its syncs (whole: a
+    few per step) and where never-closed ranges end, then its windows, then its tail."""
+
+    info: SourceInfo
+    syncs: pa.Table
+    capture_end_ns: int
+
+    def windows(self) -> Iterator[Window | Restart]: ...
+
+    def tail(self) -> Tail: ...
+
+    def trace_facts(self) -> TraceFacts | None:
+        """Once the first window is out; None: known only from the rows (one window)."""
+        ...

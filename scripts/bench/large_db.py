@@ -268,7 +268,7 @@ def build(
 
 def check(src: Path, out: Path, tiles: int) -> None:
     """Convert both with nvbridge and require K x the source's rows, attribution included."""
-    from nvbridge.conversion import convert_one
+    from nvbridge.conversion.report import convert_one
     from nvbridge.export import parquet
 
     scaled = (
