@@ -22,9 +22,9 @@ pytest.importorskip("torch", reason="emit_nvtx needs torch (pip install 'nvbridg
 from nvbridge.annotate import _observer  # noqa: E402
 from nvbridge.engine import correlate  # noqa: E402
 from scripts.workloads.exact import WORKLOADS  # noqa: E402
+from tests.hand_built import _range, profile  # noqa: E402
 from tests.nvtx_inject import exact  # noqa: E402
 from tests.nvtx_inject.nvtx_log import NvtxLog  # noqa: E402
-from tests.test_correlate import _range, profile  # noqa: E402
 
 if _observer.load() is None:
     pytest.skip(f"observer unavailable: {_observer.unavailable_reason()}", allow_module_level=True)

@@ -119,7 +119,7 @@ def test_tiny_windows_give_the_one_window_attribution(
 def test_the_rule_on_hand_built_threads() -> None:
     """Each branch of the rule (docs/dataset.md, gpu_ops.time_op_id), on a hand-built profile."""
     from nvbridge.engine import check, correlate
-    from tests.test_correlate import _api, _kernel, _range, profile
+    from tests.hand_built import _api, _kernel, _range, profile
 
     ranges = [
         _range(0, 100, "main", tid=10, pid=10),  # process 10: its main thread (tid = pid) wins

@@ -10,31 +10,16 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch.utils.flop_counter import FlopCounterMode, flop_registry  # noqa: E402
+from torch.utils.flop_counter import flop_registry  # noqa: E402
 
 from nvbridge.engine.costs.flops import op_cost  # noqa: E402
+from tests.torch_counts import counted, shapes_of, t  # noqa: E402
 
 aten = torch.ops.aten
 
 
-def counted(fn: Callable[[], Any]) -> int:
-    """FLOPs torch's FlopCounterMode counts while ``fn`` runs."""
-    with FlopCounterMode(display=False) as mode:
-        fn()
-    return int(mode.get_total_flops())
-
-
-def shapes_of(*args: Any) -> list[tuple[int, ...]]:
-    """record_shapes' view of the arguments: a tensor's sizes, ``()`` for anything else."""
-    return [tuple(a.shape) if isinstance(a, torch.Tensor) else () for a in args]
-
-
 def ours(name: str, *args: Any, params: dict[str, Any] | None = None) -> int | None:
     return op_cost(name, shapes_of(*args), None, params).flops
-
-
-def t(*shape: int, device: str = "cpu", grad: bool = False) -> Any:
-    return torch.randn(*shape, device=device, requires_grad=grad)
 
 
 MATMULS = [((3, 4), (4, 5)), ((64, 128), (128, 32)), ((1, 7), (7, 1))]
@@ -346,120 +331,3 @@ def test_matmul_backward_nodes_count_as_torch_does(node: str, forward: Any, bias
         args = (t(b_shape[-1], grad=True), a, b) if bias else (a, b)
         y = forward(*args)
         assert ours(node, *args) == counted(lambda: y.backward(torch.ones_like(y))) > 0
-
-
-def dtype_name(x: Any) -> str:
-    return str(x.dtype).removeprefix("torch.")
-
-
-def tensor_bytes(*tensors: Any) -> int:
-    return sum(x.numel() * x.element_size() for x in tensors)
-
-
-ELEMENTWISE = [
-    ("aten::add", lambda a, b: torch.add(a, b), 2),
-    ("aten::mul_", lambda a, b: a.mul_(b), 2),
-    ("aten::relu", torch.relu, 1),
-    ("aten::sigmoid", torch.sigmoid, 1),
-    ("aten::clone", torch.clone, 1),
-    ("aten::gt", lambda a, b: torch.gt(a, b), 2),
-    ("Tensor.__iadd__", lambda a, b: a.__iadd__(b), 2),
-]
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize(("name", "fn", "arity"), ELEMENTWISE, ids=[e[0] for e in ELEMENTWISE])
-def test_elementwise_bytes_are_inputs_plus_output(name: str, fn: Any, arity: int, dtype: Any) -> None:
-    for shapes in (((4, 5), (4, 5)), ((3, 1, 6), (6,)), ((8,), (8,))):
-        inputs = [torch.randn(*s).to(dtype) for s in shapes[:arity]]
-        expected_in = tensor_bytes(*inputs)
-        out = fn(*inputs)
-        cost = op_cost(name, shapes_of(*inputs), [dtype_name(x) for x in inputs])
-        assert cost.bytes == expected_in + tensor_bytes(out)
-        assert cost.flops == (0 if name == "aten::clone" else out.numel())
-        assert cost.dtype == dtype_name(inputs[0]) and not cost.dtype_assumed
-
-
-def test_copy_bytes_are_source_read_plus_destination_written() -> None:
-    dst, src = torch.empty(16, 8, dtype=torch.float16), torch.randn(16, 8)
-    cost = op_cost("aten::copy_", shapes_of(dst, src), [dtype_name(dst), dtype_name(src)])
-    assert (cost.flops, cost.bytes) == (0, tensor_bytes(dst, src))
-
-
-def test_unknown_ops_are_unknown_and_missing_dtypes_are_assumed() -> None:
-    assert op_cost("aten::frobnicate", [(3, 4)]).flops is None
-    assert op_cost("aten::mm", [(3, 4), (5, 6)]).flops is None  # shapes that cannot multiply
-    assert op_cost("aten::mm", None).bytes is None
-    cost = op_cost("aten::mm", [(3, 4), (4, 5)])
-    assert cost.dtype_assumed and cost.dtype == "float32" and cost.bytes == 4 * (12 + 20 + 15)
-    assert op_cost("aten::view", [(3, 4), ()]).flops == 0
-
-
-def test_backward_nodes_get_their_forward_ops_dtypes_and_cost() -> None:
-    """Through the engine: nvbridge's grammar with dtypes; the node inherits shapes and dtypes."""
-    from nvbridge.engine import correlate
-    from tests.test_correlate import _range, profile
-
-    model = correlate(
-        profile(
-            [
-                _range(
-                    10,
-                    20,
-                    "aten::addmm, seq = 9, op_id = 1, sizes = [[4], [2, 3], [3, 4], [], []], "
-                    "dtypes = [bf16, bf16, bf16, -, -]",
-                ),
-                _range(200, 210, "AddmmBackward0, stashed seq = 9, fwd_tid = 1", tid=2),
-                _range(300, 310, "aten::addmm, seq = 10, op_id = 2, sizes = [[4], [2, 3], [3, 4], [], []]"),
-            ],
-            [],
-            [],
-        )
-    )
-    fwd, node, plain = model.ops.to_pylist()
-    a, b, c = (
-        torch.randn(4, dtype=torch.bfloat16),
-        torch.randn(2, 3, dtype=torch.bfloat16),
-        torch.randn(3, 4, dtype=torch.bfloat16),
-    )
-    assert fwd["flops"] == counted(lambda: torch.addmm(a, b, c)) == 48
-    assert fwd["bytes"] == tensor_bytes(a, b, c, torch.addmm(a, b, c))
-    assert (fwd["compute_dtype"], fwd["dtype_assumed"]) == ("bf16", False)
-    assert node["input_dtypes"] == "[bf16, bf16, bf16, -, -]" and node["compute_dtype"] == "bf16"
-    assert node["flops"] == 2 * fwd["flops"] and node["bytes"] == 2 * fwd["bytes"]
-    assert (plain["compute_dtype"], plain["dtype_assumed"]) == ("float32", True)
-    assert plain["bytes"] == 2 * fwd["bytes"]  # float32: twice bf16's bytes
-
-
-@pytest.mark.parametrize(
-    ("fn", "name", "weight", "values"),
-    [
-        (
-            torch.nn.functional.conv2d,
-            "torch.nn.functional.conv2d",
-            (4, 2, 3, 3),
-            [None, None, None, [2, 1], [1, 0], [1, 2], 2],
-        ),
-        (torch.nn.functional.conv2d, "torch.nn.functional.conv2d", (4, 4, 3, 3), [None, None]),  # stride 1, padding 0
-        (
-            torch.nn.functional.conv_transpose2d,
-            "torch.nn.functional.conv_transpose2d",
-            (4, 3, 3, 3),
-            [None, None, None, {"stride": [2, 2]}, {"output_padding": 1}],
-        ),
-    ],
-)
-def test_recorded_argument_values_give_convolution_flops(
-    fn: Any, name: str, weight: tuple[int, ...], values: list[Any]
-) -> None:
-    """PyProf records non-tensor values (nvbridge's input_values, as JSON); named ones by name."""
-    import json
-
-    from nvbridge.engine.costs.flops import _cost_of_text, call_args
-
-    x, w = t(2, 4, 9, 10), t(*weight)
-    kwargs = call_args(name, values)
-    kwargs.pop("transposed", None)
-    expected = counted(lambda: fn(x, w, None, **kwargs))
-    shapes = json.dumps([list(x.shape), list(w.shape)] + [[] for _ in values[2:]])
-    assert _cost_of_text(name, shapes, None, json.dumps(values)).flops == expected > 0

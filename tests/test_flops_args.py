@@ -7,7 +7,6 @@ FlopCounterMode (or torch's own registered formula where its registry lacks the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -19,14 +18,9 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from nvbridge.engine.costs.args import PARAMETERS  # noqa: E402
 from nvbridge.engine.costs.flops import _cost_of_text, op_cost  # noqa: E402
 from nvbridge.engine.costs.tables import SDPA_BWD, SDPA_FWD  # noqa: E402
+from tests.torch_counts import counted, t  # noqa: E402
 
 aten = torch.ops.aten
-
-
-def counted(fn: Callable[[], Any]) -> int:
-    with FlopCounterMode(display=False) as mode:
-        fn()
-    return int(mode.get_total_flops())
 
 
 # (input, weight, stride, padding, dilation, transposed, output_padding, groups)
@@ -220,3 +214,37 @@ def test_attention_kernels_outside_the_registry_use_torchs_formulas(name: str) -
         assert op_cost(f"aten::{name}", [q, q, k, k]).flops == sdpa_backward(q, q, k, k, out_shape=None) > 0
     else:
         assert op_cost(f"aten::{name}", [q, k, k]).flops == sdpa(q, k, k, out_shape=None) > 0
+
+
+@pytest.mark.parametrize(
+    ("fn", "name", "weight", "values"),
+    [
+        (
+            torch.nn.functional.conv2d,
+            "torch.nn.functional.conv2d",
+            (4, 2, 3, 3),
+            [None, None, None, [2, 1], [1, 0], [1, 2], 2],
+        ),
+        (torch.nn.functional.conv2d, "torch.nn.functional.conv2d", (4, 4, 3, 3), [None, None]),  # stride 1, padding 0
+        (
+            torch.nn.functional.conv_transpose2d,
+            "torch.nn.functional.conv_transpose2d",
+            (4, 3, 3, 3),
+            [None, None, None, {"stride": [2, 2]}, {"output_padding": 1}],
+        ),
+    ],
+)
+def test_recorded_argument_values_give_convolution_flops(
+    fn: Any, name: str, weight: tuple[int, ...], values: list[Any]
+) -> None:
+    """PyProf records non-tensor values (nvbridge's input_values, as JSON); named ones by name."""
+    import json
+
+    from nvbridge.engine.costs.flops import _cost_of_text, call_args
+
+    x, w = t(2, 4, 9, 10), t(*weight)
+    kwargs = call_args(name, values)
+    kwargs.pop("transposed", None)
+    expected = counted(lambda: fn(x, w, None, **kwargs))
+    shapes = json.dumps([list(x.shape), list(w.shape)] + [[] for _ in values[2:]])
+    assert _cost_of_text(name, shapes, None, json.dumps(values)).flops == expected > 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from nvbridge.engine import correlate
-from tests.test_correlate import _api, _kernel, _range, profile, streamed
+from tests.hand_built import _api, _kernel, _range, profile, streamed
 
 MM = "aten::mm, op_id = {}, sizes = [[4, 6], [6, 3]], dtypes = [f32, f32]"
 ADDMM = "aten::addmm, seq = 9, op_id = 1, sizes = [[3], [4, 6], [6, 3], [], []], dtypes = [f32, f32, f32, -, -]"

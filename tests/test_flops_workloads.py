@@ -26,8 +26,8 @@ from nvbridge.annotate import _observer  # noqa: E402
 from nvbridge.engine import correlate  # noqa: E402
 from nvbridge.engine.costs import flops
 from nvbridge.engine.costs.tables import base_name  # noqa: E402
+from tests.hand_built import _range, profile  # noqa: E402
 from tests.nvtx_inject.nvtx_log import REPO, parse_log  # noqa: E402
-from tests.test_correlate import _range, profile  # noqa: E402
 
 PASSES = ("forward", "backward")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,87 +15,27 @@ import pytest
 
 from nvbridge.compiled import native
 from nvbridge.readers._db import Database
-from nvbridge.readers._pages import RowFilter, table_layout
+from nvbridge.readers._pages import RowFilter
 from nvbridge.readers._sqlite import _array
-from tests.conftest import REAL_DB, SAMPLE_DB, require_native
+from tests.conftest import REAL_DB, require_native
+from tests.page_reads import (
+    _encode,
+    _inputs,
+    _kind,
+    _layout,
+    _make,
+    _page_read,
+    _same,
+    _small,
+    _sqlite_read,
+    _varint,
+    _wal_file,
+)
 
 
 @pytest.fixture(autouse=True)
 def _native_built() -> None:
     require_native()
-
-
-def _layout(con: sqlite3.Connection, table: str):  # type: ignore[no-untyped-def]
-    return table_layout(table, lambda sql: [tuple(r) for r in con.execute(sql)])
-
-
-def _kind(declared: str) -> str:
-    t = declared.upper()
-    return "i" if "INT" in t else "s" if any(k in t for k in ("CHAR", "CLOB", "TEXT")) else ""
-
-
-_TYPES = {"i": pa.int64(), "f": pa.float64(), "s": pa.string(), "b": pa.binary()}
-
-
-def _sqlite_read(path: Path, table: str, names: list[str], kinds: str, where: str = "1") -> object:
-    """The rows as the stdlib's sqlite3 driver reads them, as Arrow arrays; "refused" where a value
-    is not of its column's kind (an integer column holding text, a real or a blob; text that is not
-    UTF-8), which nvbridge's readers refuse rather than convert."""
-    cols = ", ".join(n if n == "rowid" else f'"{n}"' for n in names)
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    con.text_factory = bytes  # text as its bytes: UTF-8 checked below, as Arrow requires
-    try:
-        rows = con.execute(f'SELECT {cols} FROM "{table}" WHERE {where}').fetchall()
-        kinds_of = con.execute(
-            f'SELECT {", ".join(f"typeof({c})" for c in cols.split(", "))} FROM "{table}" WHERE {where}'
-        ).fetchall()
-    finally:
-        con.close()
-    out = []
-    for j, kind in enumerate(kinds):
-        typ = _TYPES[kind]
-        values = []
-        for row, types in zip(rows, kinds_of):
-            v, t = row[j], bytes(types[j]).decode()
-            allowed = {"i": ("integer",), "f": ("integer", "real"), "s": ("text",), "b": ("blob",)}[kind]
-            if t != "null" and t not in allowed:
-                return "refused"
-            if t == "text":
-                try:
-                    v = bytes(v).decode("utf-8")
-                except UnicodeDecodeError:
-                    return "refused"
-            values.append(float(v) if kind == "f" and v is not None else v)
-        out.append(pa.array(values, typ))
-    return out
-
-
-def _page_read(path: Path, table: str, names: list[str], kinds: str, rows: RowFilter | None = None) -> object:
-    assert native is not None
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
-        layout = _layout(con, table)
-    assert layout is not None, f"{table} is not one the page reader takes"
-    scan = layout.scan(names, kinds, rows)
-    assert scan is not None
-    try:
-        out, _, _ = scan.run(native.Pages(path))
-    except native.Unreadable:
-        return "refused"
-    return [_array(k, c) for k, c in zip(kinds, out)]
-
-
-def _same(got: object, want: object) -> None:
-    if isinstance(want, str) or isinstance(got, str):
-        assert got == want
-        return
-    assert isinstance(got, list) and isinstance(want, list)
-    for a, b in zip(got, want):
-        assert a.equals(b), (a[:5], b[:5])
-
-
-def _inputs() -> Iterator[Path]:
-    yield from sorted(REAL_DB.glob("nsys-*.sqlite"))
-    yield from sorted(SAMPLE_DB.glob("*.sqlite"))
 
 
 def test_every_table_of_every_export_reads_as_sqlite_reads_it() -> None:
@@ -146,22 +86,6 @@ def test_every_table_of_every_export_reads_as_sqlite_reads_it() -> None:
                 _same(_page_read(path, name, names, kinds, rows), _sqlite_read(path, name, names, kinds, rows.sql()))
             compared += 1
     assert compared >= 20
-
-
-def _make(path: Path, page_size: int = 4096) -> sqlite3.Connection:
-    con = sqlite3.connect(path)
-    con.execute(f"PRAGMA page_size = {page_size}")
-    return con
-
-
-def _wal_file(path: Path) -> Path:
-    """A database in WAL mode (its pages may live in the -wal file: the page reader refuses it)."""
-    con = _make(path)
-    con.execute("PRAGMA journal_mode = WAL")
-    con.execute("CREATE TABLE t (a INTEGER)")
-    con.commit()
-    con.close()
-    return path
 
 
 @pytest.mark.parametrize("page_size", [512, 4096, 65536])
@@ -357,18 +281,6 @@ def test_windows_read_in_one_pass_as_through_sqlite(tmp_path: Path) -> None:
     assert windows >= 66
 
 
-def _small(
-    path: Path, rows: list[tuple[object, ...]], schema: str = "CREATE TABLE t (id INTEGER PRIMARY KEY, a, f)"
-) -> int:
-    con = _make(path)
-    con.execute(schema)
-    con.executemany(f"INSERT INTO t VALUES ({', '.join('?' * len(rows[0]))})", rows)
-    con.commit()
-    root = int(con.execute("SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0])
-    con.close()
-    return root
-
-
 def test_arguments_out_of_range_are_refused_not_crashes(tmp_path: Path) -> None:
     """Record positions past SQLite's column limit, a chunk count whose buffer size overflows, a
     root page past 32 bits: ValueError, never a read out of bounds (found by review)."""
@@ -424,27 +336,6 @@ def test_damaged_overflow_chains_and_nan_read_as_sqlite_would(tmp_path: Path) ->
     nan.write_bytes(bytes(data))
     _same(_page_read(nan, "t", ["f"], "f"), _sqlite_read(nan, "t", ["f"], "f"))
     assert _page_read(nan, "t", ["f"], "f")[0].to_pylist() == [3.5, None, 7.0]  # type: ignore[index]
-
-
-def _encode(v: int) -> bytes:
-    out = [v & 0x7F]
-    v >>= 7
-    while v:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    return bytes(reversed(out))
-
-
-def _varint(data: bytes | bytearray, at: int) -> tuple[int, int]:
-    v = 0
-    for k in range(9):
-        c = data[at + k]
-        if k == 8:
-            return (v << 8) | c, 9
-        v = (v << 7) | (c & 0x7F)
-        if not c & 0x80:
-            return v, k + 1
-    raise AssertionError
 
 
 def test_an_unbounded_bound_keeps_nulls_as_its_sql_does(tmp_path: Path) -> None:

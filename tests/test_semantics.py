@@ -11,8 +11,8 @@ import pytest
 import nvbridge
 from nvbridge.engine import correlate, names
 from tests.conftest import SAMPLE_DB, raw, real_db
+from tests.hand_built import _range, profile
 from tests.nvtx_inject.exact import compatible
-from tests.test_correlate import _range, profile
 
 
 def _linked_share(report: nvbridge.Report) -> tuple[int, int, list[str]]:

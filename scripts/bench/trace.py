@@ -28,8 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from scripts import bench_convert
-from scripts.bench_convert import Run, run
+from scripts.bench import convert_run
+from scripts.bench.convert_run import Run, run
 
 TARGET_RATIO = 2.0
 TARGET_MB = 1024.0
@@ -71,8 +71,8 @@ def _rounds(
     db: Path, repeat: int, baseline: Path | None, tmp: Path, py: list[str], runs: dict[str, Run], split: str
 ) -> None:
     """Convert, trace (and trace at the baseline) ``repeat`` times, this checkout's nvbridge first on the path."""
-    now = {**os.environ, "PYTHONPATH": str(bench_convert.ROOT)}
-    bench_convert.warm(db)
+    now = {**os.environ, "PYTHONPATH": str(convert_run.ROOT)}
+    convert_run.warm(db)
     ds = tmp / "dataset"
     for _ in range(repeat):
         shutil.rmtree(ds, ignore_errors=True)
@@ -142,22 +142,20 @@ def report(label: str, runs: dict[str, Run]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--source", type=Path, default=bench_convert.DEFAULT_SOURCE, help="real nsys export to tile")
+    ap.add_argument("--source", type=Path, default=convert_run.DEFAULT_SOURCE, help="real nsys export to tile")
     ap.add_argument("--nvtx-rows", type=int, action="append", help="NVTX rows of a tiled report (repeatable)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each command; the fastest is kept")
     ap.add_argument("--baseline", metavar="REV", help="also trace with nvbridge as of this git revision")
-    ap.add_argument("--cache", type=Path, default=bench_convert.DEFAULT_CACHE, help="where tiled reports are kept")
+    ap.add_argument("--cache", type=Path, default=convert_run.DEFAULT_CACHE, help="where tiled reports are kept")
     ap.add_argument("--split", choices=["none", "rank"], default="none", help="trace --split (default: one file)")
     args = ap.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
-    bench_convert.compile_package()
+    convert_run.compile_package()
     ok = True
     with tempfile.TemporaryDirectory(prefix="nvbridge-baseline-") as base_s:
-        baseline = (
-            bench_convert.baseline_checkout(args.baseline, Path(base_s) / args.baseline) if args.baseline else None
-        )
+        baseline = convert_run.baseline_checkout(args.baseline, Path(base_s) / args.baseline) if args.baseline else None
         for rows in args.nvtx_rows or [2_000_000]:
-            db, tiles = bench_convert.cached_db(args.source, rows, args.cache)
+            db, tiles = convert_run.cached_db(args.source, rows, args.cache)
             ok &= report(
                 f"{db.name}: {tiles} tiles of {args.source.name} (~{rows:,} NVTX rows)",
                 bench(db, args.repeat, baseline, args.split),
