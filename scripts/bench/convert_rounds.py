@@ -15,11 +15,14 @@ from pathlib import Path
 from .convert_run import BASELINE, DISORDERED, FLOOR, FLOOR_CODE, RAW, RAW_CODE, TWO_GB, Run, floor_queries, run, warm
 
 NVBRIDGE = [sys.executable, "-m", "nvbridge"]
+# The runs start in a temporary folder, where `python -m nvbridge` would import the installed
+# nvbridge (perhaps another checkout's): this tree's code is put first unless a run says otherwise.
+THIS_TREE = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
 
 def _checked(tool: str, cmd: list[str], out: Path, what: str, env: dict[str, str] | None = None) -> Run:
     """``cmd`` run and timed; a failure ends the benchmark naming ``what`` failed."""
-    r, rc, err = run(tool, cmd, out, env=env)
+    r, rc, err = run(tool, cmd, out, env=THIS_TREE if env is None else env)
     if rc:
         raise SystemExit(f"{what} failed ({rc}): {err}")
     return r
@@ -72,7 +75,10 @@ def _summary(out: Path, tmp: Path) -> Run:
 
 def _trace(db: Path, tmp: Path) -> Run:
     trace = tmp / "trace.json.gz"
-    r = _checked("nvbridge trace", [*NVBRIDGE, "trace", str(db), "-o", str(trace)], tmp / "trace.txt", "nvbridge trace")
+    # One file for every rank (--split none), as the baseline wrote it: a multi-rank source
+    # would otherwise give one file per rank and no trace.json.gz.
+    cmd = [*NVBRIDGE, "trace", str(db), "-o", str(trace), "--split", "none"]
+    r = _checked("nvbridge trace", cmd, tmp / "trace.txt", "nvbridge trace")
     r.note = f"{trace.stat().st_size / 1e6:.0f} MB .json.gz, peak " + (
         "under 2 GB" if r.rss_mb < TWO_GB else "OVER 2 GB (issue 4 wants < 2 GB)"
     )
