@@ -57,9 +57,6 @@ FLOOR = LAYERS[0]
 # engine/, conversion/, export/ and the dataset's schema and load dispatch), left to that work.
 # Each entry must still be found (the list only shrinks); empty it as the work lands.
 PENDING_IMPORTS: dict[tuple[str, str], str] = {
-    ("nvbridge.dataset.check", "nvbridge.export.parquet"): "the schema moves to dataset/schema.py",
-    ("nvbridge.dataset.report", "nvbridge.export.parquet"): "the schema moves to dataset/schema.py",
-    ("nvbridge.dataset.files", "nvbridge.export.dictionaries"): "compact_table below export",
     ("nvbridge.export.trace_source", "nvbridge.dataset.report"): "lazy: a trace of a .sqlite, via conversion",
     ("nvbridge.conversion.many", "nvbridge.readers._files"): "lazy, not heavy",
     ("nvbridge.conversion.record", "nvbridge.readers.sources"): "lazy, not heavy",

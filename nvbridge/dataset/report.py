@@ -14,9 +14,9 @@ from nvbridge.dataset.check import check_dataset, check_rows, fix
 from nvbridge.dataset.check import is_partitioned as is_partitioned  # part of this module's API
 from nvbridge.dataset.check import read_meta as read_meta
 from nvbridge.dataset.events import EventIndex, FunctionEvent
-from nvbridge.dataset.files import Files, Window
+from nvbridge.dataset.files import Files, Window, read
+from nvbridge.dataset.schema import TABLES
 from nvbridge.errors import DamagedDataset, MissingDependency
-from nvbridge.export import parquet
 
 
 def parse_rank(value: str | None) -> int | None:
@@ -156,7 +156,7 @@ class ReportTables:
         return table.cast(schema).to_pandas()
 
     def __repr__(self) -> str:
-        counts = ", ".join(f"{k}={self.rows(k)}" for k in parquet.TABLES if k in self._tables or self._files)
+        counts = ", ".join(f"{k}={self.rows(k)}" for k in TABLES if k in self._tables or self._files)
         return f"<{type(self).__name__} {self.meta.get('source')}: {counts}>"
 
 
@@ -187,7 +187,7 @@ def load(
     """
     p = Path(os.fspath(path))
     if p.is_dir() and streamed:
-        meta = check_dataset(p, parquet.TABLES, columns or {})
+        meta = check_dataset(p, TABLES, columns or {})
         return ReportTables(meta, {}, Files(p, columns or {}, in_order))
     if p.is_dir():
         return _read_dataset(p, columns or {}, in_order)
@@ -198,9 +198,9 @@ def load(
 
 
 def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> ReportTables:
-    check_dataset(directory, parquet.TABLES, columns)
+    check_dataset(directory, TABLES, columns)
     try:
-        meta, tables = parquet.read(directory, columns, in_order)
+        meta, tables = read(directory, columns, in_order)
     except (OSError, pa.ArrowException) as exc:  # damage inside a file whose footer reads
         detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise DamagedDataset(f"{directory} cannot be read ({detail}); {fix(directory)}.") from exc

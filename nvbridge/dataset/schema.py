@@ -24,6 +24,9 @@ from nvbridge.columns import DICT_STR
 
 I64, F64, STR, BOOL = pa.int64(), pa.float64(), pa.string(), pa.bool_()
 
+# Written in meta; a reader refuses another. Bump it to rename or retype a *contract* column.
+DATASET_SCHEMA_VERSION = "1"
+
 # Every table of a dataset, in the order meta counts them.
 TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
 
