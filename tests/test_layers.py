@@ -58,26 +58,10 @@ FLOOR = LAYERS[0]
 # Each entry must still be found (the list only shrinks); empty it as the work lands.
 PENDING_IMPORTS: dict[tuple[str, str], str] = {
     ("nvbridge.export.trace_source", "nvbridge.dataset.report"): "lazy: a trace of a .sqlite, via conversion",
-    ("nvbridge.conversion.many", "nvbridge.readers._files"): "lazy, not heavy",
-    ("nvbridge.conversion.record", "nvbridge.readers.sources"): "lazy, not heavy",
-    ("nvbridge.engine.costs.flops", "nvbridge.engine.costs.formulas"): "lazy, not heavy",
-    ("nvbridge.engine.activity", "nvbridge.columns"): "lazy, not heavy",
-    ("nvbridge.conversion.many", "nvbridge.readers"): "lazy, not heavy",
-    ("nvbridge.conversion.many", "nvbridge.readers._db"): "lazy, not heavy",
-    ("nvbridge.conversion.report", "nvbridge.readers"): "lazy, not heavy",
-    ("nvbridge.readers", "nvbridge.readers.nsys"): "lazy, not heavy",
-    ("nvbridge.readers", "nvbridge.readers.nvprof"): "lazy, not heavy",
-    ("nvbridge.readers", "nvbridge.readers._db"): "lazy, not heavy",
     (
         "nvbridge.dataset.report",
         "nvbridge.conversion.memory",
     ): "load(.sqlite): dispatch above conversion",
-    # Loaded when a database is opened, after the command line has set its memory pools: loaded
-    # before, they tripled a conversion's page faults (tests/test_stream.py); the fix belongs in
-    # the entry point (set the pools before the command's modules load).
-    ("nvbridge.readers", "nvbridge.readers.whole"): "lazy: after the command line's memory pools",
-    ("nvbridge.readers", "nvbridge.readers.nsys_source"): "lazy: after the command line's memory pools",
-    ("nvbridge.readers", "nvbridge.readers.nsys_tables"): "lazy: after the command line's memory pools",
 }
 PENDING_SIZES = {
     "nvbridge/readers/_db.py",
