@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from nvbridge.analysis.report import Report, load
     from nvbridge.analysis.summarize import Summary, summarize
     from nvbridge.conversion.many import convert
+    from nvbridge.conversion.memory import export_chrome_trace
     from nvbridge.conversion.result import ConversionResult
-    from nvbridge.export.trace import export_chrome_trace
     from nvbridge.page import report
 
 # Loaded at first use (PEP 562): `import nvbridge` stays cheap, so a training script that only
@@ -42,7 +42,7 @@ _LAZY = {
     "convert": "nvbridge.conversion.many",
     "Report": "nvbridge.analysis.report",
     "load": "nvbridge.analysis.report",
-    "export_chrome_trace": "nvbridge.export.trace",
+    "export_chrome_trace": "nvbridge.conversion.memory",
     "report": "nvbridge.page",
 }
 

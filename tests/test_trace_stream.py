@@ -21,9 +21,9 @@ import pytest
 
 import nvbridge
 from nvbridge.columns import np_col
+from nvbridge.conversion.memory import export_chrome_trace
 from nvbridge.dataset.timeline import first_start, in_window, step_numbers, step_window
 from nvbridge.export import chrome
-from nvbridge.export.trace import export_chrome_trace
 from nvbridge.export.trace_ranks import report_ranks, tables_ranks
 from tests.conftest import SAMPLE_DB, real_db
 from tests.test_chrome import _synthetic, load_strict, validate

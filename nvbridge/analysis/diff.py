@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
+from nvbridge.conversion.memory import load_tables
+from nvbridge.dataset.report import ReportTables, is_partitioned, report_dirs
 from nvbridge.output import rich
 
 KEYS = ("op", "shapes", "backward", "module")
@@ -247,9 +248,9 @@ def diff_reports(a: ReportTables, b: ReportTables) -> Diff:
 
 def _load_side(path: str | os.PathLike[str]) -> Side:
     if not is_partitioned(path):
-        return side_of(load(path))
+        return side_of(load_tables(path))
     # one report in memory at a time; only its groups are kept
-    return merged([side_of(load(d)) for d in report_dirs(path)], Path(os.fspath(path)).name)
+    return merged([side_of(load_tables(d)) for d in report_dirs(path)], Path(os.fspath(path)).name)
 
 
 def diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> Diff:

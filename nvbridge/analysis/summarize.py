@@ -17,7 +17,8 @@ from nvbridge.analysis.mfu import model_flops
 from nvbridge.analysis.op_table import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
 from nvbridge.analysis.ranks import RankFacts, StepSpread, step_spreads
 from nvbridge.analysis.streamed import ReportFigures, report_figures
-from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
+from nvbridge.conversion.memory import load_tables
+from nvbridge.dataset.report import ReportTables, is_partitioned, report_dirs
 from nvbridge.errors import OptionError
 from nvbridge.gpu.peaks import Peaks
 from nvbridge.output import rich
@@ -98,7 +99,9 @@ def summarize(
     launches: list[Launches] = []
     for source in sources:
         report = (
-            source if isinstance(source, ReportTables) else load(source, SUMMARY_COLUMNS, in_order=False, streamed=True)
+            source
+            if isinstance(source, ReportTables)
+            else load_tables(source, SUMMARY_COLUMNS, in_order=False, streamed=True)
         )
         figures = report_figures(report, grouping, device, rank)
         devices.update(figures.ranks.device_users)

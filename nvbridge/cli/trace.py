@@ -8,7 +8,7 @@ import click
 
 from nvbridge.analysis import parse_time
 from nvbridge.cli._common import errors, shown, steps
-from nvbridge.dataset.report import load
+from nvbridge.conversion.memory import load_tables
 from nvbridge.export.chrome import Tables
 from nvbridge.export.trace import Traces, check_destination, check_suffix, export_chrome_traces, first_event_ns
 
@@ -84,11 +84,10 @@ def trace_cmd(
         check_suffix(output)
         if split == "none":
             check_destination(output, force)
-    start_us_given = start is not None or end is not None
     with errors():
         source: Path | Tables = path
-        if start_us_given and not path.is_dir():
-            source = load(path)  # converted once, for both the window's origin and the trace
+        if not path.is_dir():
+            source = load_tables(path)  # a report, converted in memory once (the window's origin, the trace)
         start_ns, end_ns = _window(source, start, end)
         written = export_chrome_traces(
             source,

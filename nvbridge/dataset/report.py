@@ -167,21 +167,21 @@ def load(
     *,
     streamed: bool = False,
 ) -> ReportTables:
-    """Open a dataset written by ``nvbridge convert``, or convert a report in memory.
+    """Open a dataset written by ``nvbridge convert`` (a report is converted in memory above this
+    layer: nvbridge.conversion.memory.load_tables, which ``nvbridge.load`` calls).
 
     Args:
-        path: a dataset directory, a profiler database file, or an SQLAlchemy URL.
-        columns: from a dataset directory, read only these columns of these tables (a table
+        path: a dataset directory.
+        columns: read only these columns of these tables (a table
             not named is read whole), e.g. :data:`nvbridge.analysis.SUMMARY_COLUMNS`.
         in_order: ops in op_id order (the default); False skips the sort, for the summary
             tables, which do not need it.
-        streamed: from a dataset directory, check its files now but read no table: each is
+        streamed: check its files now but read no table: each is
             read when first asked for, or a row group at a time by ``Report.chunks`` (what
             ``summary`` and ``plot`` do, so their memory does not grow with the report).
 
     Raises:
-        InputError: a report that cannot be read.
-        ExportError: a directory that is not an nvbridge dataset.
+        ExportError: ``path`` is not an nvbridge dataset.
         DamagedDataset: a dataset file missing, unreadable, of another schema, or with rows a
             conversion never writes.
     """
@@ -189,12 +189,7 @@ def load(
     if p.is_dir() and streamed:
         meta = check_dataset(p, TABLES, columns or {})
         return ReportTables(meta, {}, Files(p, columns or {}, in_order))
-    if p.is_dir():
-        return _read_dataset(p, columns or {}, in_order)
-    from nvbridge.conversion.memory import convert_in_memory  # a report: converted in memory
-
-    converted = convert_in_memory(path)
-    return ReportTables(dict(converted.meta), converted.tables)
+    return _read_dataset(p, columns or {}, in_order)
 
 
 def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> ReportTables:

@@ -31,6 +31,7 @@ from nvbridge.output import publish as outputs
 __all__ = [
     "NOTHING_TO_TRACE",
     "Traces",
+    "check_arguments",
     "check_destination",
     "check_suffix",
     "export_chrome_trace",
@@ -66,6 +67,26 @@ def check_destination(path: Path, force: bool) -> None:
     outputs.check_file_destination(path, force, "the trace")
 
 
+def check_arguments(
+    path: Path, split: str, force: bool, start_ns: int | None, end_ns: int | None, steps: tuple[int, int] | None
+) -> None:
+    """What :func:`export_chrome_traces` checks before it reads anything (and a caller that
+    converts a report first, before converting).
+
+    Raises:
+        ExportError: naming the problem and the fix.
+    """
+    if split not in SPLITS:
+        raise ExportError(f"split {split!r}: pass one of {', '.join(SPLITS)}.")
+    check_suffix(path)
+    if split == "none":
+        check_destination(path, force)
+    if steps is not None and (start_ns is not None or end_ns is not None):
+        raise ExportError("a step range and a start/end window both choose the window; pass one of them.")
+    if start_ns is not None and end_ns is not None and end_ns <= start_ns:
+        raise ExportError("the window is empty; pass an end later than the start.")
+
+
 @dataclass(frozen=True)
 class Traces:
     """What :func:`export_chrome_traces` wrote: one file, or one per rank."""
@@ -93,8 +114,8 @@ def export_chrome_trace(
     processes: set[int] | None = None,
     force: bool = True,
 ) -> TraceStats:
-    """Write a report (or converted dataset) as one Chrome/Perfetto trace (all its ranks in one
-    file: see :func:`export_chrome_traces` for the arguments and for one trace per rank)."""
+    """Write a converted dataset (or a report's tables) as one Chrome/Perfetto trace (all its ranks
+    in one file: see :func:`export_chrome_traces` for the arguments and for one trace per rank)."""
     return export_chrome_traces(
         source, dest, split="none", start_ns=start_ns, end_ns=end_ns, steps=steps, processes=processes, force=force
     ).files[0]
@@ -112,11 +133,13 @@ def export_chrome_traces(
     force: bool = True,
     staged: list[TraceWriter] | None = None,
 ) -> Traces:
-    """Write a report (or converted dataset) as Chrome/Perfetto traces.
+    """Write a converted dataset (or a report's tables) as Chrome/Perfetto traces. A profiler
+    database is converted first, above this layer (nvbridge.conversion.trace.export_chrome_traces,
+    the public ``nvbridge.export_chrome_trace``).
 
     Args:
-        source: a profiler database, SQLAlchemy URL, dataset directory (streamed, never read
-            whole), or a loaded Report.
+        source: a dataset directory (streamed, never read whole), or a report's tables (a
+            loaded Report, a conversion's tables in memory).
         dest: ``.json`` or ``.json.gz`` (compressed while streaming), in an existing folder;
             one trace per rank is written as ``NAME.rank<K>.json.gz`` beside it.
         split: ``"rank"``: one trace per rank (:mod:`nvbridge.export.trace_ranks`), as
@@ -137,15 +160,7 @@ def export_chrome_traces(
             have, or nothing to write; no file is left behind.
     """
     path = Path(dest)
-    if split not in SPLITS:
-        raise ExportError(f"split {split!r}: pass one of {', '.join(SPLITS)}.")
-    check_suffix(path)
-    if split == "none":
-        check_destination(path, force)
-    if steps is not None and (start_ns is not None or end_ns is not None):
-        raise ExportError("a step range and a start/end window both choose the window; pass one of them.")
-    if start_ns is not None and end_ns is not None and end_ns <= start_ns:
-        raise ExportError("the window is empty; pass an end later than the start.")
+    check_arguments(path, split, force, start_ns, end_ns, steps)
     src = open_source(source)
     if steps is not None:
         start_ns, end_ns = _step_window(src, steps)

@@ -19,6 +19,7 @@ from nvbridge.columns import np_col
 from nvbridge.dataset.check import check_dataset, check_intervals
 from nvbridge.dataset.files import ReadErrors, outside_window
 from nvbridge.dataset.timeline import CaptureWindow, in_window
+from nvbridge.errors import ExportError
 from nvbridge.export.chrome import BATCH_ROWS, Tables
 from nvbridge.export.chrome_text import API_COLUMNS, GPU_COLUMNS, OP_COLUMNS
 from nvbridge.export.trace_ranks import Ranks, recorded_rank, report_ranks
@@ -173,8 +174,6 @@ def open_source(source: str | os.PathLike[str] | Tables) -> Source:
     if not isinstance(source, (str, os.PathLike)):
         return _Loaded(source)
     path = Path(os.fspath(source))
-    if path.is_dir():
-        return _Dataset(path)
-    from nvbridge.dataset.report import load  # a database is converted in memory first
-
-    return _Loaded(load(path))
+    if not path.is_dir():  # a report: nvbridge.conversion.trace converts it and hands its tables here
+        raise ExportError(f"{path} is not a dataset directory; convert it first (nvbridge.export_chrome_trace does).")
+    return _Dataset(path)
