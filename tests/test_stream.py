@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import nvbridge
-from nvbridge.dataset.report import ReportTables as Report
+from nvbridge.dataset.report import DatasetTables as Report
 from nvbridge.dataset.schema import TABLES
 from nvbridge.engine import Model, correlate
 from nvbridge.readers import read_profile

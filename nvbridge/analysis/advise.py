@@ -23,7 +23,7 @@ from nvbridge.analysis.fixes import BETWEEN_OPS, NO_OP, fix_for
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
 from nvbridge.conversion.memory import load_tables
-from nvbridge.dataset.report import ReportTables, is_partitioned, report_dirs
+from nvbridge.dataset.report import DatasetTables, is_partitioned, report_dirs
 from nvbridge.dataset.timeline import timeline
 from nvbridge.output import rich
 
@@ -207,7 +207,7 @@ def _steps(ctx: Context, cut: Mapping[str, spans.Spans]) -> tuple[StepTime, ...]
 
 
 def advise_report(
-    report: ReportTables,
+    report: DatasetTables,
     min_share: float = 0.0,
     skew_by_step: Mapping[int, int] | None = None,
     peak_tflops: float | None = None,

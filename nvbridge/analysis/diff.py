@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
 from nvbridge.conversion.memory import load_tables
-from nvbridge.dataset.report import ReportTables, is_partitioned, report_dirs
+from nvbridge.dataset.report import DatasetTables, is_partitioned, report_dirs
 from nvbridge.output import rich
 
 KEYS = ("op", "shapes", "backward", "module")
@@ -93,7 +93,7 @@ class Diff:
         return rich.html("diff", self)
 
 
-def _op_groups(report: ReportTables) -> pa.Table:
+def _op_groups(report: DatasetTables) -> pa.Table:
     ops = report.ops
     is_step = pc.starts_with(ops.column("op_name"), "ProfilerStep#")
     ops = ops.filter(pc.invert(is_step.fill_null(False)))
@@ -111,7 +111,7 @@ def _op_groups(report: ReportTables) -> pa.Table:
     return agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
 
 
-def _kernel_groups(report: ReportTables) -> pa.Table:
+def _kernel_groups(report: DatasetTables) -> pa.Table:
     g = report.gpu_ops
     t = pa.table(
         {
@@ -152,7 +152,7 @@ class Side:
     gpu_ns: int
 
 
-def side_of(report: ReportTables) -> Side:
+def side_of(report: DatasetTables) -> Side:
     """One report's groups."""
     g = report.gpu_ops
     return Side(
@@ -241,7 +241,7 @@ def diff_sides(a: Side, b: Side) -> Diff:
     )
 
 
-def diff_reports(a: ReportTables, b: ReportTables) -> Diff:
+def diff_reports(a: DatasetTables, b: DatasetTables) -> Diff:
     """What differs from report ``a`` to report ``b``."""
     return diff_sides(side_of(a), side_of(b))
 

@@ -1,6 +1,6 @@
 """``nvbridge.Report`` and ``nvbridge.load``: a report's tables with the answers torch's profiler gives.
 
-The tables, and reading them, are the dataset's (nvbridge.dataset.report.ReportTables); the
+The tables, and reading them, are the dataset's (nvbridge.dataset.report.DatasetTables); the
 answers are analysis (key_averages, the GPU header). The public class lives here, above both, so
 that analysis imports the dataset and never the reverse.
 """
@@ -18,7 +18,7 @@ from nvbridge.dataset import report as dataset
 from nvbridge.output import rich
 
 
-class Report(dataset.ReportTables):
+class Report(dataset.DatasetTables):
     """The tables of one converted report, with torch's ``key_averages`` over them.
 
     Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads`` and

@@ -12,7 +12,7 @@ import click
 from nvbridge.cli._common import errors, shown, window
 from nvbridge.conversion.many import convert
 from nvbridge.conversion.memory import load_tables
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 from nvbridge.output import publish as outputs
 from nvbridge.plot import picture as plot
 from nvbridge.plot import roofline as roof
@@ -79,7 +79,7 @@ def _as_dataset(path: Path) -> Iterator[Path]:
 
 
 def _draw(
-    report: ReportTables,
+    report: DatasetTables,
     output: Path,
     step: int | None,
     start: str | None,

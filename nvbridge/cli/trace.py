@@ -9,11 +9,11 @@ import click
 from nvbridge.analysis import parse_time
 from nvbridge.cli._common import errors, shown, steps
 from nvbridge.conversion.memory import load_tables
-from nvbridge.export.chrome import Tables
+from nvbridge.dataset.schema import ReportTables
 from nvbridge.export.trace import Traces, check_destination, check_suffix, export_chrome_traces, first_event_ns
 
 
-def _window(source: Path | Tables, start: str | None, end: str | None) -> tuple[int | None, int | None]:
+def _window(source: Path | ReportTables, start: str | None, end: str | None) -> tuple[int | None, int | None]:
     """--start/--end (times from the report's first event) -> absolute ns in the report's time base."""
     try:
         start_us = parse_time(start) if start else None
@@ -85,7 +85,7 @@ def trace_cmd(
         if split == "none":
             check_destination(output, force)
     with errors():
-        source: Path | Tables = path
+        source: Path | ReportTables = path
         if not path.is_dir():
             source = load_tables(path)  # a report, converted in memory once (the window's origin, the trace)
         start_ns, end_ns = _window(source, start, end)

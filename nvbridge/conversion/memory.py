@@ -17,10 +17,10 @@ from nvbridge.conversion import pipeline
 from nvbridge.conversion.result import with_rank
 from nvbridge.conversion.sinks import MemorySink
 from nvbridge.dataset import report as dataset
-from nvbridge.dataset.schema import TABLES, InMemory
+from nvbridge.dataset.schema import TABLES, InMemory, ReportTables
 from nvbridge.export import parquet
 from nvbridge.export import trace as traces
-from nvbridge.export.chrome import Tables, TraceStats
+from nvbridge.export.chrome import TraceStats
 from nvbridge.readers import open_windows
 
 
@@ -53,7 +53,7 @@ def load_tables(
     in_order: bool = True,
     *,
     streamed: bool = False,
-) -> dataset.ReportTables:
+) -> dataset.DatasetTables:
     """A dataset directory's tables (:func:`nvbridge.dataset.report.load`, which takes the
     arguments), or a profiler database or SQLAlchemy URL converted in memory.
 
@@ -64,11 +64,11 @@ def load_tables(
     if Path(os.fspath(path)).is_dir():
         return dataset.load(path, columns, in_order, streamed=streamed)
     converted = convert_in_memory(path)
-    return dataset.ReportTables(dict(converted.meta), converted.tables)
+    return dataset.DatasetTables(dict(converted.meta), converted.tables)
 
 
 def export_chrome_traces(
-    source: str | os.PathLike[str] | Tables,
+    source: str | os.PathLike[str] | ReportTables,
     dest: str | os.PathLike[str],
     *,
     split: str = "auto",
@@ -89,7 +89,7 @@ def export_chrome_traces(
 
 
 def export_chrome_trace(
-    source: str | os.PathLike[str] | Tables,
+    source: str | os.PathLike[str] | ReportTables,
     dest: str | os.PathLike[str],
     *,
     start_ns: int | None = None,

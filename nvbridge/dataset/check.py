@@ -14,35 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from nvbridge.dataset.schema import DATASET_SCHEMA_VERSION, SCHEMAS
+from nvbridge.dataset.schema import CONTRACT, DATASET_SCHEMA_VERSION, SCHEMAS
 from nvbridge.errors import DamagedDataset, ExportError
 from nvbridge.output.names import check_name
 
-# What a reader of each table can rely on (docs/dataset.md lists every column).
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "ops": (
-        "op_id",
-        "parent_id",
-        "depth",
-        "name",
-        "op_name",
-        "thread_id",
-        "process_id",
-        "start_ns",
-        "end_ns",
-        "self_cpu_ns",
-        "total_cpu_ns",
-        "self_gpu_ns",
-        "total_gpu_ns",
-        "flags",
-    ),
-    "gpu_ops": ("op_id", "kind", "name", "device_id", "stream_id", "start_ns", "end_ns"),
-    "api_calls": ("process_id", "thread_id", "start_ns", "end_ns"),
-    "marks": (),
-    "syncs": (),
-    "threads": ("process_id", "thread_id"),
-    "devices": ("device_id",),
-}
+# What a reader of each table can rely on: its *contract* columns (docs/dataset.md lists every column).
+REQUIRED: dict[str, tuple[str, ...]] = dict(CONTRACT)
 TIMED = ("ops", "gpu_ops", "api_calls")  # tables of intervals: end_ns >= start_ns on every row
 
 

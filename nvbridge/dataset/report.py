@@ -27,11 +27,13 @@ def parse_rank(value: str | None) -> int | None:
         return None
 
 
-Tables = TypeVar("Tables", bound="ReportTables")
+SomeTables = TypeVar("SomeTables", bound="DatasetTables")
 
 
-class ReportTables:
-    """The tables of one converted report (``nvbridge.Report`` adds torch's answers to them).
+class DatasetTables:
+    """The tables of one converted report, read from its dataset folder (whole, or a row group at
+    a time) or held from a conversion in memory; one implementation of the protocol
+    :class:`nvbridge.dataset.schema.ReportTables` (``nvbridge.Report`` adds torch's answers).
 
     Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads`` and
     ``devices`` are Arrow tables (columns in docs/dataset.md); ``meta`` is the key/value
@@ -48,7 +50,7 @@ class ReportTables:
         self._files = files
 
     @classmethod
-    def view(cls: type[Tables], tables: ReportTables) -> Tables:
+    def view(cls: type[SomeTables], tables: DatasetTables) -> SomeTables:
         """The same tables (shared, not copied), as an instance of ``cls``."""
         return cls(tables.meta, tables._tables, tables._files)
 
@@ -166,7 +168,7 @@ def load(
     in_order: bool = True,
     *,
     streamed: bool = False,
-) -> ReportTables:
+) -> DatasetTables:
     """Open a dataset written by ``nvbridge convert`` (a report is converted in memory above this
     layer: nvbridge.conversion.memory.load_tables, which ``nvbridge.load`` calls).
 
@@ -188,11 +190,11 @@ def load(
     p = Path(os.fspath(path))
     if p.is_dir() and streamed:
         meta = check_dataset(p, TABLES, columns or {})
-        return ReportTables(meta, {}, Files(p, columns or {}, in_order))
+        return DatasetTables(meta, {}, Files(p, columns or {}, in_order))
     return _read_dataset(p, columns or {}, in_order)
 
 
-def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> ReportTables:
+def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> DatasetTables:
     check_dataset(directory, TABLES, columns)
     try:
         meta, tables = read(directory, columns, in_order)
@@ -200,7 +202,7 @@ def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_orde
         detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise DamagedDataset(f"{directory} cannot be read ({detail}); {fix(directory)}.") from exc
     check_rows(directory, tables)
-    return ReportTables(meta, tables)
+    return DatasetTables(meta, tables)
 
 
 def report_dirs(path: str | os.PathLike[str]) -> list[Path]:

@@ -21,11 +21,12 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
+from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import step_spans, step_window_of
 from nvbridge.errors import ExportError
-from nvbridge.export.chrome import SUFFIXES, Tables, TraceStats, TraceWriter
+from nvbridge.export.chrome import SUFFIXES, TraceStats, TraceWriter
 from nvbridge.export.trace_ranks import SPLITS, rank_path, stale_rank_files
-from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, Source, first_event_ns, open_source, plan
+from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, first_event_ns, open_source, plan
 from nvbridge.output import publish as outputs
 
 __all__ = [
@@ -105,7 +106,7 @@ class _Target:
 
 
 def export_chrome_trace(
-    source: str | os.PathLike[str] | Tables,
+    source: str | os.PathLike[str] | ReportTables,
     dest: str | os.PathLike[str],
     *,
     start_ns: int | None = None,
@@ -122,7 +123,7 @@ def export_chrome_trace(
 
 
 def export_chrome_traces(
-    source: str | os.PathLike[str] | Tables,
+    source: str | os.PathLike[str] | ReportTables,
     dest: str | os.PathLike[str],
     *,
     split: str = "auto",
@@ -190,7 +191,7 @@ def export_chrome_traces(
 
 
 def _write(
-    src: Source, found: Plan, targets: list[_Target], per_rank: bool, staged: list[TraceWriter] | None
+    src: ReportTables, found: Plan, targets: list[_Target], per_rank: bool, staged: list[TraceWriter] | None
 ) -> list[TraceStats]:
     """One pass over the chunks, each fed to every target's writer; all published (or all left
     in ``staged``), or none."""
@@ -203,7 +204,7 @@ def _write(
                     t.path,
                     origin_ns=found.origin_ns,
                     meta=src.meta,
-                    devices=src.devices,
+                    devices=src.table("devices"),
                     distributed=t.distributed,
                     start_ns=found.start_ns,
                     end_ns=found.end_ns,
@@ -217,7 +218,7 @@ def _write(
                     chunk = with_owners(chunk, owners)
                 for feed in feeds:
                     feed[name](chunk)
-        stats = [w.close(src.threads, gpu_rows=src.rows("gpu_ops")) for w in writers]
+        stats = [w.close(src.table("threads"), gpu_rows=src.rows("gpu_ops")) for w in writers]
         if staged is not None:
             staged.extend(writers)
             return stats
@@ -242,7 +243,7 @@ def with_owners(gpu: pa.Table, owners: Mapping[int, int]) -> pa.Table:
     return gpu.set_column(at, "process_id", pa.array(pid, pa.int64(), mask=pid < 0))
 
 
-def _step_window(src: Source, steps: tuple[int, int]) -> tuple[int, int]:
+def _step_window(src: ReportTables, steps: tuple[int, int]) -> tuple[int, int]:
     parts = [step_spans(chunk) for chunk in src.chunks("ops", ["op_name", "start_ns", "end_ns"], (None, None))]
     spans = tuple(np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(3))
     try:
