@@ -80,7 +80,7 @@ def __getattr__(name: str) -> Any:
     # emit_nvtx imports torch; keep `import nvbridge` free of it (PEP 562).
     if name == "load_nvprof":
         try:
-            from nvbridge.dataset.torch_compat import load_nvprof
+            from nvbridge.analysis.torch_compat import load_nvprof
         except ImportError as exc:
             raise MissingDependency(
                 f"nvbridge.load_nvprof needs torch ({exc}); install it with: pip install torch"

@@ -297,13 +297,13 @@ def test_lower_layers_never_import_higher_ones() -> None:
 
 def test_floors() -> None:
     """The floor imports only the floor; annotate (the training process) only the floor and torch;
-    nothing but annotate and dataset.torch_compat imports torch."""
+    nothing but annotate and analysis.torch_compat imports torch."""
     for m, imps in IMPORTS.items():
         if _layer(m) == 0 or m.startswith("nvbridge.annotate"):
             above = {i.target for i in imps if i.target.startswith("nvbridge") and _layer(i.target) > 0}
             assert {t for t in above if not t.startswith("nvbridge.annotate")} == set(), m
     torch_users = {m for m, imps in IMPORTS.items() if any(i.target == "torch" for i in imps)}
-    assert {m for m in torch_users if not m.startswith("nvbridge.annotate")} == {"nvbridge.dataset.torch_compat"}
+    assert {m for m in torch_users if not m.startswith("nvbridge.annotate")} == {"nvbridge.analysis.torch_compat"}
 
 
 def test_pending_findings_are_still_there() -> None:
