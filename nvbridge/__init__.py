@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from nvbridge.analysis.report import Report, load
     from nvbridge.analysis.summarize import Summary, summarize
     from nvbridge.conversion.many import convert
+    from nvbridge.conversion.memory import export_chrome_trace
     from nvbridge.conversion.result import ConversionResult
-    from nvbridge.export.trace import export_chrome_trace
     from nvbridge.page import report
 
 # Loaded at first use (PEP 562): `import nvbridge` stays cheap, so a training script that only
@@ -42,7 +42,7 @@ _LAZY = {
     "convert": "nvbridge.conversion.many",
     "Report": "nvbridge.analysis.report",
     "load": "nvbridge.analysis.report",
-    "export_chrome_trace": "nvbridge.export.trace",
+    "export_chrome_trace": "nvbridge.conversion.memory",
     "report": "nvbridge.page",
 }
 
@@ -80,7 +80,7 @@ def __getattr__(name: str) -> Any:
     # emit_nvtx imports torch; keep `import nvbridge` free of it (PEP 562).
     if name == "load_nvprof":
         try:
-            from nvbridge.dataset.torch_compat import load_nvprof
+            from nvbridge.analysis.torch_compat import load_nvprof
         except ImportError as exc:
             raise MissingDependency(
                 f"nvbridge.load_nvprof needs torch ({exc}); install it with: pip install torch"

@@ -22,9 +22,9 @@ import pytest
 
 import nvbridge
 from nvbridge.columns import np_col
+from nvbridge.conversion.memory import export_chrome_trace, export_chrome_traces
 from nvbridge.errors import ExportError
 from nvbridge.export import chrome
-from nvbridge.export.trace import export_chrome_trace, export_chrome_traces
 from tests.conftest import ALL_FILES, SAMPLE_DB, raw, real_db
 
 SAMPLES = sorted(p.name for p in SAMPLE_DB.glob("*.sqlite"))

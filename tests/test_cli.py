@@ -196,7 +196,7 @@ def test_commands_leave_pandas_unimported(tmp_path: Path) -> None:
     # A refused import is listed too (as "pandas", in microseconds); a real one loads its modules.
     assert "pyarrow.lib" in imported and not any(name.startswith("pandas.") for name in imported)
     after = (
-        "import sys, pyarrow as pa, nvbridge.cli as c; c._skip_pandas_integration(); "
+        "import sys, pyarrow as pa, nvbridge.output.process as c; c._skip_pandas_integration(); "
         "pa.array([1]); assert 'pandas' not in sys.modules; "
         "print(type(pa.table({'a': [1]}).to_pandas()).__name__)"
     )

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import nvbridge
+from nvbridge.conversion.memory import export_chrome_traces
 from nvbridge.errors import ExportError
-from nvbridge.export.trace import export_chrome_traces
 from tests.conftest import SAMPLE_DB, real_db
 from tests.test_trace_stream import events
 

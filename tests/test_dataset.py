@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import nvbridge
-from nvbridge.export.parquet import DATASET_SCHEMA_VERSION
+from nvbridge.dataset.schema import DATASET_SCHEMA_VERSION
 from tests.conftest import raw, real_db
 
 I64, STR = pa.int64(), pa.string()

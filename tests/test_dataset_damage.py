@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.cli import cli
+from nvbridge.dataset import schema
 from nvbridge.errors import DamagedDataset
 from tests.conftest import SAMPLE_DB, real_db
 
@@ -137,3 +138,17 @@ def test_pristine_copy_reads(pristine: Path) -> None:
     for name in ("ops", "gpu_ops", "api_calls"):
         table = getattr(report, name)
         assert int(pc.sum(pc.greater(table.column("end_ns"), table.column("start_ns"))).as_py()) >= 3
+
+
+@pytest.mark.parametrize("table", [t for t, columns in schema.CONTRACT.items() if columns])
+def test_a_table_without_a_contract_column_is_refused_on_load(pristine: Path, tmp_path: Path, table: str) -> None:
+    """What a dataset read whole must hold is its *contract* columns (nvbridge.dataset.schema,
+    marked in docs/dataset.md): without one, ``load`` is one line naming the file and the column."""
+    ds = tmp_path / "ds"
+    shutil.copytree(pristine, ds)
+    column = schema.CONTRACT[table][-1]
+    path = ds / f"{table}.parquet"
+    pq.write_table(pq.read_table(path).drop_columns([column]), path)
+    with pytest.raises(DamagedDataset) as refused:
+        nvbridge.load(ds)
+    assert str(path) in str(refused.value) and f"lacks the column {column}:" in str(refused.value)

@@ -35,7 +35,7 @@ from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.cli import cli
-from nvbridge.export.dictionaries import compact_table
+from nvbridge.dataset.dictionaries import compact_table
 from tests.conftest import ALL_FILES, SAMPLE_DB, real_db
 
 BASES = [f"real/{name}" for name in ALL_FILES] + [f"sample/{p.name}" for p in sorted(SAMPLE_DB.glob("*.sqlite"))]

@@ -123,7 +123,7 @@ def test_summary_reads_one_report_at_a_time(tmp_path: Path, monkeypatch: pytest.
         most = max(most, len(alive))
         return report
 
-    monkeypatch.setattr(sys.modules["nvbridge.analysis.summarize"], "load", load)
+    monkeypatch.setattr(sys.modules["nvbridge.analysis.summarize"], "load_tables", load)
     result = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--json", "--limit", "-1"])
     assert result.exit_code == 0, result.output
     assert most == 1

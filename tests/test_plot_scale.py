@@ -19,7 +19,7 @@ import pytest
 
 import nvbridge
 from nvbridge.analysis.advise import advise_report
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 from nvbridge.export import parquet
 from tests import raw_gpu
 from tests.conftest import ALL_FILES, real_db
@@ -58,7 +58,7 @@ def _raw_idle(ops: list[raw_gpu.GpuOp], edges: list[int], bounds: tuple[int, int
     return out
 
 
-def _windows(report: ReportTables) -> list[plot.Window]:
+def _windows(report: DatasetTables) -> list[plot.Window]:
     """The whole capture, and its middle third (bars cut at both ends)."""
     whole = plot.window_of(extent(report))
     third = (whole.end_ns - whole.start_ns) // 3
@@ -137,7 +137,7 @@ def test_a_dataset_read_a_row_group_at_a_time_draws_the_same(
         assert [(lab.ns, lab.name) for lab in a.labels] == [(lab.ns, lab.name) for lab in b.labels]
 
 
-def _many_gpu_ops(n: int, streams: int = 3) -> ReportTables:
+def _many_gpu_ops(n: int, streams: int = 3) -> DatasetTables:
     """A report of ``n`` short GPU ops with gaps between them on a few streams, one host thread
     launching them: the shape of a 25k-kernel export without NVTX, larger."""
     rng = np.random.default_rng(7)
@@ -171,7 +171,7 @@ def _many_gpu_ops(n: int, streams: int = 3) -> ReportTables:
         }
     )  # fmt: skip
     threads = pa.table({"process_id": [1], "thread_id": [1], "thread_name": ["main"]})
-    return ReportTables({"source": "many.sqlite"}, {"ops": ops, "gpu_ops": gpu, "api_calls": api, "threads": threads})
+    return DatasetTables({"source": "many.sqlite"}, {"ops": ops, "gpu_ops": gpu, "api_calls": api, "threads": threads})
 
 
 def test_rectangles_drawn_are_bounded_by_the_pixel_width() -> None:

@@ -31,7 +31,7 @@ from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.cli import cli
-from nvbridge.export.trace import export_chrome_traces
+from nvbridge.conversion.memory import export_chrome_traces
 from tests import raw_gpu
 from tests.conftest import ALL_FILES, real_db
 

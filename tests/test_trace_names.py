@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 import nvbridge
+from nvbridge.conversion.memory import export_chrome_trace
 from nvbridge.export.chrome_names import api_names
-from nvbridge.export.trace import export_chrome_trace
 from tests.conftest import ALL_FILES, NSYS_FILES, SAMPLE_DB, real_db
 from tests.test_chrome import load_strict
 

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 import nvbridge
 from nvbridge.cli import cli
 from nvbridge.columns import np_col
+from nvbridge.conversion.memory import export_chrome_traces
 from nvbridge.dataset.schema import InMemory
-from nvbridge.export.trace import export_chrome_traces
 from nvbridge.export.trace_ranks import Ranks, rank_path, report_ranks
 from tests import raw_gpu
 from tests.conftest import SAMPLE_DB, real_db

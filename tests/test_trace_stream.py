@@ -21,9 +21,9 @@ import pytest
 
 import nvbridge
 from nvbridge.columns import np_col
+from nvbridge.conversion.memory import export_chrome_trace
 from nvbridge.dataset.timeline import first_start, in_window, step_numbers, step_window
 from nvbridge.export import chrome
-from nvbridge.export.trace import export_chrome_trace
 from nvbridge.export.trace_ranks import report_ranks, tables_ranks
 from tests.conftest import SAMPLE_DB, real_db
 from tests.test_chrome import _synthetic, load_strict, validate
@@ -196,6 +196,7 @@ def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
     """The calls ``convert --chrome`` makes: each window's finished ops, API calls and GPU ops
     (GPU ops may arrive before their calls), threads at the end."""
     from nvbridge._version import __version__
+    from nvbridge.dataset.schema import TABLES
     from nvbridge.engine import Correlator, parse_names
     from nvbridge.export import parquet
     from nvbridge.readers import open_windows
@@ -207,7 +208,7 @@ def test_fed_as_a_streamed_conversion_makes_them(tmp_path: Path) -> None:
     assert origin is not None
     with open_windows(source, 2048) as read:
         engine = Correlator(read.info, read.capture_end_ns, read.syncs)
-        meta_t = parquet.meta_table(read.info, dict.fromkeys(parquet.TABLES, 0), __version__)
+        meta_t = parquet.meta_table(read.info, dict.fromkeys(TABLES, 0), __version__)
         meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
         windows = read.windows()
         first = next(windows)

@@ -22,7 +22,8 @@ from nvbridge.analysis.dominant import Dominant
 from nvbridge.analysis.fixes import BETWEEN_OPS, NO_OP, fix_for
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
+from nvbridge.conversion.memory import load_tables
+from nvbridge.dataset.report import DatasetTables, is_partitioned, report_dirs
 from nvbridge.dataset.timeline import timeline
 from nvbridge.output import rich
 
@@ -206,7 +207,7 @@ def _steps(ctx: Context, cut: Mapping[str, spans.Spans]) -> tuple[StepTime, ...]
 
 
 def advise_report(
-    report: ReportTables,
+    report: DatasetTables,
     min_share: float = 0.0,
     skew_by_step: Mapping[int, int] | None = None,
     peak_tflops: float | None = None,
@@ -339,10 +340,10 @@ def advise(
         InputError, ExportError: as :func:`nvbridge.load`.
     """
     if not is_partitioned(path):
-        return [advise_report(load(path), min_share, None, peak_tflops, peak_gbps)]
+        return [advise_report(load_tables(path), min_share, None, peak_tflops, peak_gbps)]
     dirs = report_dirs(path)
-    skew = slowest_reports([step_times(load(d, STEP_COLUMNS).ops) for d in dirs])
-    return [advise_report(load(d), min_share, skew[i], peak_tflops, peak_gbps) for i, d in enumerate(dirs)]
+    skew = slowest_reports([step_times(load_tables(d, STEP_COLUMNS).ops) for d in dirs])
+    return [advise_report(load_tables(d), min_share, skew[i], peak_tflops, peak_gbps) for i, d in enumerate(dirs)]
 
 
 # What the first pass over a partitioned dataset reads: the step ranges, one column elsewhere.

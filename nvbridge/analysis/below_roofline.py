@@ -23,7 +23,7 @@ from nvbridge.analysis.context import Context, codes
 from nvbridge.analysis.findings import Evidence
 from nvbridge.analysis.throughput import device_peaks
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 from nvbridge.engine.costs import flops as costs
 from nvbridge.gpu.peaks import Peaks, fmt, resolve
 
@@ -47,7 +47,7 @@ def _outermost_costed(ops: pa.Table) -> np.ndarray:
     return top
 
 
-def _peaks(report: ReportTables, peak_tflops: float | None, peak_gbps: float | None) -> Peaks | None:
+def _peaks(report: DatasetTables, peak_tflops: float | None, peak_gbps: float | None) -> Peaks | None:
     """The peaks of the device that ran the most GPU ops (None: unknown GPU)."""
     if not {"device_id", "name"} <= set(report.devices.column_names):
         return resolve(None, peak_tflops, peak_gbps)
@@ -156,7 +156,7 @@ def fix(figures: Mapping[str, int], count: int) -> str:
     return "Compute-bound but slow: pad sizes to multiples of 8, check the layout, or try torch.compile."
 
 
-def describe(report: ReportTables, peak_tflops: float | None = None, peak_gbps: float | None = None) -> str | None:
+def describe(report: DatasetTables, peak_tflops: float | None = None, peak_gbps: float | None = None) -> str | None:
     """The peaks below_roofline compares with, as one line of at most 84 characters (None:
     unknown GPU): fp32 and the rates of the precisions the report's costed ops run at."""
     peaks = _peaks(report, peak_tflops, peak_gbps)

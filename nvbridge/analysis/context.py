@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from nvbridge.analysis import spans
 from nvbridge.columns import np_col, one_chunk
 from nvbridge.dataset.ranks import Ranks, ranks_of
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 from nvbridge.dataset.timeline import owning_process
 from nvbridge.errors import InputError
 
@@ -39,7 +39,7 @@ def codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str | No
 class Context:
     """A report's columns for the detectors (ops rows are in op_id order: row == op_id)."""
 
-    report: ReportTables
+    report: DatasetTables
     t0: int
     op_name: np.ndarray  # code per op row
     op_names: list[str | None]
@@ -129,7 +129,7 @@ class Context:
         return f"{who} GPU {int(self.lane_device[lane])}"
 
 
-def build(report: ReportTables) -> Context:
+def build(report: DatasetTables) -> Context:
     """Columns, lanes, GPU busy time and step windows of one report."""
     ops, gpu = report.ops, report.gpu_ops
     if not np.array_equal(np_col(ops, "op_id"), np.arange(ops.num_rows)):

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
+from nvbridge.conversion.memory import load_tables
+from nvbridge.dataset.report import DatasetTables, is_partitioned, report_dirs
 from nvbridge.output import rich
 
 KEYS = ("op", "shapes", "backward", "module")
@@ -92,7 +93,7 @@ class Diff:
         return rich.html("diff", self)
 
 
-def _op_groups(report: ReportTables) -> pa.Table:
+def _op_groups(report: DatasetTables) -> pa.Table:
     ops = report.ops
     is_step = pc.starts_with(ops.column("op_name"), "ProfilerStep#")
     ops = ops.filter(pc.invert(is_step.fill_null(False)))
@@ -110,7 +111,7 @@ def _op_groups(report: ReportTables) -> pa.Table:
     return agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
 
 
-def _kernel_groups(report: ReportTables) -> pa.Table:
+def _kernel_groups(report: DatasetTables) -> pa.Table:
     g = report.gpu_ops
     t = pa.table(
         {
@@ -151,7 +152,7 @@ class Side:
     gpu_ns: int
 
 
-def side_of(report: ReportTables) -> Side:
+def side_of(report: DatasetTables) -> Side:
     """One report's groups."""
     g = report.gpu_ops
     return Side(
@@ -240,16 +241,16 @@ def diff_sides(a: Side, b: Side) -> Diff:
     )
 
 
-def diff_reports(a: ReportTables, b: ReportTables) -> Diff:
+def diff_reports(a: DatasetTables, b: DatasetTables) -> Diff:
     """What differs from report ``a`` to report ``b``."""
     return diff_sides(side_of(a), side_of(b))
 
 
 def _load_side(path: str | os.PathLike[str]) -> Side:
     if not is_partitioned(path):
-        return side_of(load(path))
+        return side_of(load_tables(path))
     # one report in memory at a time; only its groups are kept
-    return merged([side_of(load(d)) for d in report_dirs(path)], Path(os.fspath(path)).name)
+    return merged([side_of(load_tables(d)) for d in report_dirs(path)], Path(os.fspath(path)).name)
 
 
 def diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> Diff:

@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.op_table import NO_OP
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
+from nvbridge.conversion.memory import load_tables
+from nvbridge.dataset.report import DatasetTables, is_partitioned, report_dirs
 
 KINDS = ("kernel", "graph")
 COLUMNS = ("report", "device_id", "device", "name", "calls", "total_ns", "mean_ns", "min_ns", "max_ns", "share", "ops")
@@ -85,7 +86,7 @@ def kernel_table(
     out: list[KernelRow] = []
     partitioned = is_partitioned(path)
     for source in report_dirs(path) if partitioned else [path]:
-        report = load(source, streamed=True)
+        report = load_tables(source, streamed=True)
         label = (
             (f"rank {report.rank}" if report.rank is not None else report.meta.get("source")) if partitioned else None
         )
@@ -98,7 +99,7 @@ def kernel_table(
     return out
 
 
-def _op_codes(report: ReportTables) -> tuple[np.ndarray, list[str]]:
+def _op_codes(report: DatasetTables) -> tuple[np.ndarray, list[str]]:
     """Each op id's name code (-1: no such op) and the names, from the ops' parts."""
     names: dict[str, int] = {}
     ids: list[np.ndarray] = []
@@ -115,7 +116,7 @@ def _op_codes(report: ReportTables) -> tuple[np.ndarray, list[str]]:
     return by_id, list(names)
 
 
-def _per_device(report: ReportTables, label: str | None, device: int | None) -> Iterator[list[KernelRow]]:
+def _per_device(report: DatasetTables, label: str | None, device: int | None) -> Iterator[list[KernelRow]]:
     """The kernel rows of each GPU of one report, by total time."""
     by_id, op_names = _op_codes(report)
     totals, by_op = [], []

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.gpu import gpu_header
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 from nvbridge.engine.costs import flops as costs
 from nvbridge.gpu.peaks import Peaks
 
@@ -45,7 +45,7 @@ class _ModelOps:
         return model[np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64)] if len(words) else model
 
 
-def counted_once(report: ReportTables) -> np.ndarray | None:
+def counted_once(report: DatasetTables) -> np.ndarray | None:
     """Per op id, whether its FLOPs count toward model FLOPs: a model op with known FLOPs and
     no such op among its ancestors (None: no op counts)."""
     n = report.rows("ops")
@@ -77,7 +77,7 @@ def counted_once(report: ReportTables) -> np.ndarray | None:
 
 
 def model_flops(
-    report: ReportTables, peaks: Peaks | None, gpus: int, span_ns: int | None = None, processes: set[int] | None = None
+    report: DatasetTables, peaks: Peaks | None, gpus: int, span_ns: int | None = None, processes: set[int] | None = None
 ) -> dict[str, Any]:
     """Model FLOPs, their precision and MFU per ``ProfilerStep#N`` of ``report``, on ``gpus``
     GPUs (those that ran GPU ops; at least 1), and over the whole GPU timeline: ``span_ns``,
@@ -148,4 +148,4 @@ def mfu(ops: pa.Table, gpu_ops: pa.Table, peaks: Peaks | None) -> dict[str, Any]
     gpus = max(len(set(np_col(gpu_ops, "device_id", fill=-1).tolist()) - {-1}), 1)
     no_names = pa.table({"device_id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
     span = sum(d.span_ns for d in gpu_header(gpu_ops, no_names))  # the summary header's spans
-    return model_flops(ReportTables({}, {"ops": ops}), peaks, gpus, span)
+    return model_flops(DatasetTables({}, {"ops": ops}), peaks, gpus, span)

@@ -15,10 +15,10 @@ from nvbridge.analysis.gpu import GpuHeader, GpuTally
 from nvbridge.analysis.ranks import step_rows
 from nvbridge.columns import np_col
 from nvbridge.dataset.ranks import Ranks, RankTally
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 
 
-def report_ranks(report: ReportTables) -> Ranks:
+def report_ranks(report: DatasetTables) -> Ranks:
     """The ranks of a report, from its processes' columns (two passes over one or two columns)."""
     tally = RankTally()
     for chunk in report.chunks("ops", RankTally.OPS_COLUMNS):

@@ -1,6 +1,6 @@
 """``nvbridge.Report`` and ``nvbridge.load``: a report's tables with the answers torch's profiler gives.
 
-The tables, and reading them, are the dataset's (nvbridge.dataset.report.ReportTables); the
+The tables, and reading them, are the dataset's (nvbridge.dataset.report.DatasetTables); the
 answers are analysis (key_averages, the GPU header). The public class lives here, above both, so
 that analysis imports the dataset and never the reverse.
 """
@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from nvbridge.analysis.averages import key_averages
 from nvbridge.analysis.gpu import GpuHeader, gpu_header
 from nvbridge.analysis.op_table import KeyAverages
+from nvbridge.conversion.memory import load_tables
 from nvbridge.dataset import report as dataset
 from nvbridge.output import rich
 
 
-class Report(dataset.ReportTables):
+class Report(dataset.DatasetTables):
     """The tables of one converted report, with torch's ``key_averages`` over them.
 
     Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads`` and
@@ -83,7 +84,8 @@ def load(
             ``summary`` and ``plot`` do, so their memory does not grow with the report).
 
     Returns:
-        The report's tables (nvbridge.dataset.report.load reads them) as a :class:`Report`.
+        The report's tables (nvbridge.conversion.memory.load_tables reads or converts them) as a
+        :class:`Report`.
 
     Raises:
         InputError: a report that cannot be read.
@@ -91,4 +93,4 @@ def load(
         DamagedDataset: a dataset file missing, unreadable, of another schema, or with rows a
             conversion never writes.
     """
-    return Report.view(dataset.load(path, columns, in_order, streamed=streamed))
+    return Report.view(load_tables(path, columns, in_order, streamed=streamed))

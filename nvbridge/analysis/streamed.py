@@ -1,7 +1,7 @@
 """One report's summary figures, read a part of each table at a time.
 
 A dataset opened with ``load(..., streamed=True)`` hands its tables over a row group at a time
-(``ReportTables.chunks``), each with only the columns the chosen grouping needs: the key_averages rows
+(``DatasetTables.chunks``), each with only the columns the chosen grouping needs: the key_averages rows
 add up group by group, the GPU header device by device, so memory holds one row group and the
 groups, not the report. Only ``--device`` keeps something per op (its parent and GPU time,
 20 bytes an op, to roll that device's time up the op tree), and MFU where ops record model FLOPs
@@ -30,7 +30,7 @@ from nvbridge.analysis.ranks import step_times
 from nvbridge.analysis.throughput import peaks_of
 from nvbridge.columns import np_col
 from nvbridge.dataset.ranks import Ranks
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 from nvbridge.engine import OPEN_AT_END
 from nvbridge.gpu.peaks import Peaks
 
@@ -60,7 +60,7 @@ class ReportFigures:
         return peaks_of(devices, self.gpu_ops_by_device, device, peak_tflops, peak_gbps)
 
 
-def ops_columns(report: ReportTables, grouping: Grouping, device: int | None) -> list[str]:
+def ops_columns(report: DatasetTables, grouping: Grouping, device: int | None) -> list[str]:
     """The ops columns the grouping pass reads: the grouping's own, the cost inputs, the flags
     and times (checks, steps), the process (ranks), and GPU times (or, for one device, op ids
     to look them up)."""
@@ -71,7 +71,7 @@ def ops_columns(report: ReportTables, grouping: Grouping, device: int | None) ->
 
 
 def report_figures(
-    report: ReportTables, grouping: Grouping, device: int | None = None, rank: int | None = None
+    report: DatasetTables, grouping: Grouping, device: int | None = None, rank: int | None = None
 ) -> ReportFigures:
     """The key_averages rows (with ``[no op]``), GPU header and per-rank figures of one report,
     of the processes ``device`` and ``rank`` select."""
@@ -133,7 +133,7 @@ def report_figures(
     )
 
 
-def _names(report: ReportTables, ids: set[int]) -> dict[int, str]:
+def _names(report: DatasetTables, ids: set[int]) -> dict[int, str]:
     """The op names of ``ids`` (the ops GPU work was attributed to by time: one more pass over
     two columns, only where there are some)."""
     out: dict[int, str] = {}
@@ -146,7 +146,7 @@ def _names(report: ReportTables, ids: set[int]) -> dict[int, str]:
     return out
 
 
-def _startup(report: ReportTables, tally: GpuTally, processes: ProcessTally) -> dict[int, int]:
+def _startup(report: DatasetTables, tally: GpuTally, processes: ProcessTally) -> dict[int, int]:
     """The start-up: CUDA calls before each process's first GPU op (nvbridge.dataset.timeline), from the
     few API-call row groups that start before the last of those (the rest are skipped unread)."""
     startup = tally.startup()
@@ -158,7 +158,7 @@ def _startup(report: ReportTables, tally: GpuTally, processes: ProcessTally) -> 
     return result
 
 
-def _tree(report: ReportTables) -> tuple[np.ndarray, int]:
+def _tree(report: DatasetTables) -> tuple[np.ndarray, int]:
     """Per op id, its parent's id (-1: none; the last slot stands for "no op"), and the
     deepest depth."""
     n = report.rows("ops")
@@ -187,7 +187,7 @@ def _roll_up(self_ns: np.ndarray, parent: np.ndarray, top: int) -> np.ndarray:
 
 
 def _gpu_pass(
-    report: ReportTables,
+    report: DatasetTables,
     ranks: Ranks,
     keep: set[int] | None,
     device: int | None,

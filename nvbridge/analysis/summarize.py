@@ -17,7 +17,8 @@ from nvbridge.analysis.mfu import model_flops
 from nvbridge.analysis.op_table import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
 from nvbridge.analysis.ranks import RankFacts, StepSpread, step_spreads
 from nvbridge.analysis.streamed import ReportFigures, report_figures
-from nvbridge.dataset.report import ReportTables, is_partitioned, load, report_dirs
+from nvbridge.conversion.memory import load_tables
+from nvbridge.dataset.report import DatasetTables, is_partitioned, report_dirs
 from nvbridge.errors import OptionError
 from nvbridge.gpu.peaks import Peaks
 from nvbridge.output import rich
@@ -65,7 +66,7 @@ class Summary:
 
 
 def summarize(
-    path: str | os.PathLike[str] | ReportTables,
+    path: str | os.PathLike[str] | DatasetTables,
     *,
     group_by_input_shape: bool = False,
     group_by_stack_n: int = 0,
@@ -86,8 +87,8 @@ def summarize(
         NvbridgeError: a report or dataset that cannot be read.
         OptionError: ``device`` names a GPU no report has, ``rank`` a rank none has.
     """
-    sources: list[str | os.PathLike[str] | ReportTables] = (
-        [path] if isinstance(path, ReportTables) else list(report_dirs(path)) if is_partitioned(path) else [path]
+    sources: list[str | os.PathLike[str] | DatasetTables] = (
+        [path] if isinstance(path, DatasetTables) else list(report_dirs(path)) if is_partitioned(path) else [path]
     )
     grouping = Grouping(group_by_input_shape, group_by_stack_n, group_by_module, top_level_events_only)
     parts, facts, gpus, flops = [], [], [], []
@@ -98,7 +99,9 @@ def summarize(
     launches: list[Launches] = []
     for source in sources:
         report = (
-            source if isinstance(source, ReportTables) else load(source, SUMMARY_COLUMNS, in_order=False, streamed=True)
+            source
+            if isinstance(source, DatasetTables)
+            else load_tables(source, SUMMARY_COLUMNS, in_order=False, streamed=True)
         )
         figures = report_figures(report, grouping, device, rank)
         devices.update(figures.ranks.device_users)
@@ -137,7 +140,7 @@ def summarize(
     )
 
 
-def _rank_facts(report: ReportTables, figures: ReportFigures, several_reports: bool) -> list[RankFacts]:
+def _rank_facts(report: DatasetTables, figures: ReportFigures, several_reports: bool) -> list[RankFacts]:
     """One report's ranks: each of several (the kept ones), or the report as one rank."""
     source = report.meta.get("source")
     if not figures.by_process:  # a report of one rank (or the one rank a filter kept)
@@ -166,7 +169,7 @@ def _rank_facts(report: ReportTables, figures: ReportFigures, several_reports: b
 
 
 def _check_filter(
-    path: str | os.PathLike[str] | ReportTables,
+    path: str | os.PathLike[str] | DatasetTables,
     device: int | None,
     rank: int | None,
     devices: set[int],
@@ -174,7 +177,7 @@ def _check_filter(
     parts: list[KeyAverages],
 ) -> None:
     """A filter that kept nothing names what the input has."""
-    where = str(path.meta.get("source")) if isinstance(path, ReportTables) else os.fspath(path)
+    where = str(path.meta.get("source")) if isinstance(path, DatasetTables) else os.fspath(path)
     if device is not None and device not in devices:
         have = f"GPUs {', '.join(map(str, sorted(devices)))}" if devices else "no GPU ops"
         raise OptionError(f"there is no GPU {device} in {where}: it has {have}")

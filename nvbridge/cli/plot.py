@@ -11,7 +11,8 @@ import click
 
 from nvbridge.cli._common import errors, shown, window
 from nvbridge.conversion.many import convert
-from nvbridge.dataset.report import ReportTables, load
+from nvbridge.conversion.memory import load_tables
+from nvbridge.dataset.report import DatasetTables
 from nvbridge.output import publish as outputs
 from nvbridge.plot import picture as plot
 from nvbridge.plot import roofline as roof
@@ -60,7 +61,7 @@ def plot_cmd(
     with errors():
         outputs.check_file_destination(plot.output_path(output), force, "the picture")
         with _as_dataset(path) as dataset:
-            report = load(dataset, streamed=True)  # read a row group at a time
+            report = load_tables(dataset, streamed=True)  # read a row group at a time
             written = _draw(report, output, step, start, end, roofline, peak_tflops, peak_gbps)
     click.echo(shown(written))
 
@@ -78,7 +79,7 @@ def _as_dataset(path: Path) -> Iterator[Path]:
 
 
 def _draw(
-    report: ReportTables,
+    report: DatasetTables,
     output: Path,
     step: int | None,
     start: str | None,

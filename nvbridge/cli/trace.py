@@ -8,12 +8,12 @@ import click
 
 from nvbridge.analysis import parse_time
 from nvbridge.cli._common import errors, shown, steps
-from nvbridge.dataset.report import load
-from nvbridge.export.chrome import Tables
+from nvbridge.conversion.memory import load_tables
+from nvbridge.dataset.schema import ReportTables
 from nvbridge.export.trace import Traces, check_destination, check_suffix, export_chrome_traces, first_event_ns
 
 
-def _window(source: Path | Tables, start: str | None, end: str | None) -> tuple[int | None, int | None]:
+def _window(source: Path | ReportTables, start: str | None, end: str | None) -> tuple[int | None, int | None]:
     """--start/--end (times from the report's first event) -> absolute ns in the report's time base."""
     try:
         start_us = parse_time(start) if start else None
@@ -84,11 +84,10 @@ def trace_cmd(
         check_suffix(output)
         if split == "none":
             check_destination(output, force)
-    start_us_given = start is not None or end is not None
     with errors():
-        source: Path | Tables = path
-        if start_us_given and not path.is_dir():
-            source = load(path)  # converted once, for both the window's origin and the trace
+        source: Path | ReportTables = path
+        if not path.is_dir():
+            source = load_tables(path)  # a report, converted in memory once (the window's origin, the trace)
         start_ns, end_ns = _window(source, start, end)
         written = export_chrome_traces(
             source,

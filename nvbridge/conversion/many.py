@@ -15,6 +15,9 @@ from nvbridge.conversion.result import ConversionResult
 from nvbridge.errors import ExportError
 from nvbridge.output import publish as outputs
 from nvbridge.output.names import utf8_text
+from nvbridge.readers import detect
+from nvbridge.readers._db import Database
+from nvbridge.readers._files import NSYS_REPORT_SUFFIXES, check_regular
 
 Source = str | os.PathLike[str]
 
@@ -88,24 +91,17 @@ def check_inputs(sources: Sequence[Source], deep: bool = False) -> None:
     """Every input is a readable regular file (or a URL), before anything is written; ``deep``:
     each is also opened and recognised as a profile (for many reports, so a bad one late in the
     list does not leave partitions of the ones before it)."""
-    from nvbridge.readers._files import check_regular
-
     for source in sources:
         text = os.fspath(source)
         if "://" not in text:
             check_regular(Path(text))
         if deep and not _is_report(text):
-            from nvbridge.readers import detect
-            from nvbridge.readers._db import Database
-
             with Database(source) as db, db.translate_errors():
                 detect(db)
 
 
 def _is_report(text: str) -> bool:
     """An Nsight Systems report that is exported when its turn comes (nsys is needed then)."""
-    from nvbridge.readers._files import NSYS_REPORT_SUFFIXES
-
     return "://" not in text and Path(text).suffix.lower() in NSYS_REPORT_SUFFIXES
 
 

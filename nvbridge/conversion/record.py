@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, BinaryIO, cast
 
 from nvbridge.errors import InputError
+from nvbridge.readers.sources import import_stream
 
 NSYS_OPTIONS = (
     "--trace=cuda,nvtx,osrt,cublas,cudnn",
@@ -65,8 +66,6 @@ def record(command: Sequence[str], report: Path, nsys_options: Sequence[str] = (
     if not stream.is_file():
         _show(hidden)
         raise InputError(f"nsys profile recorded nothing (exit status {status}); run `{' '.join(argv)}` to see why.")
-    from nvbridge.readers.sources import import_stream
-
     imported = report.with_suffix(".nsys-rep")
     try:
         import_stream(nsys, stream, imported, stream.name)

@@ -10,9 +10,9 @@ import pyarrow as pa
 
 from nvbridge._version import __version__
 from nvbridge.columns import np_col
+from nvbridge.dataset.dictionaries import compact_table
 from nvbridge.engine import WindowRows
 from nvbridge.export import parquet
-from nvbridge.export.dictionaries import compact_table
 from nvbridge.readers.raw import SourceInfo, WindowSource
 
 # The tables written as windows finish them; the others come whole at the end.
@@ -133,7 +133,7 @@ class MemorySink:
         whole = {name: _concat(parts) for name, parts in self._parts.items()}
         self._parts = {}
         # A range open across windows comes out with the window where it closes, after ops
-        # with higher ids: back in op_id order, as a dataset is read (nvbridge.export.parquet.read).
+        # with higher ids: back in op_id order, as a dataset is read (nvbridge.dataset.files.read).
         op_id = np_col(whole["ops"], "op_id")
         if len(op_id) > 1 and (op_id[1:] < op_id[:-1]).any():
             whole["ops"] = whole["ops"].take(pa.array(op_id.argsort(kind="stable")))

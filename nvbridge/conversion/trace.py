@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from nvbridge._version import __version__
-from nvbridge.dataset.schema import InMemory
+from nvbridge.dataset.schema import TABLES, InMemory
 from nvbridge.engine import WindowRows, devices_table
 from nvbridge.errors import ExportError
 from nvbridge.export import parquet
@@ -37,7 +37,7 @@ class TraceOut(NamedTuple):
 
 def header_meta(info: SourceInfo) -> dict[str, str | None]:
     """The dataset's meta as the trace header reads it (row counts are not part of it)."""
-    table = parquet.meta_table(info, dict.fromkeys(parquet.TABLES, 0), __version__)
+    table = parquet.meta_table(info, dict.fromkeys(TABLES, 0), __version__)
     return dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
 
 

@@ -1,4 +1,4 @@
-"""A converted dataset: its tables declared (``schema``), its tables (``report``: ``ReportTables``,
+"""A converted dataset: its tables declared (``schema``), its tables (``report``: ``DatasetTables``,
 ``load``), its files read a row group at a time (``files``), checked (``check``), and the figures
 every reader of a dataset shares: which rank each process is (``ranks``) and the one timeline
 (``timeline``).

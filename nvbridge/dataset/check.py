@@ -14,36 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from nvbridge.dataset.schema import SCHEMAS
+from nvbridge.dataset.schema import CONTRACT, DATASET_SCHEMA_VERSION, SCHEMAS
 from nvbridge.errors import DamagedDataset, ExportError
-from nvbridge.export import parquet
 from nvbridge.output.names import check_name
 
-# What a reader of each table can rely on (docs/dataset.md lists every column).
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "ops": (
-        "op_id",
-        "parent_id",
-        "depth",
-        "name",
-        "op_name",
-        "thread_id",
-        "process_id",
-        "start_ns",
-        "end_ns",
-        "self_cpu_ns",
-        "total_cpu_ns",
-        "self_gpu_ns",
-        "total_gpu_ns",
-        "flags",
-    ),
-    "gpu_ops": ("op_id", "kind", "name", "device_id", "stream_id", "start_ns", "end_ns"),
-    "api_calls": ("process_id", "thread_id", "start_ns", "end_ns"),
-    "marks": (),
-    "syncs": (),
-    "threads": ("process_id", "thread_id"),
-    "devices": ("device_id",),
-}
+# What a reader of each table can rely on: its *contract* columns (docs/dataset.md lists every column).
+REQUIRED: dict[str, tuple[str, ...]] = dict(CONTRACT)
 TIMED = ("ops", "gpu_ops", "api_calls")  # tables of intervals: end_ns >= start_ns on every row
 
 
@@ -140,7 +116,7 @@ def read_meta(directory: Path) -> dict[str, str | None]:
     path must be one Arrow can open (UTF-8, within PATH_MAX)."""
     check_name(directory, "the dataset", utf8=True)
     try:
-        meta = parquet.read_meta(directory)
+        meta = read_meta_file(directory)
     except ExportError:
         raise
     except (OSError, pa.ArrowException, KeyError) as exc:
@@ -152,6 +128,29 @@ def read_meta(directory: Path) -> dict[str, str | None]:
                 raise DamagedDataset(
                     f"{directory / 'meta.parquet'} gives {key} as {value!r}, not a whole number; {fix(directory)}."
                 )
+    return meta
+
+
+def read_meta_file(directory: Path) -> dict[str, str | None]:
+    """The ``meta`` key/value table of a dataset (nvbridge.export.parquet writes it).
+
+    Raises:
+        ExportError: ``directory`` is not an nvbridge dataset, or one of a newer schema.
+    """
+    meta_path = directory / "meta.parquet"
+    if not meta_path.is_file():
+        raise ExportError(
+            f"{directory} is not an nvbridge dataset (no meta.parquet); "
+            f"create one with `nvbridge convert REPORT -o {directory}`."
+        )
+    meta_t = pq.read_table(meta_path)
+    meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
+    version = meta.get("dataset_schema_version")
+    if version != DATASET_SCHEMA_VERSION:
+        raise ExportError(
+            f"{directory} has dataset schema {version}, this nvbridge reads "
+            f"{DATASET_SCHEMA_VERSION}; convert the report again or upgrade nvbridge."
+        )
     return meta
 
 

@@ -15,9 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nvbridge.columns import np_col
-from nvbridge.dataset.check import TIMED, bad_intervals, bad_rows, check_intervals, fix
+from nvbridge.dataset.check import TIMED, bad_intervals, bad_rows, check_intervals, fix, read_meta_file
+from nvbridge.dataset.dictionaries import compact_table
+from nvbridge.dataset.schema import TABLES
 from nvbridge.errors import DamagedDataset
-from nvbridge.export.dictionaries import compact_table
 
 Window = tuple[int | None, int | None]  # [start_ns, end_ns]; None: open on that side
 
@@ -143,3 +144,39 @@ class ReadErrors:
         if isinstance(exc, (pa.ArrowException, OSError)):
             detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise DamagedDataset(f"{self.path} cannot be read ({detail}); {fix(self.directory)}.") from exc
+
+
+def read(
+    directory: Path,
+    columns: Mapping[str, Sequence[str]] | None = None,
+    in_order: bool = True,
+) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
+    """Read a whole dataset (nvbridge.export.parquet writes it): (meta, tables).
+
+    Args:
+        columns: per table, the only columns to read (a table not named is read whole); the
+            ops are always read with ``op_id``.
+        in_order: put the ops in op_id order (a copy of the ops when a streamed conversion
+            wrote some out of order); False for readers that do not need it.
+
+    Raises:
+        ExportError: ``directory`` is not an nvbridge dataset, or one of a newer schema.
+    """
+    meta = read_meta_file(directory)
+    wanted = dict(columns or {})
+    if "ops" in wanted and "op_id" not in wanted["ops"]:
+        wanted["ops"] = ["op_id", *wanted["ops"]]
+    # Compacted as read: a dataset written before dictionaries were compacted holds the export's
+    # whole string table in them.
+    tables = {
+        name: compact_table(
+            pq.read_table(directory / f"{name}.parquet", columns=list(wanted[name]) if name in wanted else None)
+        )
+        for name in TABLES
+    }
+    # A streamed conversion writes a range that stayed open across windows after later ops:
+    # hand the ops back in op_id order.
+    op_id = np_col(tables["ops"], "op_id")
+    if in_order and len(op_id) > 1 and (op_id[1:] < op_id[:-1]).any():
+        tables["ops"] = tables["ops"].take(pa.array(op_id.argsort(kind="stable")))
+    return meta, tables

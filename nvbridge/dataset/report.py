@@ -14,9 +14,9 @@ from nvbridge.dataset.check import check_dataset, check_rows, fix
 from nvbridge.dataset.check import is_partitioned as is_partitioned  # part of this module's API
 from nvbridge.dataset.check import read_meta as read_meta
 from nvbridge.dataset.events import EventIndex, FunctionEvent
-from nvbridge.dataset.files import Files, Window
+from nvbridge.dataset.files import Files, Window, read
+from nvbridge.dataset.schema import TABLES
 from nvbridge.errors import DamagedDataset, MissingDependency
-from nvbridge.export import parquet
 
 
 def parse_rank(value: str | None) -> int | None:
@@ -27,11 +27,13 @@ def parse_rank(value: str | None) -> int | None:
         return None
 
 
-Tables = TypeVar("Tables", bound="ReportTables")
+SomeTables = TypeVar("SomeTables", bound="DatasetTables")
 
 
-class ReportTables:
-    """The tables of one converted report (``nvbridge.Report`` adds torch's answers to them).
+class DatasetTables:
+    """The tables of one converted report, read from its dataset folder (whole, or a row group at
+    a time) or held from a conversion in memory; one implementation of the protocol
+    :class:`nvbridge.dataset.schema.ReportTables` (``nvbridge.Report`` adds torch's answers).
 
     Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads`` and
     ``devices`` are Arrow tables (columns in docs/dataset.md); ``meta`` is the key/value
@@ -48,7 +50,7 @@ class ReportTables:
         self._files = files
 
     @classmethod
-    def view(cls: type[Tables], tables: ReportTables) -> Tables:
+    def view(cls: type[SomeTables], tables: DatasetTables) -> SomeTables:
         """The same tables (shared, not copied), as an instance of ``cls``."""
         return cls(tables.meta, tables._tables, tables._files)
 
@@ -156,7 +158,7 @@ class ReportTables:
         return table.cast(schema).to_pandas()
 
     def __repr__(self) -> str:
-        counts = ", ".join(f"{k}={self.rows(k)}" for k in parquet.TABLES if k in self._tables or self._files)
+        counts = ", ".join(f"{k}={self.rows(k)}" for k in TABLES if k in self._tables or self._files)
         return f"<{type(self).__name__} {self.meta.get('source')}: {counts}>"
 
 
@@ -166,46 +168,41 @@ def load(
     in_order: bool = True,
     *,
     streamed: bool = False,
-) -> ReportTables:
-    """Open a dataset written by ``nvbridge convert``, or convert a report in memory.
+) -> DatasetTables:
+    """Open a dataset written by ``nvbridge convert`` (a report is converted in memory above this
+    layer: nvbridge.conversion.memory.load_tables, which ``nvbridge.load`` calls).
 
     Args:
-        path: a dataset directory, a profiler database file, or an SQLAlchemy URL.
-        columns: from a dataset directory, read only these columns of these tables (a table
+        path: a dataset directory.
+        columns: read only these columns of these tables (a table
             not named is read whole), e.g. :data:`nvbridge.analysis.SUMMARY_COLUMNS`.
         in_order: ops in op_id order (the default); False skips the sort, for the summary
             tables, which do not need it.
-        streamed: from a dataset directory, check its files now but read no table: each is
+        streamed: check its files now but read no table: each is
             read when first asked for, or a row group at a time by ``Report.chunks`` (what
             ``summary`` and ``plot`` do, so their memory does not grow with the report).
 
     Raises:
-        InputError: a report that cannot be read.
-        ExportError: a directory that is not an nvbridge dataset.
+        ExportError: ``path`` is not an nvbridge dataset.
         DamagedDataset: a dataset file missing, unreadable, of another schema, or with rows a
             conversion never writes.
     """
     p = Path(os.fspath(path))
     if p.is_dir() and streamed:
-        meta = check_dataset(p, parquet.TABLES, columns or {})
-        return ReportTables(meta, {}, Files(p, columns or {}, in_order))
-    if p.is_dir():
-        return _read_dataset(p, columns or {}, in_order)
-    from nvbridge.conversion.memory import convert_in_memory  # a report: converted in memory
-
-    converted = convert_in_memory(path)
-    return ReportTables(dict(converted.meta), converted.tables)
+        meta = check_dataset(p, TABLES, columns or {})
+        return DatasetTables(meta, {}, Files(p, columns or {}, in_order))
+    return _read_dataset(p, columns or {}, in_order)
 
 
-def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> ReportTables:
-    check_dataset(directory, parquet.TABLES, columns)
+def _read_dataset(directory: Path, columns: Mapping[str, Sequence[str]], in_order: bool) -> DatasetTables:
+    check_dataset(directory, TABLES, columns)
     try:
-        meta, tables = parquet.read(directory, columns, in_order)
+        meta, tables = read(directory, columns, in_order)
     except (OSError, pa.ArrowException) as exc:  # damage inside a file whose footer reads
         detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise DamagedDataset(f"{directory} cannot be read ({detail}); {fix(directory)}.") from exc
     check_rows(directory, tables)
-    return ReportTables(meta, tables)
+    return DatasetTables(meta, tables)
 
 
 def report_dirs(path: str | os.PathLike[str]) -> list[Path]:

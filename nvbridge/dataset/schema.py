@@ -24,6 +24,9 @@ from nvbridge.columns import DICT_STR
 
 I64, F64, STR, BOOL = pa.int64(), pa.float64(), pa.string(), pa.bool_()
 
+# Written in meta; a reader refuses another. Bump it to rename or retype a *contract* column.
+DATASET_SCHEMA_VERSION = "1"
+
 # Every table of a dataset, in the order meta counts them.
 TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
 
@@ -92,7 +95,8 @@ SCHEMAS: dict[str, pa.Schema] = {
 # Tables whose columns a reader may list in another order (see SYNCS); the others are in file order.
 ANY_ORDER = frozenset({"syncs"})
 
-# The columns docs/dataset.md marks *contract*: stable within a dataset schema version.
+# The columns docs/dataset.md marks *contract*: stable within a dataset schema version, and what
+# the dataset checks require of each table a reader opens (nvbridge.dataset.check.REQUIRED).
 CONTRACT: dict[str, tuple[str, ...]] = {
     "ops": (
         *("op_id", "parent_id", "depth", "name", "domain", "process_id", "thread_id", "start_ns", "end_ns"),
@@ -111,7 +115,7 @@ CONTRACT: dict[str, tuple[str, ...]] = {
     "marks": (),
     "syncs": (),
     "threads": ("process_id", "thread_id"),
-    "devices": (),
+    "devices": ("device_id",),
 }
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from nvbridge.columns import np_col, take_batches
+from nvbridge.columns import DICT_STR, np_col, take_batches
 from nvbridge.engine.costs import kernel_dtypes
 from nvbridge.engine.model import BY_TIME, NO_API_CALL
 from nvbridge.errors import CorrelationError
@@ -319,8 +319,6 @@ class Reorder:
 
 def api_rows(api: pa.Table, op: np.ndarray, gpu_count: np.ndarray) -> pa.Table:
     """api_calls rows for a window's calls (``api``: the reader's columns plus api_call_id)."""
-    from nvbridge.columns import DICT_STR
-
     return pa.table(
         {
             "api_call_id": api.column("api_call_id"),

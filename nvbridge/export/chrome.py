@@ -75,10 +75,6 @@ class TraceStats:
     distributed: dict[str, object] = field(default_factory=dict)  # the header's distributedInfo
 
 
-# What :func:`write` reads: a loaded ``nvbridge.Report``, or any report's tables (the one protocol).
-Tables = ReportTables
-
-
 class TraceWriter:
     """A Chrome trace written as chunks of the ops, API calls and GPU ops arrive (see the module doc).
 
@@ -322,7 +318,7 @@ def _in_order(parts: list[pa.Table], key: str) -> pa.Table:
 
 
 def write(
-    report: Tables,
+    report: ReportTables,
     dest: str | os.PathLike[str],
     *,
     start_ns: int | None = None,

@@ -1,30 +1,28 @@
 """The Parquet dataset: one file per table in a directory, schema versioned in ``meta``.
 
 The columns documented in docs/dataset.md are a contract other tools rely on: add
-columns freely, never rename or retype one without bumping DATASET_SCHEMA_VERSION.
+columns freely, never rename or retype one without bumping DATASET_SCHEMA_VERSION (the tables and their
+columns are declared in nvbridge.dataset.schema).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nvbridge.columns import np_col
+from nvbridge.dataset.dictionaries import compact_table
+from nvbridge.dataset.schema import DATASET_SCHEMA_VERSION, TABLES
 from nvbridge.engine import Model
-from nvbridge.errors import ExportError
-from nvbridge.export.dictionaries import compact_table
 from nvbridge.output.names import utf8_text
 from nvbridge.readers.raw import SourceInfo
 from nvbridge.workers import worker_pool
 
-DATASET_SCHEMA_VERSION = "1"
-TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
 # Row groups of this size keep readers' and the writer's memory bounded (an encoded row group
 # is held until it is complete) and let DuckDB skip by statistics.
 ROW_GROUP_ROWS = 1 << 17
@@ -147,62 +145,3 @@ class TableWriter:
     def _close_sink(self) -> None:
         if self._sink is not None and not self._sink.closed:
             self._sink.close()
-
-
-def read_meta(directory: Path) -> dict[str, str | None]:
-    """The ``meta`` key/value table of a dataset written by :func:`write`.
-
-    Raises:
-        ExportError: ``directory`` is not an nvbridge dataset, or one of a newer schema.
-    """
-    meta_path = directory / "meta.parquet"
-    if not meta_path.is_file():
-        raise ExportError(
-            f"{directory} is not an nvbridge dataset (no meta.parquet); "
-            f"create one with `nvbridge convert REPORT -o {directory}`."
-        )
-    meta_t = pq.read_table(meta_path)
-    meta = dict(zip(meta_t.column("key").to_pylist(), meta_t.column("value").to_pylist()))
-    version = meta.get("dataset_schema_version")
-    if version != DATASET_SCHEMA_VERSION:
-        raise ExportError(
-            f"{directory} has dataset schema {version}, this nvbridge reads "
-            f"{DATASET_SCHEMA_VERSION}; convert the report again or upgrade nvbridge."
-        )
-    return meta
-
-
-def read(
-    directory: Path,
-    columns: Mapping[str, Sequence[str]] | None = None,
-    in_order: bool = True,
-) -> tuple[dict[str, str | None], dict[str, pa.Table]]:
-    """Read a dataset written by :func:`write`: (meta, tables).
-
-    Args:
-        columns: per table, the only columns to read (a table not named is read whole); the
-            ops are always read with ``op_id``.
-        in_order: put the ops in op_id order (a copy of the ops when a streamed conversion
-            wrote some out of order); False for readers that do not need it.
-
-    Raises:
-        ExportError: ``directory`` is not an nvbridge dataset, or one of a newer schema.
-    """
-    meta = read_meta(directory)
-    wanted = dict(columns or {})
-    if "ops" in wanted and "op_id" not in wanted["ops"]:
-        wanted["ops"] = ["op_id", *wanted["ops"]]
-    # Compacted as read: a dataset written before dictionaries were compacted holds the export's
-    # whole string table in them.
-    tables = {
-        name: compact_table(
-            pq.read_table(directory / f"{name}.parquet", columns=list(wanted[name]) if name in wanted else None)
-        )
-        for name in TABLES
-    }
-    # A streamed conversion writes a range that stayed open across windows after later ops:
-    # hand the ops back in op_id order.
-    op_id = np_col(tables["ops"], "op_id")
-    if in_order and len(op_id) > 1 and (op_id[1:] < op_id[:-1]).any():
-        tables["ops"] = tables["ops"].take(pa.array(op_id.argsort(kind="stable")))
-    return meta, tables

@@ -21,16 +21,18 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
+from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import step_spans, step_window_of
 from nvbridge.errors import ExportError
-from nvbridge.export.chrome import SUFFIXES, Tables, TraceStats, TraceWriter
+from nvbridge.export.chrome import SUFFIXES, TraceStats, TraceWriter
 from nvbridge.export.trace_ranks import SPLITS, rank_path, stale_rank_files
-from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, Source, first_event_ns, open_source, plan
+from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, first_event_ns, open_source, plan
 from nvbridge.output import publish as outputs
 
 __all__ = [
     "NOTHING_TO_TRACE",
     "Traces",
+    "check_arguments",
     "check_destination",
     "check_suffix",
     "export_chrome_trace",
@@ -66,6 +68,26 @@ def check_destination(path: Path, force: bool) -> None:
     outputs.check_file_destination(path, force, "the trace")
 
 
+def check_arguments(
+    path: Path, split: str, force: bool, start_ns: int | None, end_ns: int | None, steps: tuple[int, int] | None
+) -> None:
+    """What :func:`export_chrome_traces` checks before it reads anything (and a caller that
+    converts a report first, before converting).
+
+    Raises:
+        ExportError: naming the problem and the fix.
+    """
+    if split not in SPLITS:
+        raise ExportError(f"split {split!r}: pass one of {', '.join(SPLITS)}.")
+    check_suffix(path)
+    if split == "none":
+        check_destination(path, force)
+    if steps is not None and (start_ns is not None or end_ns is not None):
+        raise ExportError("a step range and a start/end window both choose the window; pass one of them.")
+    if start_ns is not None and end_ns is not None and end_ns <= start_ns:
+        raise ExportError("the window is empty; pass an end later than the start.")
+
+
 @dataclass(frozen=True)
 class Traces:
     """What :func:`export_chrome_traces` wrote: one file, or one per rank."""
@@ -84,7 +106,7 @@ class _Target:
 
 
 def export_chrome_trace(
-    source: str | os.PathLike[str] | Tables,
+    source: str | os.PathLike[str] | ReportTables,
     dest: str | os.PathLike[str],
     *,
     start_ns: int | None = None,
@@ -93,15 +115,15 @@ def export_chrome_trace(
     processes: set[int] | None = None,
     force: bool = True,
 ) -> TraceStats:
-    """Write a report (or converted dataset) as one Chrome/Perfetto trace (all its ranks in one
-    file: see :func:`export_chrome_traces` for the arguments and for one trace per rank)."""
+    """Write a converted dataset (or a report's tables) as one Chrome/Perfetto trace (all its ranks
+    in one file: see :func:`export_chrome_traces` for the arguments and for one trace per rank)."""
     return export_chrome_traces(
         source, dest, split="none", start_ns=start_ns, end_ns=end_ns, steps=steps, processes=processes, force=force
     ).files[0]
 
 
 def export_chrome_traces(
-    source: str | os.PathLike[str] | Tables,
+    source: str | os.PathLike[str] | ReportTables,
     dest: str | os.PathLike[str],
     *,
     split: str = "auto",
@@ -112,11 +134,13 @@ def export_chrome_traces(
     force: bool = True,
     staged: list[TraceWriter] | None = None,
 ) -> Traces:
-    """Write a report (or converted dataset) as Chrome/Perfetto traces.
+    """Write a converted dataset (or a report's tables) as Chrome/Perfetto traces. A profiler
+    database is converted first, above this layer (nvbridge.conversion.trace.export_chrome_traces,
+    the public ``nvbridge.export_chrome_trace``).
 
     Args:
-        source: a profiler database, SQLAlchemy URL, dataset directory (streamed, never read
-            whole), or a loaded Report.
+        source: a dataset directory (streamed, never read whole), or a report's tables (a
+            loaded Report, a conversion's tables in memory).
         dest: ``.json`` or ``.json.gz`` (compressed while streaming), in an existing folder;
             one trace per rank is written as ``NAME.rank<K>.json.gz`` beside it.
         split: ``"rank"``: one trace per rank (:mod:`nvbridge.export.trace_ranks`), as
@@ -137,15 +161,7 @@ def export_chrome_traces(
             have, or nothing to write; no file is left behind.
     """
     path = Path(dest)
-    if split not in SPLITS:
-        raise ExportError(f"split {split!r}: pass one of {', '.join(SPLITS)}.")
-    check_suffix(path)
-    if split == "none":
-        check_destination(path, force)
-    if steps is not None and (start_ns is not None or end_ns is not None):
-        raise ExportError("a step range and a start/end window both choose the window; pass one of them.")
-    if start_ns is not None and end_ns is not None and end_ns <= start_ns:
-        raise ExportError("the window is empty; pass an end later than the start.")
+    check_arguments(path, split, force, start_ns, end_ns, steps)
     src = open_source(source)
     if steps is not None:
         start_ns, end_ns = _step_window(src, steps)
@@ -175,7 +191,7 @@ def export_chrome_traces(
 
 
 def _write(
-    src: Source, found: Plan, targets: list[_Target], per_rank: bool, staged: list[TraceWriter] | None
+    src: ReportTables, found: Plan, targets: list[_Target], per_rank: bool, staged: list[TraceWriter] | None
 ) -> list[TraceStats]:
     """One pass over the chunks, each fed to every target's writer; all published (or all left
     in ``staged``), or none."""
@@ -188,7 +204,7 @@ def _write(
                     t.path,
                     origin_ns=found.origin_ns,
                     meta=src.meta,
-                    devices=src.devices,
+                    devices=src.table("devices"),
                     distributed=t.distributed,
                     start_ns=found.start_ns,
                     end_ns=found.end_ns,
@@ -202,7 +218,7 @@ def _write(
                     chunk = with_owners(chunk, owners)
                 for feed in feeds:
                     feed[name](chunk)
-        stats = [w.close(src.threads, gpu_rows=src.rows("gpu_ops")) for w in writers]
+        stats = [w.close(src.table("threads"), gpu_rows=src.rows("gpu_ops")) for w in writers]
         if staged is not None:
             staged.extend(writers)
             return stats
@@ -227,7 +243,7 @@ def with_owners(gpu: pa.Table, owners: Mapping[int, int]) -> pa.Table:
     return gpu.set_column(at, "process_id", pa.array(pid, pa.int64(), mask=pid < 0))
 
 
-def _step_window(src: Source, steps: tuple[int, int]) -> tuple[int, int]:
+def _step_window(src: ReportTables, steps: tuple[int, int]) -> tuple[int, int]:
     parts = [step_spans(chunk) for chunk in src.chunks("ops", ["op_name", "start_ns", "end_ns"], (None, None))]
     spans = tuple(np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(3))
     try:

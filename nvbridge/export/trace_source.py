@@ -6,10 +6,9 @@ and window, the capture window, the report's processes and ranks, and what the w
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -18,8 +17,10 @@ import pyarrow.parquet as pq
 from nvbridge.columns import np_col
 from nvbridge.dataset.check import check_dataset, check_intervals
 from nvbridge.dataset.files import ReadErrors, outside_window
+from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import CaptureWindow, in_window
-from nvbridge.export.chrome import BATCH_ROWS, Tables
+from nvbridge.errors import ExportError
+from nvbridge.export.chrome import BATCH_ROWS
 from nvbridge.export.chrome_text import API_COLUMNS, GPU_COLUMNS, OP_COLUMNS
 from nvbridge.export.trace_ranks import Ranks, recorded_rank, report_ranks
 
@@ -29,48 +30,38 @@ SPAN_COLUMNS = ["start_ns", "end_ns", "process_id"]
 PLAN_COLUMNS = {"ops": SPAN_COLUMNS, "api_calls": SPAN_COLUMNS, "gpu_ops": [*SPAN_COLUMNS, "device_id"]}
 
 
-class Source(Protocol):
-    """Chunks of a report's tables, whole or from a dataset's row groups."""
-
-    @property
-    def meta(self) -> Mapping[str, str | None]: ...
-    @property
-    def threads(self) -> pa.Table: ...
-    @property
-    def devices(self) -> pa.Table: ...
-
-    def rows(self, name: str) -> int: ...
-
-    def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]: ...
-
-
 class _Loaded:
-    """A report already in memory, sliced into chunks."""
+    """A report already in memory, handed out in slices of BATCH_ROWS rows."""
 
-    def __init__(self, report: Tables) -> None:
+    def __init__(self, report: ReportTables) -> None:
         self.report = report
-        self.meta, self.threads, self.devices = report.meta, report.table("threads"), report.table("devices")
+        self.meta = report.meta
+
+    def table(self, name: str) -> pa.Table:
+        return self.report.table(name)
 
     def rows(self, name: str) -> int:
         return self.report.rows(name)
 
-    def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]:
+    def chunks(
+        self, name: str, columns: Sequence[str], window: tuple[int | None, int | None] = (None, None)
+    ) -> Iterator[pa.Table]:
         table = self.report.table(name)
         for lo in range(0, table.num_rows, BATCH_ROWS):
             yield table.slice(lo, BATCH_ROWS)
 
 
 class _Dataset:
-    """A dataset directory, read a row group at a time with only the columns asked for."""
+    """A dataset directory, read a row group at a time with only the columns asked for; only the
+    threads and devices are read whole (:meth:`table`), the event tables never are."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         # The checks dataset.load makes, on the files this reader opens (rows: as each part is read).
         self.meta = check_dataset(directory, (*EVENT_TABLES, "threads", "devices"), COLUMNS)
-        with self._reading("threads"):
-            self.threads = pq.read_table(directory / "threads.parquet")
-        with self._reading("devices"):
-            self.devices = pq.read_table(directory / "devices.parquet")
+        self._whole: dict[str, pa.Table] = {}
+        for name in ("threads", "devices"):
+            self.table(name)
         self.files: dict[str, pq.ParquetFile] = {}
         for name in EVENT_TABLES:
             with self._reading(name):
@@ -79,16 +70,24 @@ class _Dataset:
     def _reading(self, name: str) -> ReadErrors:
         return ReadErrors(self.directory, name)
 
+    def table(self, name: str) -> pa.Table:
+        if name not in self._whole:
+            with self._reading(name):
+                self._whole[name] = pq.read_table(self.directory / f"{name}.parquet")
+        return self._whole[name]
+
     def rows(self, name: str) -> int:
         return int(self.files[name].metadata.num_rows)
 
-    def chunks(self, name: str, columns: list[str], window: tuple[int | None, int | None]) -> Iterator[pa.Table]:
+    def chunks(
+        self, name: str, columns: Sequence[str], window: tuple[int | None, int | None] = (None, None)
+    ) -> Iterator[pa.Table]:
         pf = self.files[name]
         for i in range(pf.metadata.num_row_groups):
             if outside_window(pf.metadata.row_group(i), window):
                 continue
             with self._reading(name):
-                chunk = pf.read_row_group(i, columns=columns)
+                chunk = pf.read_row_group(i, columns=list(columns))
             if "end_ns" in columns:
                 check_intervals(self.directory, name, chunk)
             yield chunk
@@ -118,7 +117,7 @@ class Plan:
         return report_ranks(self.gpu_users, self.host_processes, recorded_rank(meta))
 
 
-def plan(source: Source, start_ns: int | None, end_ns: int | None, processes: set[int] | None) -> Plan:
+def plan(source: ReportTables, start_ns: int | None, end_ns: int | None, processes: set[int] | None) -> Plan:
     """First pass over the time, process and device columns only."""
     kept, origin = 0, None
     capture = CaptureWindow()  # the one timeline's capture window (nvbridge.dataset.timeline)
@@ -163,18 +162,16 @@ def _add_users(users: dict[int, set[int]], dev: np.ndarray, pid: np.ndarray) -> 
         users.setdefault(d, set()).add(p)
 
 
-def first_event_ns(source: str | os.PathLike[str] | Tables) -> int:
+def first_event_ns(source: str | os.PathLike[str] | ReportTables) -> int:
     """The report's earliest start (what ``--start``/``--end`` count from); 0 for an empty report."""
     src = open_source(source)
     return plan(src, None, None, None).first_ns or 0
 
 
-def open_source(source: str | os.PathLike[str] | Tables) -> Source:
+def open_source(source: str | os.PathLike[str] | ReportTables) -> ReportTables:
     if not isinstance(source, (str, os.PathLike)):
         return _Loaded(source)
     path = Path(os.fspath(source))
-    if path.is_dir():
-        return _Dataset(path)
-    from nvbridge.dataset.report import load  # a database is converted in memory first
-
-    return _Loaded(load(path))
+    if not path.is_dir():  # a report: nvbridge.conversion.trace converts it and hands its tables here
+        raise ExportError(f"{path} is not a dataset directory; convert it first (nvbridge.export_chrome_trace does).")
+    return _Dataset(path)

@@ -23,9 +23,9 @@ from nvbridge.analysis.advise import Advice, advise, advise_report
 from nvbridge.analysis.report import Report, load
 from nvbridge.columns import np_col
 from nvbridge.dataset.report import is_partitioned, report_dirs
+from nvbridge.dataset.schema import TABLES
 from nvbridge.dataset.timeline import step_window_of
 from nvbridge.errors import OptionError
-from nvbridge.export import parquet
 from nvbridge.plot.window import Extent
 
 ADVISE_OPS = 500_000  # ops advise reads whole for the page; past it, the focus window only
@@ -86,7 +86,7 @@ def windowed(report: Report, start_ns: int, end_ns: int) -> Report:
     """The report cut to the rows overlapping [start_ns, end_ns] (marks inside it; threads and
     devices whole), read a row group at a time with the row groups outside it skipped."""
     tables: dict[str, pa.Table] = {}
-    for name in parquet.TABLES:
+    for name in TABLES:
         columns = report.column_names(name)
         if name in WINDOWED:
             parts = []

@@ -13,14 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from nvbridge.analysis.report import Report
-from nvbridge.export import parquet
+from nvbridge.dataset.schema import TABLES
 
 MEMORY_TABLE = "memory"  # the dataset table the hook will read, once conversion writes one
 
 
 def memory_timeline(report: Report) -> dict[str, Any] | None:
     """The memory the report recorded over time, or None where it recorded none (every
-    dataset today: ``parquet.TABLES`` has no memory table)."""
-    if MEMORY_TABLE not in parquet.TABLES or not report.rows(MEMORY_TABLE):
+    dataset today: ``TABLES`` has no memory table)."""
+    if MEMORY_TABLE not in TABLES or not report.rows(MEMORY_TABLE):
         return None
     raise NotImplementedError("a memory table exists: draw it here (see the module docstring)")

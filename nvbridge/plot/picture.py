@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import merged_intervals
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 from nvbridge.dataset.timeline import step_window_of
 from nvbridge.errors import ExportError, MissingDependency
 from nvbridge.output import publish as outputs
@@ -37,7 +37,7 @@ __all__ = ["SUFFIXES", "Lane", "Window", "figure", "gpu_idle", "lanes", "lanes_o
 
 
 def window(
-    report: ReportTables, step: int | None = None, start_ns: int | None = None, end_ns: int | None = None
+    report: DatasetTables, step: int | None = None, start_ns: int | None = None, end_ns: int | None = None
 ) -> Window:
     """The window of ``ProfilerStep#step``, of [start_ns, end_ns], or of the whole capture.
 
@@ -70,7 +70,7 @@ def window_of(found: Extent, step: int | None = None, start_ns: int | None = Non
     return Window(lo, hi, label)
 
 
-def lanes(report: ReportTables, win: Window) -> list[Lane]:
+def lanes(report: DatasetTables, win: Window) -> list[Lane]:
     """Lanes with something in the window: host threads (sorted by process, thread) above GPU
     streams (sorted by device, stream)."""
     return lanes_of(decimate(report, win.start_ns, win.end_ns, 1, {}), report.threads)
@@ -114,7 +114,7 @@ def output_path(dest: str | os.PathLike[str]) -> Path:
 
 
 def render(
-    report: ReportTables,
+    report: DatasetTables,
     dest: str | os.PathLike[str],
     *,
     step: int | None = None,
@@ -142,7 +142,7 @@ def render(
 
 
 def figure(
-    report: ReportTables,
+    report: DatasetTables,
     *,
     step: int | None = None,
     start_ns: int | None = None,

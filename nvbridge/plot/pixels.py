@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import dense_ids, merged_intervals, np_col
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 
 MAX_DEPTH = 6  # nesting levels drawn per host lane; deeper ops are folded into the last one
 LABELS = 12  # longest ops labelled
@@ -257,7 +257,7 @@ class _Longest:
 
 
 def decimate(
-    report: ReportTables, start_ns: int, end_ns: int, width: int, gpu_bounds: Mapping[int, tuple[int, int]]
+    report: DatasetTables, start_ns: int, end_ns: int, width: int, gpu_bounds: Mapping[int, tuple[int, int]]
 ) -> Pixels:
     """The rows of ``report`` overlapping [start_ns, end_ns] (ends included) merged to ``width``
     pixel columns, the GPU busy time per column of every device in ``gpu_bounds`` (its GPU
@@ -295,7 +295,7 @@ def decimate(
     )
 
 
-def _rows_in(report: ReportTables, name: str, win: tuple[int, int]) -> Iterator[pa.Table]:
+def _rows_in(report: DatasetTables, name: str, win: tuple[int, int]) -> Iterator[pa.Table]:
     """Parts of table ``name`` holding the rows that overlap the window (row groups outside it
     are skipped by their statistics)."""
     for chunk in report.chunks(name, COLUMNS[name], win):

@@ -19,7 +19,7 @@ from nvbridge.analysis.op_table import Grouping, add_up, finish
 from nvbridge.analysis.streamed import PENDING_PARTS
 from nvbridge.analysis.throughput import peaks_of
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 from nvbridge.engine.costs.flops import precision
 from nvbridge.errors import ExportError
 from nvbridge.gpu.peaks import Peaks, fmt
@@ -58,10 +58,10 @@ def ops_rows(ops: pa.Table, gpu_ops: pa.Table) -> pa.Table:
 
 
 def streamed_points(
-    report: ReportTables, peak_tflops: float | None = None, peak_gbps: float | None = None
+    report: DatasetTables, peak_tflops: float | None = None, peak_gbps: float | None = None
 ) -> tuple[pa.Table, Peaks | None]:
     """:func:`points` and the peaks (the GPU that ran the most GPU ops, with the user's
-    overrides) of a report read a part at a time (``ReportTables.chunks``): memory holds a row group
+    overrides) of a report read a part at a time (``DatasetTables.chunks``): memory holds a row group
     and the groups, whatever the report's size.
 
     Raises:

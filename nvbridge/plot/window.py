@@ -3,7 +3,7 @@
 A first pass reads the time columns of the ops, GPU ops and API calls (and the op names, for
 ``ProfilerStep#N`` windows), checking each part as ``dataset.load`` checks a whole table; a
 second (``plot_pixels.decimate``) reads the drawn columns of the rows overlapping the window,
-skipping the row groups whose statistics show none (``ReportTables.chunks``), and reduces them to the
+skipping the row groups whose statistics show none (``DatasetTables.chunks``), and reduces them to the
 pixel columns a row group at a time: a picture of a report of any size, whole capture
 included, holds one row group plus a count per row and pixel column.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nvbridge.dataset.report import ReportTables
+from nvbridge.dataset.report import DatasetTables
 from nvbridge.dataset.timeline import CaptureWindow, GpuBounds, step_spans
 
 TIMED = ("ops", "gpu_ops", "api_calls")  # dataset_check's order: the first damaged table is named
@@ -32,7 +32,7 @@ class Extent:
     gpus: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # device -> its GPU timeline
 
 
-def extent(report: ReportTables) -> Extent:
+def extent(report: DatasetTables) -> Extent:
     """The first pass: time columns only."""
     capture = CaptureWindow()  # the one timeline's capture window and GPU bounds (nvbridge.dataset.timeline)
     gpus = GpuBounds()

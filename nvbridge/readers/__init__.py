@@ -9,22 +9,21 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from nvbridge.errors import NotAProfileDatabase
+from nvbridge.readers import nsys, nvprof
+from nvbridge.readers import whole as one_window
+from nvbridge.readers._db import Database
+from nvbridge.readers.nsys_source import NsysWindows
+from nvbridge.readers.nsys_tables import require_columns
 from nvbridge.readers.raw import RawProfile, SourceKind, WindowSource
 from nvbridge.readers.sources import estimate_rows, exported
 
-if TYPE_CHECKING:
-    from nvbridge.readers._db import Database
-
-# The readers load only when a database is opened: reading a converted dataset (``nvbridge
-# summary out/``) never pays for them, and the command line has set its memory pools by then
-# (nvbridge.cli): loaded before, at import, they tripled a conversion's page faults (2M NVTX
-# rows: 600K instead of 250K, 0.7 s more system time). A local file never loads SQLAlchemy or
-# ConnectorX.
+# A local file never loads SQLAlchemy or ConnectorX. The command line sets its memory pools
+# before it imports any of these (nvbridge.__main__, nvbridge.output.process): loaded before
+# them, they tripled a conversion's page faults (docs/benchmarks.md).
 __all__ = ["detect", "estimate_rows", "exported", "open_windows", "read_profile"]
 
 
@@ -57,9 +56,6 @@ def read_profile(source: str | os.PathLike[str]) -> RawProfile:
     Raises:
         InputError: the source is not a readable nvprof or Nsight Systems database.
     """
-    from nvbridge.readers import nsys, nvprof
-    from nvbridge.readers._db import Database
-
     with Database(source) as db:
         kind = detect(db)
         with db.translate_errors():
@@ -83,12 +79,6 @@ def open_windows(
     Raises:
         InputError: the source is not a readable nvprof or Nsight Systems database.
     """
-    from nvbridge.readers import nsys, nvprof
-    from nvbridge.readers import whole as one_window
-    from nvbridge.readers._db import Database
-    from nvbridge.readers.nsys_source import NsysWindows
-    from nvbridge.readers.nsys_tables import require_columns
-
     with Database(source) as db:
         kind = detect(db)
         with db.translate_errors():

@@ -1,4 +1,4 @@
-"""Read-only access to a profiler database, and the one place database errors are translated.
+"""Read-only access to a profiler database (its errors translated by :mod:`nvbridge.readers._db_errors`).
 
 A local SQLite file is read through SQLite itself: its tables and columns from the schema,
 bulk rows straight into Arrow with the GIL released (:mod:`nvbridge.readers._sqlite`:
@@ -22,16 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from nvbridge.errors import DamagedDatabase, MissingTable, NotAProfileDatabase
+from nvbridge.errors import DamagedDatabase, MissingTable
 from nvbridge.readers._column import ARROW_TYPES, ROWID, Column, lenient_text
+from nvbridge.readers._db_errors import translated
 from nvbridge.readers._files import check_file, readable_copy, sqlite_uri
 from nvbridge.readers._page_scan import PageScan
 from nvbridge.readers._pages import Latest, Member, RowFilter, TableLayout, latest_sql, quote, table_layout, table_root
 from nvbridge.readers._results import Results
 from nvbridge.readers._sqlite import FastPathFailed, FastReads, kinds_of, typed
-from nvbridge.readers._tally import PagesDamaged, no_forbidden_nulls
+from nvbridge.readers._tally import no_forbidden_nulls
 from nvbridge.readers.slabs import Chunks, chunk_queries, chunk_size, chunks, from_spans
-from nvbridge.readers.validate import BadRows, mark_absent
+from nvbridge.readers.validate import mark_absent
 from nvbridge.workers import worker_pool
 
 if TYPE_CHECKING:
@@ -161,35 +162,10 @@ class Database:
         finally:
             self.close()
 
-    @contextlib.contextmanager
-    def translate_errors(self) -> Iterator[None]:
-        """Turn driver errors into one-line nvbridge errors naming the file."""
-        try:
-            yield
-        except BadRows as exc:
-            raise DamagedDatabase(f"{self.name}: {exc}") from exc
-        except PagesDamaged as exc:  # never read through SQLite instead: see _tally.PagesDamaged
-            raise DamagedDatabase(f"{self.name}: {exc}; the file is damaged, export it again.") from exc
-        except self._errors as exc:
-            detail = str(getattr(exc, "orig", exc)).splitlines()[0]
-            if "locked" in detail or "busy" in detail or "readonly" in detail or "read-only" in detail:
-                raise DamagedDatabase(
-                    f"{self.name} is locked / in use by another program ({detail}); wait until it "
-                    "finishes, or convert a copy."
-                ) from exc
-            if "not a database" in detail or "file is encrypted" in detail:
-                raise NotAProfileDatabase(
-                    f"{self.name} is not an SQLite database; export the profile with "
-                    "`nsys export --type sqlite` or `nvprof -o profile.sqlite`."
-                ) from exc
-            raise DamagedDatabase(
-                f"{self.name} cannot be read ({detail}); the file is damaged, export it again."
-            ) from exc
-        except UnicodeDecodeError as exc:  # damage in the schema's own text (table or column names)
-            raise DamagedDatabase(
-                f"{self.name} cannot be read (its schema holds text that is not UTF-8); the file is damaged, "
-                "export it again."
-            ) from exc
+    def translate_errors(self) -> contextlib.AbstractContextManager[None]:
+        """Turn driver errors into one-line nvbridge errors naming the file
+        (:func:`nvbridge.readers._db_errors.translated`)."""
+        return translated(self.name, lambda: self._errors)
 
     def has(self, table: str) -> bool:
         return table in self.table_names

@@ -12,6 +12,7 @@ from __future__ import annotations
 from nvbridge.readers._db import Database
 from nvbridge.readers._pages import RowFilter
 from nvbridge.readers.nsys_info import device_table, source_info
+from nvbridge.readers.nsys_ranges import normalize_ranges, nvtx_others
 from nvbridge.readers.nsys_tables import (
     GRAPH_TRACE,
     KERNEL,
@@ -28,9 +29,7 @@ from nvbridge.readers.nsys_tables import (
     checked_strings,
     gpu_ops,
     normalize_api_calls,
-    normalize_ranges,
     normalize_syncs,
-    nvtx_others,
     sync_type_labels,
     thread_table,
 )

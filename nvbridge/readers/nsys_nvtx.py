@@ -21,15 +21,13 @@ import pyarrow as pa
 from nvbridge.columns import np_col, set_column
 from nvbridge.readers._db import Database
 from nvbridge.readers._pages import RowFilter
+from nvbridge.readers.nsys_ranges import domain_names, normalize_ranges, nvtx_others
 from nvbridge.readers.nsys_tables import (
     NVTX,
     NVTX_DOMAIN_CREATE,
     NVTX_MARK,
     NVTX_THREAD_NAME,
     RANGE_TYPES,
-    domain_names,
-    normalize_ranges,
-    nvtx_others,
 )
 from nvbridge.readers.raw import Restart
 from nvbridge.readers.slabs import Slab, plan

@@ -269,7 +269,8 @@ def build(
 def check(src: Path, out: Path, tiles: int) -> None:
     """Convert both with nvbridge and require K x the source's rows, attribution included."""
     from nvbridge.conversion.report import convert_one
-    from nvbridge.export import parquet
+    from nvbridge.dataset.files import read
+    from nvbridge.dataset.schema import TABLES
 
     scaled = (
         "rows_read",
@@ -289,13 +290,13 @@ def check(src: Path, out: Path, tiles: int) -> None:
     with tempfile.TemporaryDirectory(prefix="nvbridge-check-") as tmp:
         a = convert_one(src, Path(tmp) / "src")
         b = convert_one(out, Path(tmp) / "tiled")
-        meta_a, _ = parquet.read(Path(tmp) / "src")
-        meta_b, _ = parquet.read(Path(tmp) / "tiled")
+        meta_a, _ = read(Path(tmp) / "src")
+        meta_b, _ = read(Path(tmp) / "tiled")
     problems = [
         f"{f}: {getattr(a, f)} x {tiles} != {getattr(b, f)}" for f in scaled if getattr(a, f) * tiles != getattr(b, f)
     ]
     problems += [f"{f}: {getattr(a, f)} != {getattr(b, f)}" for f in same if getattr(a, f) != getattr(b, f)]
-    for table in parquet.TABLES:
+    for table in TABLES:
         ra, rb = int(meta_a[f"rows.{table}"] or 0), int(meta_b[f"rows.{table}"] or 0)
         want = ra if table in ("threads", "devices") else ra * tiles
         if rb != want:

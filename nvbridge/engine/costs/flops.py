@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 # Re-exported: nvbridge.engine.costs.flops is where callers find the dtype tables, base_name and call_args.
+from nvbridge.engine.costs import formulas as f
 from nvbridge.engine.costs.args import call_args as call_args
 from nvbridge.engine.costs.tables import ASSUMED_DTYPE as ASSUMED_DTYPE
 from nvbridge.engine.costs.tables import (
@@ -152,8 +153,6 @@ def _cost(
     base: str, backward: bool, shapes: list[Shape], sizes: list[int], elt: int, args: dict[str, Any]
 ) -> tuple[int | None, int | None]:
     """(flops, bytes) by op family; raises ValueError on shapes the formula cannot read."""
-    from nvbridge.engine.costs import formulas as f
-
     if base in MATMUL_FWD:
         flops, out = f.matmul(base, shapes)
         read = _nbytes(shapes, sizes)

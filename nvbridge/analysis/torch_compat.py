@@ -2,7 +2,8 @@
 
 A drop-in for the deprecated ``torch.autograd.profiler.load_nvprof`` that also reads Nsight
 Systems, keeps real thread ids, charges each kernel to one op only and builds the tree, so
-``key_averages()`` works. Imports torch; the rest of nvbridge never does.
+``key_averages()`` works. Imports torch; the rest of nvbridge never does. Above conversion (a
+report is converted in memory by nvbridge.conversion.memory.load_tables).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from nvbridge.columns import np_col
-from nvbridge.dataset.report import load
+from nvbridge.conversion.memory import load_tables
 from nvbridge.errors import MissingDependency
 
 
@@ -34,7 +35,7 @@ def load_nvprof(path: str | os.PathLike[str]) -> Any:
             f"nvbridge.load_nvprof needs torch ({exc}); install it with: pip install torch"
         ) from exc
 
-    report = load(path)
+    report = load_tables(path)
     ops = report.ops
     names = ops.column("op_name").to_pylist()
     threads = np_col(ops, "thread_id", fill=0).tolist()
