@@ -100,16 +100,3 @@ def injection(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return build_injection(tmp_path_factory.mktemp("inject"))
     except FileNotFoundError:
         pytest.skip("gcc is needed to build the test NVTX collector")
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """What the layering test still allows in the pipeline's directories (issue 26), printed on
-    every run that collected it: an allow-list is a known failure, never a silent skip."""
-    import sys
-
-    layers = sys.modules.get("tests.test_layers")
-    if layers is None:
-        return
-    terminalreporter.section("known layering failures left to the pipeline's rewrite (tests/test_layers.py)")
-    for line in layers.pending_report():
-        terminalreporter.write_line(line)

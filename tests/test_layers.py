@@ -56,11 +56,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 FLOOR = LAYERS[0]
 
-# Findings allowed for a while (issue 26 emptied both): an entry names work left to a change under
-# way, must still be found (the lists only shrink), and is removed when that work lands.
-PENDING_IMPORTS: dict[tuple[str, str], str] = {}
-PENDING_SIZES: set[str] = set()
-
 
 @dataclass(frozen=True)
 class Import:
@@ -166,13 +161,9 @@ def _imports(module: str) -> list[Import]:
 IMPORTS = {m: _imports(m) for m in FILES}
 
 
-def _pending(i: Import) -> bool:
-    return (i.module, i.named) in PENDING_IMPORTS
-
-
 def _runs(i: Import) -> bool:
-    """An import between nvbridge modules that runs (at load or at a call), not left pending."""
-    return i.target.startswith("nvbridge") and not i.typing_only and not _pending(i)
+    """An import between nvbridge modules that runs (at load or at a call)."""
+    return i.target.startswith("nvbridge") and not i.typing_only
 
 
 def _graph() -> dict[str, set[str]]:
@@ -309,29 +300,6 @@ def test_floors() -> None:
     assert {m for m in torch_users if not m.startswith("nvbridge.annotate")} == {"nvbridge.analysis.torch_compat"}
 
 
-def test_pending_findings_are_still_there() -> None:
-    """Each import left to the pipeline's rewrite still exists: when it goes, so does its entry."""
-    found = {(i.module, i.named) for imps in IMPORTS.values() for i in imps}
-    assert set(PENDING_IMPORTS) - found == set()
-    assert {s for s in PENDING_SIZES if s not in _too_big()} == set()
-
-
-def pending_report() -> list[str]:
-    """The allow-lists, one line each, with whether each is still found (conftest prints them)."""
-    found = {(i.module, i.named): i for imps in IMPORTS.values() for i in imps}
-    big = _too_big()
-    lines = [f"{len(PENDING_IMPORTS)} imports out of layer order or lazy without a heavy dependency:"]
-    for (module, named), why in PENDING_IMPORTS.items():
-        i = found.get((module, named))
-        where = f"{module}:{i.line}" if i else f"{module} (gone: remove the entry)"
-        lines.append(f"  {where} imports {named}{' in a function' if i and i.lazy else ''}: {why}")
-    lines.append(f"{len(PENDING_SIZES)} modules over {MAX_MODULE_LINES} lines or functions over {MAX_FUNCTION_LINES}:")
-    lines += [
-        f"  {s}: {big[s] if s in big else 'now within the limit: remove the entry'}" for s in sorted(PENDING_SIZES)
-    ]
-    return lines
-
-
 def test_the_layers_are_the_ones_documented() -> None:
     doc = (ROOT / "docs" / "architecture.md").read_text()
     drawn = re.search(r"\n## Layers\n(.*?)\n## ", doc, re.S)
@@ -353,5 +321,5 @@ def _too_big() -> dict[str, int]:
 
 
 def test_sizes() -> None:
-    big = {k: v for k, v in _too_big().items() if k not in PENDING_SIZES}
+    big = _too_big()
     assert big == {}, f"modules over {MAX_MODULE_LINES} lines, functions over {MAX_FUNCTION_LINES}: split by role"
