@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import click
 
 from nvbridge.analysis import format_time
 from nvbridge.analysis.advise import Advice, Finding, advise
+from nvbridge.analysis.as_json import advice_json
 from nvbridge.analysis.throughput import si
 from nvbridge.cli._common import errors
 from nvbridge.output.names import plural
@@ -138,24 +137,6 @@ def render(advice: Advice, limit: int, steps: int) -> str:
     return "\n".join(lines)
 
 
-def as_json(advice: Advice) -> dict[str, Any]:
-    """The Advice as plain JSON values (figures and per-step times as objects)."""
-    out = dataclasses.asdict(advice)
-    for f in out["findings"]:
-        f["figures"] = dict(f["figures"])
-        f["by_step"] = {str(k): v for k, v in f["by_step"]}
-    for s, step in zip(out["steps"], advice.steps):
-        s["idle_share"] = step.idle_share
-        s["by_category"] = dict(step.by_category)
-    if advice.dominant is not None:
-        top = out["dominant"]
-        top["by_category"] = dict(top["by_category"])
-        top["copy_bytes"] = dict(top["copy_bytes"])
-        top["share"] = advice.dominant.share
-        top["copy_gbps"] = advice.dominant.copy_gbps
-    return out
-
-
 @click.command("advise")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--limit", default=15, show_default=True, help="Findings to show (-1: all).")
@@ -190,6 +171,8 @@ def advise_cmd(
     with errors():
         results = advise(path, min_share / 100, peak_tflops, peak_gbps)
         if json_out:
-            click.echo(json.dumps([as_json(a) for a in results] if len(results) > 1 else as_json(results[0]), indent=1))
+            click.echo(
+                json.dumps([advice_json(a) for a in results] if len(results) > 1 else advice_json(results[0]), indent=1)
+            )
             return
         click.echo("\n\n".join(render(a, limit, step_lines) for a in results))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,8 @@ from typing import Any
 import click
 
 from nvbridge.analysis import format_time
-from nvbridge.analysis.diff import OP_SUMS, Diff, OpDelta, diff
+from nvbridge.analysis.as_json import diff_json
+from nvbridge.analysis.diff import Diff, OpDelta, diff
 from nvbridge.analysis.text_table import cut
 from nvbridge.cli._common import errors
 
@@ -80,16 +80,6 @@ def render(d: Diff, limit: int) -> str:
     return "\n".join(lines)
 
 
-def as_json(d: Diff, bound: float | None) -> dict[str, Any]:
-    """The Diff as plain JSON values (op figures by name, with deltas)."""
-    out = dataclasses.asdict(d)
-    for row, o in zip(out["ops"], d.ops):
-        row["a"], row["b"] = dict(zip(OP_SUMS, o.a)), dict(zip(OP_SUMS, o.b))
-        row["delta"] = {f: o.delta(f) for f in OP_SUMS}
-    out["regressions"] = d.regressions(bound) if bound is not None else []
-    return out
-
-
 def _bound(text: str | None) -> float | None:
     if text is None:
         return None
@@ -115,7 +105,7 @@ def diff_cmd(a: Path, b: Path, limit: int, fail_above: str | None, json_out: boo
     bound = _bound(fail_above)
     with errors():
         result = diff(a, b)
-    click.echo(json.dumps(as_json(result, bound), indent=1) if json_out else render(result, limit))
+    click.echo(json.dumps(diff_json(result, bound), indent=1) if json_out else render(result, limit))
     failed = result.regressions(bound) if bound is not None else []
     if failed:
         raise GateFailed(f"{', '.join(failed)}, above --fail-above {fail_above}")

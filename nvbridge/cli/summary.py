@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 from pathlib import Path
@@ -25,6 +24,7 @@ from nvbridge.analysis import (
     sort_column,
     summarize,
 )
+from nvbridge.analysis.as_json import summary_json
 from nvbridge.cli import kernels as kernel_cli
 from nvbridge.cli._common import errors, human_bytes, terminal_width, wrapped
 from nvbridge.errors import OptionError
@@ -122,30 +122,7 @@ def gpu_line(d: GpuHeader, several: bool) -> str:
 
 
 def _json(summary: Summary, rows: list[dict[str, Any]]) -> str:
-    ranks = None
-    if summary.several:
-        ranks = {
-            "ranks": [
-                {
-                    "rank": r.label,
-                    "source": r.source,
-                    "ops": r.ops,
-                    "kernels": r.kernels,
-                    "gpu_busy_ns": dict(r.gpu_busy_ns),
-                    "process_id": r.process_id,
-                    "self_cpu_ns": r.self_cpu_ns,
-                    "self_gpu_ns": r.self_gpu_ns,
-                    "lanes": [dataclasses.asdict(lane) for lane in r.lanes],
-                }
-                for r in summary.ranks
-            ],
-            "steps": [dataclasses.asdict(s) for s in summary.steps],
-            "summed": True,  # the rows add the ranks up
-        }
-    gpu = [dict(dataclasses.asdict(d), several=summary.several) for d in summary.gpus]
-    flops = dict(summary.flops) if summary.several else summary.flops[0][1] if summary.flops else None
-    launches = dataclasses.asdict(summary.launches)
-    return json.dumps({"gpu": gpu, "ranks": ranks, "flops": flops, "launches": launches, "rows": rows}, indent=1)
+    return json.dumps(summary_json(summary, rows), indent=1)
 
 
 def _check_options(

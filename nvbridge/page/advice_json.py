@@ -1,17 +1,17 @@
 """advise's and diff's results as the JSON their commands print, and the per-step bars.
 
-The shapes are those of ``nvbridge advise --json`` and ``nvbridge diff --json``
-(nvbridge/cli/advise.py, nvbridge/cli/diff.py); tests/test_page_figures.py holds the page's
-copy equal to the commands' output.
+The shapes are those of ``nvbridge advise --json`` and ``nvbridge diff --json``, built by the
+same functions (nvbridge/analysis/as_json.py); tests/test_page_figures.py holds the page's data
+equal to the commands' output.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+from nvbridge.analysis import as_json
 from nvbridge.analysis.advise import Advice
-from nvbridge.analysis.diff import OP_SUMS, Diff
+from nvbridge.analysis.diff import Diff
 from nvbridge.page.figures import clean
 
 OUTSIDE = "outside the GPU timeline"
@@ -23,33 +23,15 @@ MAX_FINDING_STEPS = 20
 
 
 def advice_json(advice: Advice) -> dict[str, Any]:
-    """What ``nvbridge advise --json`` prints for one report (see :func:`bounded`)."""
-    out = dataclasses.asdict(advice)
-    for f in out["findings"]:
-        f["figures"] = dict(f["figures"])
-        f["by_step"] = {str(k): v for k, v in f["by_step"]}
-    for s, step in zip(out["steps"], advice.steps):
-        s["idle_share"] = step.idle_share
-        s["by_category"] = dict(step.by_category)
-    if advice.dominant is not None:
-        top = out["dominant"]
-        top["by_category"] = dict(top["by_category"])
-        top["copy_bytes"] = dict(top["copy_bytes"])
-        top["share"] = advice.dominant.share
-        top["copy_gbps"] = advice.dominant.copy_gbps
-    result: dict[str, Any] = clean(out)
-    return result
+    """What ``nvbridge advise --json`` prints for one report, as the page embeds it (see :func:`bounded`)."""
+    out: dict[str, Any] = clean(as_json.advice_json(advice))
+    return out
 
 
 def diff_json(d: Diff) -> dict[str, Any]:
     """What ``nvbridge diff --json`` prints (without ``--fail-above``: no regressions listed)."""
-    out = dataclasses.asdict(d)
-    for row, o in zip(out["ops"], d.ops):
-        row["a"], row["b"] = dict(zip(OP_SUMS, o.a)), dict(zip(OP_SUMS, o.b))
-        row["delta"] = {f: o.delta(f) for f in OP_SUMS}
-    out["regressions"] = []
-    result: dict[str, Any] = clean(out)
-    return result
+    out: dict[str, Any] = clean(as_json.diff_json(d))
+    return out
 
 
 def step_records(results: list[dict[str, Any]], run: str = "") -> list[dict[str, Any]]:

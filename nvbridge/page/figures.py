@@ -10,14 +10,13 @@ the commands' output (tests/test_page_figures.py).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from nvbridge.analysis import throughput
+from nvbridge.analysis import as_json, throughput
 from nvbridge.analysis.op_table import KeyAverages, merge_averages
 from nvbridge.analysis.summarize import Summary
 from nvbridge.engine.costs.flops import precision
@@ -42,31 +41,8 @@ def clean(value: Any) -> Any:
 
 
 def summary_json(summary: Summary, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What ``nvbridge summary --json`` prints, for ``rows`` (nvbridge/cli/summary.py)."""
-    ranks = None
-    if summary.several:
-        ranks = {
-            "ranks": [
-                {
-                    "rank": r.label,
-                    "source": r.source,
-                    "ops": r.ops,
-                    "kernels": r.kernels,
-                    "gpu_busy_ns": dict(r.gpu_busy_ns),
-                    "process_id": r.process_id,
-                    "self_cpu_ns": r.self_cpu_ns,
-                    "self_gpu_ns": r.self_gpu_ns,
-                    "lanes": [dataclasses.asdict(lane) for lane in r.lanes],
-                }
-                for r in summary.ranks
-            ],
-            "steps": [dataclasses.asdict(s) for s in summary.steps],
-            "summed": True,
-        }
-    gpu = [dict(dataclasses.asdict(d), several=summary.several) for d in summary.gpus]
-    flops = dict(summary.flops) if summary.several else summary.flops[0][1] if summary.flops else None
-    launches = dataclasses.asdict(summary.launches)
-    out: dict[str, Any] = clean({"gpu": gpu, "ranks": ranks, "flops": flops, "launches": launches, "rows": rows})
+    """What ``nvbridge summary --json`` prints, for ``rows``, as the page embeds it."""
+    out: dict[str, Any] = clean(as_json.summary_json(summary, rows))
     return out
 
 
