@@ -115,24 +115,3 @@ def _small(
     root = int(con.execute("SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0])
     con.close()
     return root
-
-
-def _encode(v: int) -> bytes:
-    out = [v & 0x7F]
-    v >>= 7
-    while v:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    return bytes(reversed(out))
-
-
-def _varint(data: bytes | bytearray, at: int) -> tuple[int, int]:
-    v = 0
-    for k in range(9):
-        c = data[at + k]
-        if k == 8:
-            return (v << 8) | c, 9
-        v = (v << 7) | (c & 0x7F)
-        if not c & 0x80:
-            return v, k + 1
-    raise AssertionError

@@ -17,9 +17,9 @@ from nvbridge.compiled import native
 from nvbridge.readers._db import Database
 from nvbridge.readers._pages import RowFilter
 from nvbridge.readers._sqlite import _array
+from scripts.hostile.page_map import encode_varint, varint
 from tests.conftest import REAL_DB, require_native
 from tests.page_reads import (
-    _encode,
     _inputs,
     _kind,
     _layout,
@@ -28,7 +28,6 @@ from tests.page_reads import (
     _same,
     _small,
     _sqlite_read,
-    _varint,
     _wal_file,
 )
 
@@ -317,11 +316,11 @@ def test_damaged_overflow_chains_and_nan_read_as_sqlite_would(tmp_path: Path) ->
     cell = struct.unpack(">H", data[(root - 1) * 4096 + 8 : (root - 1) * 4096 + 10])[0]
     u, size = 4096, None
     start = (root - 1) * 4096 + cell
-    size, _ = _varint(data, start)
+    size, _ = varint(data, start)
     x, m = u - 35, (u - 12) * 32 // 255 - 23
     k = m + (size - m) % (u - 4)
     local = size if size <= x else (k if k <= x else m)
-    header = len(_encode(size)) + len(_encode(1))
+    header = len(encode_varint(size)) + len(encode_varint(1))
     first = struct.unpack(">I", data[start + header + local : start + header + local + 4])[0]
     data[(first - 1) * 4096 : (first - 1) * 4096 + 4] = struct.pack(">I", first)
     path.write_bytes(bytes(data))
