@@ -25,6 +25,7 @@ from nvbridge.columns import np_col
 from nvbridge.conversion.memory import export_chrome_trace, export_chrome_traces
 from nvbridge.errors import ExportError
 from nvbridge.export import chrome
+from tests import tiny_nsys
 from tests.conftest import ALL_FILES, SAMPLE_DB, raw, real_db
 
 SAMPLES = sorted(p.name for p in SAMPLE_DB.glob("*.sqlite"))
@@ -296,19 +297,7 @@ BAD_UTF8 = b"bad \xff\xfe utf8 \xc3("
 def _synthetic(path: Path) -> None:
     """A tiny nsys-shaped export: one thread, NVTX ranges, runtime calls and kernels."""
     con = sqlite3.connect(path)
-    con.executescript("""
-        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,
-            text TEXT, textId INTEGER, globalTid INTEGER, endGlobalTid INTEGER, domainId INTEGER);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
-            eventClass INTEGER, globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL,
-            returnValue INTEGER);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
-            deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER,
-            globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER, mangledName INTEGER,
-            gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER,
-            registersPerThread INTEGER, staticSharedMemory INTEGER, dynamicSharedMemory INTEGER);
-    """)
+    con.executescript(tiny_nsys.DDL)
     pid, tid = 4242, 4243
     gtid = (pid << 24) | tid
     gpid = pid << 24

@@ -24,7 +24,7 @@ from nvbridge.columns import np_col
 from nvbridge.conversion.memory import export_chrome_traces
 from nvbridge.dataset.schema import InMemory
 from nvbridge.export.trace_ranks import Ranks, rank_path, report_ranks
-from tests import raw_gpu
+from tests import raw_gpu, tiny_nsys
 from tests.conftest import SAMPLE_DB, real_db
 from tests.test_chrome import load_strict, validate
 
@@ -36,19 +36,7 @@ def _export(path: Path, pids: list[int]) -> None:
     """A tiny nsys-shaped export: process 50 records ranges only (a launcher); each process in
     ``pids`` a range, two launches and their kernels on GPU ``i`` (its position)."""
     con = sqlite3.connect(path)
-    con.executescript("""
-        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,
-            text TEXT, textId INTEGER, globalTid INTEGER, endGlobalTid INTEGER, domainId INTEGER);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
-            eventClass INTEGER, globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL,
-            returnValue INTEGER);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
-            deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER,
-            globalPid INTEGER, demangledName INTEGER NOT NULL, shortName INTEGER, mangledName INTEGER,
-            gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER,
-            registersPerThread INTEGER, staticSharedMemory INTEGER, dynamicSharedMemory INTEGER);
-    """)
+    con.executescript(tiny_nsys.DDL)
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(1, "cudaLaunchKernel_v7000"), (2, "gemm")])
     con.execute("INSERT INTO NVTX_EVENTS VALUES (500, 90000, 59, 'spawn', NULL, ?, NULL, 0)", ((50 << 24) | 50,))
     for i, pid in enumerate(pids):
