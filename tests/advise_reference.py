@@ -9,6 +9,7 @@ from typing import Any
 from nvbridge.analysis.advise import Advice, Finding
 from tests.conftest import SAMPLE_DB
 from tests.conftest import raw as raw_sql
+from tests.raw_gpu import length, union
 
 FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
 LM = "nvprof-2020-pytorch14-pyprof-lm.sqlite"
@@ -20,21 +21,6 @@ PID = "(globalPid >> 24) & 16777215"  # nsys globalPid/globalTid -> OS pid
 def raw(path: Path, sql: str) -> list[tuple[Any, ...]]:
     """Rows of raw SQL on the export (read-only), values as sqlite3 gives them."""
     return raw_sql(path, sql)
-
-
-def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Merge intervals (the plain loop, independent of nvbridge.analysis.spans)."""
-    out: list[tuple[int, int]] = []
-    for s, e in sorted(i for i in intervals if i[1] > i[0]):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
-
-
-def length(intervals: list[tuple[int, int]]) -> int:
-    return sum(e - s for s, e in union(intervals))
 
 
 def minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:

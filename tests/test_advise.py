@@ -21,8 +21,9 @@ import nvbridge
 from nvbridge.analysis.advise import Advice, advise_report
 from nvbridge.cli import cli
 from tests import raw_gpu, raw_waits
-from tests.advise_reference import ADVISE, FSDP, LM, PID, PYPROF, _of, length, minus, raw, subtract
+from tests.advise_reference import ADVISE, FSDP, LM, PID, PYPROF, _of, minus, raw, subtract
 from tests.conftest import ALL_FILES, SAMPLE_DB, real_db
+from tests.raw_gpu import length
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,9 @@ from nvbridge.analysis import spans
 from nvbridge.analysis.advise import advise, advise_report
 from nvbridge.cli import cli
 from tests import raw_gpu
-from tests.advise_reference import ADVISE, FSDP, _of, length, raw
+from tests.advise_reference import ADVISE, FSDP, _of, raw
 from tests.conftest import ALL_FILES, SAMPLE_DB, real_db
+from tests.raw_gpu import length
 
 
 def _built_report(copies: int) -> nvbridge.Report:
