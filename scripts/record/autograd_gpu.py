@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import hashlib
-import os
-import shutil
 import sqlite3
 import sys
 from pathlib import Path
@@ -75,13 +73,7 @@ def plan(con: sqlite3.Connection) -> list[synthetic_gpu.Launch]:
 
 def generate(source: Path, out: Path) -> dict[str, int]:
     """Copy ``source`` to ``out`` with the synthetic GPU layer; return row counts."""
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    shutil.copyfile(source, tmp)
-    tmp.chmod(0o644)
-    con = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        con.execute("BEGIN")
+    with synthetic_gpu.layered_copy(source, out) as (con, labels):
         present = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} & set(
             synthetic_gpu.DDL
         )
@@ -93,38 +85,34 @@ def generate(source: Path, out: Path) -> dict[str, int]:
         for ddl in synthetic_gpu.DDL.values():
             con.execute(ddl)
         counts = synthetic_gpu.write(con, launches)
-        labels = {
-            "synthetic": "yes: every row of CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_KERNEL and "
-            "CUPTI_ACTIVITY_KIND_MEMCPY, and the StringIds they name, is made up; all other tables are the "
-            "unmodified real CPU recording",
-            "generator": f"{GENERATOR} (nvbridge repository), with scripts/record/synthetic_gpu.py's rows and rules",
-            "command": f"python -m scripts.record.autograd_gpu sample_db/{source.name}",
-            "source_file": source.name,
-            "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
-            "placement": "one call per NVTX mark, on the mark's thread, from the mark's time, "
-            f"{API_NS} ns long or to 1 ns before the thread's next NVTX event: "
-            "'launch aten::<op>' -> cudaLaunchKernel_v7000 + kernel synthetic::<op>_kernel; "
-            "'copy <bytes>' -> cudaMemcpyAsync_v3020 + HtoD copy pageable -> device",
-            "device_context_stream": f"{synthetic_gpu.DEVICE_ID},{synthetic_gpu.CONTEXT_ID},{synthetic_gpu.STREAM_ID}",
-            "launch_latency_ns": str(synthetic_gpu.LAUNCH_LATENCY_NS),
-            "serialization": "one stream, launch order: start = max(api start + launch latency, previous end)",
-            "kernel_duration_ns": "low + crc32('<op>|') % (high - low); "
-            + "; ".join(f"{k} [{lo}, {hi})" for k, (lo, hi) in synthetic_gpu.DURATION_NS.items()),
-            "memcpy_model_ns": f"{synthetic_gpu.MEMCPY_FIXED_NS} + bytes * 1000 // "
-            f"{synthetic_gpu.MEMCPY_BANDWIDTH_BYTES_PER_US}",
-            "rows_runtime": str(counts["runtime"]),
-            "rows_kernel": str(counts["kernel"]),
-            "rows_memcpy": str(counts["memcpy"]),
-        }
-        con.executemany("INSERT INTO NVBRIDGE_SYNTHETIC (name, value) VALUES (?, ?)", labels.items())
-        con.execute("COMMIT")
-        con.execute("VACUUM")
-    except BaseException:
-        con.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    con.close()
-    os.replace(tmp, out)
+        labels.update(
+            {
+                "synthetic": "yes: every row of CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_KERNEL and "
+                "CUPTI_ACTIVITY_KIND_MEMCPY, and the StringIds they name, is made up; all other tables are the "
+                "unmodified real CPU recording",
+                "generator": f"{GENERATOR} (nvbridge repository), "
+                "with scripts/record/synthetic_gpu.py's rows and rules",
+                "command": f"python -m scripts.record.autograd_gpu sample_db/{source.name}",
+                "source_file": source.name,
+                "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+                "placement": "one call per NVTX mark, on the mark's thread, from the mark's time, "
+                f"{API_NS} ns long or to 1 ns before the thread's next NVTX event: "
+                "'launch aten::<op>' -> cudaLaunchKernel_v7000 + kernel synthetic::<op>_kernel; "
+                "'copy <bytes>' -> cudaMemcpyAsync_v3020 + HtoD copy pageable -> device",
+                "device_context_stream": (
+                    f"{synthetic_gpu.DEVICE_ID},{synthetic_gpu.CONTEXT_ID},{synthetic_gpu.STREAM_ID}"
+                ),
+                "launch_latency_ns": str(synthetic_gpu.LAUNCH_LATENCY_NS),
+                "serialization": "one stream, launch order: start = max(api start + launch latency, previous end)",
+                "kernel_duration_ns": "low + crc32('<op>|') % (high - low); "
+                + "; ".join(f"{k} [{lo}, {hi})" for k, (lo, hi) in synthetic_gpu.DURATION_NS.items()),
+                "memcpy_model_ns": f"{synthetic_gpu.MEMCPY_FIXED_NS} + bytes * 1000 // "
+                f"{synthetic_gpu.MEMCPY_BANDWIDTH_BYTES_PER_US}",
+                "rows_runtime": str(counts["runtime"]),
+                "rows_kernel": str(counts["kernel"]),
+                "rows_memcpy": str(counts["memcpy"]),
+            }
+        )
     return counts
 
 

@@ -41,11 +41,13 @@ import shutil
 import sqlite3
 import sys
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.paths import ROOT
-from scripts.record.nsys_ddl import DDL  # re-exported: autograd_gpu and advise_gpu take it from here
+from scripts.record.nsys_ddl import DDL as DDL  # re-exported: autograd_gpu and advise_gpu take it from here
 
 GENERATOR = "scripts/record/synthetic_gpu.py"
 COMMAND = "python -m scripts.record.synthetic_gpu"
@@ -261,6 +263,31 @@ def _shown(path: Path) -> str:
         return path.name
 
 
+@contextmanager
+def layered_copy(source: Path, out: Path) -> Iterator[tuple[sqlite3.Connection, dict[str, str]]]:
+    """``source`` copied beside ``out`` and opened in one transaction for a synthetic layer; when
+    the block ends, the labels it filled go into NVBRIDGE_SYNTHETIC and the compacted copy
+    becomes ``out``. On any error or exit the copy is removed and ``out`` is left as it was."""
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    shutil.copyfile(source, tmp)
+    tmp.chmod(0o644)
+    con = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        con.execute("BEGIN")
+        labels: dict[str, str] = {}
+        yield con, labels
+        con.executemany("INSERT INTO NVBRIDGE_SYNTHETIC (name, value) VALUES (?, ?)", labels.items())
+        con.execute("COMMIT")
+        con.execute("VACUUM")
+    except BaseException:
+        con.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    con.close()
+    os.replace(tmp, out)
+
+
 def generate(source: Path, out: Path, batch_bytes: list[int]) -> dict[str, int]:
     """Copy ``source`` to ``out`` with the synthetic GPU layer; return row counts."""
     src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
@@ -274,13 +301,7 @@ def generate(source: Path, out: Path, batch_bytes: list[int]) -> dict[str, int]:
     if present:
         sys.exit(f"{source} already has {', '.join(present)}: give a CPU-only recording")
 
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    shutil.copyfile(source, tmp)
-    tmp.chmod(0o644)
-    con = sqlite3.connect(tmp, isolation_level=None)
-    try:
-        con.execute("BEGIN")
+    with layered_copy(source, out) as (con, labels):
         launches, skipped = plan(read_ranges(con), batch_bytes)
         for ddl in DDL.values():
             con.execute(ddl)
@@ -294,42 +315,35 @@ def generate(source: Path, out: Path, batch_bytes: list[int]) -> dict[str, int]:
         ).fetchone()[0]
         if capture and capture[0] is not None and last_end is not None and last_end > capture[0]:
             sys.exit(f"synthetic GPU work ends at {last_end} ns, after the capture ({capture[0]} ns)")
-        labels = {
-            "synthetic": "yes: every row of CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_KERNEL and "
-            "CUPTI_ACTIVITY_KIND_MEMCPY, and the StringIds they name, is made up; all other tables are the "
-            "unmodified real CPU recording",
-            "generator": f"{GENERATOR} (nvbridge repository)",
-            "command": f"{COMMAND} {_shown(source)} --batch-bytes {','.join(map(str, batch_bytes))}",
-            "source_file": source.name,
-            "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
-            "placement": "one cudaLaunchKernel_v7000 + one kernel per leaf aten op range that launches GPU "
-            "work (forward, backward-node and optimizer ops); API call from 1/4 of the op range, "
-            f"min(range/4, {API_MAX_NS} ns) long; one cudaMemcpyAsync_v3020 + one HtoD memcpy per input "
-            "tensor per ProfilerStep#N, before the step's first nested range",
-            "metadata_ops_without_kernels": ",".join(sorted(METADATA_OPS)),
-            "leaf_metadata_ops_skipped": str(skipped),
-            "device_context_stream": f"{DEVICE_ID},{CONTEXT_ID},{STREAM_ID}",
-            "launch_latency_ns": str(LAUNCH_LATENCY_NS),
-            "serialization": "one stream, launch order: start = max(api start + launch latency, previous end)",
-            "kernel_duration_ns": "low + crc32('<op>|<sizes>') % (high - low); "
-            + "; ".join(f"{k} [{lo}, {hi})" for k, (lo, hi) in DURATION_NS.items()),
-            "kernel_names": "demangledName synthetic::<op>_kernel, shortName <op>_kernel, "
-            "mangledName _ZN9synthetic<len><op>_kernelEv",
-            "batch_bytes": ",".join(map(str, batch_bytes)),
-            "memcpy_model_ns": f"{MEMCPY_FIXED_NS} + bytes * 1000 // {MEMCPY_BANDWIDTH_BYTES_PER_US}",
-            "rows_runtime": str(counts["runtime"]),
-            "rows_kernel": str(counts["kernel"]),
-            "rows_memcpy": str(counts["memcpy"]),
-        }
-        con.executemany("INSERT INTO NVBRIDGE_SYNTHETIC (name, value) VALUES (?, ?)", labels.items())
-        con.execute("COMMIT")
-        con.execute("VACUUM")
-    except BaseException:
-        con.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    con.close()
-    os.replace(tmp, out)
+        labels.update(
+            {
+                "synthetic": "yes: every row of CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_KERNEL and "
+                "CUPTI_ACTIVITY_KIND_MEMCPY, and the StringIds they name, is made up; all other tables are the "
+                "unmodified real CPU recording",
+                "generator": f"{GENERATOR} (nvbridge repository)",
+                "command": f"{COMMAND} {_shown(source)} --batch-bytes {','.join(map(str, batch_bytes))}",
+                "source_file": source.name,
+                "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+                "placement": "one cudaLaunchKernel_v7000 + one kernel per leaf aten op range that launches GPU "
+                "work (forward, backward-node and optimizer ops); API call from 1/4 of the op range, "
+                f"min(range/4, {API_MAX_NS} ns) long; one cudaMemcpyAsync_v3020 + one HtoD memcpy per input "
+                "tensor per ProfilerStep#N, before the step's first nested range",
+                "metadata_ops_without_kernels": ",".join(sorted(METADATA_OPS)),
+                "leaf_metadata_ops_skipped": str(skipped),
+                "device_context_stream": f"{DEVICE_ID},{CONTEXT_ID},{STREAM_ID}",
+                "launch_latency_ns": str(LAUNCH_LATENCY_NS),
+                "serialization": "one stream, launch order: start = max(api start + launch latency, previous end)",
+                "kernel_duration_ns": "low + crc32('<op>|<sizes>') % (high - low); "
+                + "; ".join(f"{k} [{lo}, {hi})" for k, (lo, hi) in DURATION_NS.items()),
+                "kernel_names": "demangledName synthetic::<op>_kernel, shortName <op>_kernel, "
+                "mangledName _ZN9synthetic<len><op>_kernelEv",
+                "batch_bytes": ",".join(map(str, batch_bytes)),
+                "memcpy_model_ns": f"{MEMCPY_FIXED_NS} + bytes * 1000 // {MEMCPY_BANDWIDTH_BYTES_PER_US}",
+                "rows_runtime": str(counts["runtime"]),
+                "rows_kernel": str(counts["kernel"]),
+                "rows_memcpy": str(counts["memcpy"]),
+            }
+        )
     return counts
 
 
