@@ -17,7 +17,8 @@ import nvbridge
 from nvbridge.analysis.advise import advise_report
 from nvbridge.cli import cli
 from nvbridge.page.focus import median_step, windowed
-from tests.conftest import SAMPLE_DB, raw, real_db
+from tests import raw_gpu
+from tests.conftest import ALL_FILES, SAMPLE_DB, raw, real_db
 
 ADVISE = SAMPLE_DB / "advise_cpu+synthetic_gpu.sqlite"
 RANKS = SAMPLE_DB / "ranks_cpu+synthetic_gpu.sqlite"
@@ -360,3 +361,15 @@ def test_partitioned_dataset_page_equals_its_commands(tmp_path: Path) -> None:
     expected = cli_json("advise", str(dataset))
     assert isinstance(expected, list) and len(expected) == 2
     assert data["advise"] == expected
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_FILES if n != "nvprof-2020-empty-capture.sqlite"])  # refused: no rows
+def test_module_icicle_adds_up_to_raw_gpu_time_on_every_real_export(name: str, tmp_path: Path) -> None:
+    """The page's GPU time by module holds every GPU op's time once, on every real export: the
+    kernels, copies, memsets and graph launches tests/raw_gpu.py reads with sqlite3."""
+    src = real_db(name)
+    out = tmp_path / "p.html"
+    run("report", str(src), "-o", str(out))
+    data, _ = page_data(out)
+    want = sum(g.end - g.start for g in raw_gpu.read(src).gpu)
+    assert sum(n["value"] for n in data["modules"]) == want > 0
