@@ -99,7 +99,9 @@ def record(rec: Recording, out: Path) -> list[Path]:
         for rep in sorted(reports.glob("*.nsys-rep")):
             dest = out / (f"{rec.name}.sqlite" if rec.one_session else f"{rec.name}.{rep.stem}.sqlite")
             dest.unlink(missing_ok=True)
-            subprocess.run(["nsys", "export", "--type", "sqlite", "-o", str(dest), str(rep)], check=True, capture_output=True)
+            subprocess.run(
+                ["nsys", "export", "--type", "sqlite", "-o", str(dest), str(rep)], check=True, capture_output=True
+            )
             written.append(dest)
         ranks = [json.loads(p.read_text()) for p in sorted(tmp.glob("waits.rank*.json"))]
         if len(ranks) != rec.nproc:
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("needs nsys and torchrun on PATH (scripts/install_nsys.sh; pip install torch)")
     for name in args.names or RECORDINGS:
         for path in record(RECORDINGS[name], args.out):
-            print(f"{path.relative_to(args.out.parent) if path.is_relative_to(args.out.parent) else path}: {path.stat().st_size:,} bytes")
+            print(f"{path}: {path.stat().st_size:,} bytes")
 
 
 if __name__ == "__main__":

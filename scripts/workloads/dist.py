@@ -74,12 +74,12 @@ def train(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The training loop; returns the timed collectives."""
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)  # the same model everywhere (as DDP broadcasts it)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(32, args.width), torch.nn.ReLU(), torch.nn.Linear(args.width, 10)
-    )
+    model = torch.nn.Sequential(torch.nn.Linear(32, args.width), torch.nn.ReLU(), torch.nn.Linear(args.width, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(1 + rank)  # each rank its own data
-    batches = [(torch.randn(16, 32, generator=gen), torch.randint(0, 10, (16,), generator=gen)) for _ in range(args.steps)]
+    batches = [
+        (torch.randn(16, 32, generator=gen), torch.randint(0, 10, (16,), generator=gen)) for _ in range(args.steps)
+    ]
     timed = Collectives()
     with nvbridge.emit_nvtx() as nv:
         # start together once annotation is on (entering it costs each rank a different time):
@@ -89,7 +89,7 @@ def train(args: argparse.Namespace) -> list[dict[str, Any]]:
             nv.step()  # ProfilerStep#<step>
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             if rank == args.straggler_rank and step == args.straggler_step:
                 with torch.profiler.record_function("planted_sleep"):
                     time.sleep(args.sleep_ms / 1000)
