@@ -10,9 +10,11 @@ import click
 
 from nvbridge.analysis import format_time
 from nvbridge.analysis.advise import Advice, Finding, advise
+from nvbridge.analysis.advise_ranks import ranks_advice, ranks_json, ranks_text
 from nvbridge.analysis.as_json import advice_json
 from nvbridge.analysis.throughput import si
 from nvbridge.cli._common import errors
+from nvbridge.dataset.report import is_partitioned
 from nvbridge.output.names import plural
 
 WIDTH = 100
@@ -170,9 +172,13 @@ def advise_cmd(
     """Ranked findings: the op, module and step to change, the time at stake and a fix."""
     with errors():
         results = advise(path, min_share / 100, peak_tflops, peak_gbps)
+        # a dataset of many reports: one answer, with the findings across its ranks
+        across, found = ranks_advice(path) if is_partitioned(path) else (None, [])
         if json_out:
-            click.echo(
-                json.dumps([advice_json(a) for a in results] if len(results) > 1 else advice_json(results[0]), indent=1)
-            )
+            reports = [advice_json(a) for a in results]
+            one = ranks_json(reports, across, found) if is_partitioned(path) else reports[0]
+            click.echo(json.dumps(one, indent=1))
             return
-        click.echo("\n\n".join(render(a, limit, step_lines) for a in results))
+        texts = [render(a, limit, step_lines) for a in results]
+        across_text = ranks_text(across, found)
+        click.echo("\n\n".join([*texts, across_text] if across_text else texts))

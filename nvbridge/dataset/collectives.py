@@ -185,23 +185,24 @@ def _match(rows: pa.Table) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
 def _clocks(
     reports: Sequence[ReportCollectives], rows: pa.Table, key: np.ndarray, matched: np.ndarray
 ) -> clocks.Clocks:
-    """Offsets from session starts, refined by matched collectives' ends (first process of each report)."""
-    names = [r.name for r in reports]
+    """Offsets from session starts and matched collectives (first process of each report)."""
     report = np.array(rows.column("report").to_pylist()) if rows.num_rows else np.zeros(0, str)
     proc = np_col(rows, "process_id") if rows.num_rows else np.zeros(0, np.int64)
     end = np_col(rows, "end_ns", fill=-1) if rows.num_rows else np.zeros(0, np.int64)
-    ends: list[dict[int, int]] = []
+    arrival = np_col(rows, "arrival_ns") if rows.num_rows else np.zeros(0, np.int64)
+    events: list[dict[int, tuple[int, int]]] = []
     ref_within: list[dict[int, int]] = []
     for i, r in enumerate(reports):
         mine = (report == r.name) & matched & (end >= 0)
         procs = sorted(set(proc[mine].tolist()), key=lambda p: (r.ranks.get(p, 1 << 30), p))
-        by_proc = [dict(zip(key[mine & (proc == p)].tolist(), end[mine & (proc == p)].tolist())) for p in procs]
-        ends.append(by_proc[0] if by_proc else {})
+        rows_of = [np.flatnonzero(mine & (proc == p)) for p in procs]
+        by_proc = [{int(key[j]): (int(arrival[j]), int(end[j])) for j in sel} for sel in rows_of]
+        events.append(by_proc[0] if by_proc else {})
         if i == 0:
-            ref_within = by_proc
+            ref_within = [{k: v[1] for k, v in e.items()} for e in by_proc]
     bases = [clocks.wall_base(r.meta) for r in reports]
     residual = clocks.spread_within(ref_within) if len(ref_within) > 1 else 0
-    return clocks.align(names, bases, ends, residual)
+    return clocks.align([r.name for r in reports], bases, events, residual)
 
 
 def _waits(
