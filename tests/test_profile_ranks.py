@@ -136,7 +136,9 @@ def test_marks_of_other_domains_or_shapes_are_not_ranks(tmp_path: Path) -> None:
     path = tmp_path / "marks.sqlite"
     con = sqlite3.connect(path)
     con.executescript(DDL)
-    pid = lambda p: p << 24 | 1  # noqa: E731 - globalTid of pid p's thread 1
+
+    def pid(p: int) -> int:  # globalTid of process p's thread 1
+        return p << 24 | 1
 
     rows = [
         (0, 75, "nvbridge", pid(1), 1),
