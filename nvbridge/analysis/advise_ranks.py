@@ -82,6 +82,19 @@ def ranks_advice(path: str | os.PathLike[str]) -> tuple[AcrossRanks | None, list
     return across, stragglers_of(across.steps) if across is not None else []
 
 
+def report_skews(across: AcrossRanks | None, names: list[str]) -> list[dict[int, int]] | None:
+    """Per report (partition names, in order), the steps its rank held the others back and by how
+    much (advise's per-report ``rank_skew`` finding); None without collectives across ranks."""
+    if across is None or not across.steps:
+        return None
+    out: list[dict[int, int]] = [{} for _ in names]
+    for s in across.steps:
+        report = across.rank_reports.get(s.slowest_rank)
+        if report in names and s.late_ns > 0:
+            out[names.index(report)][s.step] = s.late_ns
+    return out
+
+
 def ranks_json(reports: list[dict[str, Any]], across: AcrossRanks | None, found: list[Straggler]) -> dict[str, Any]:
     """``advise --json`` of a many-report dataset: one object."""
     return {

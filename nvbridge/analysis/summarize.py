@@ -99,6 +99,7 @@ def summarize(
     ranks: set[int] = set()
     ops = open_at_end = 0
     launches: list[Launches] = []
+    one: DatasetTables | None = None
     for source in sources:
         report = (
             source
@@ -124,6 +125,7 @@ def summarize(
         ops += figures.ops
         open_at_end += figures.open_at_end
         launches.append(figures.launches)
+        one = report if len(sources) == 1 else None  # its ranks are matched below
         del report
     _check_filter(path, device, rank, devices, ranks, parts)
     averages = parts[0] if len(parts) == 1 else merge_averages(parts)
@@ -139,7 +141,7 @@ def summarize(
         peaks,
         tuple(flops),
         merge_launches(launches),
-        across_ranks(path) if facts and not isinstance(path, DatasetTables) else None,
+        (across_ranks(one) if one is not None else across_ranks(path)) if facts else None,
     )
 
 
