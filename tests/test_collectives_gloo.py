@@ -132,3 +132,35 @@ def test_a_shifted_report_gives_the_same_answers(tmp_path: Path) -> None:
     # cores): the offset is recovered within that spread, and the alignment says it is unreliable
     assert abs(error) <= int(shifted[f"clock.{report}.end_spread_ns"] or 0) + 1_000_000
     assert shifted["clock.reliable"] == "false"
+
+
+def test_a_collective_missing_on_one_rank_costs_only_its_own_match(tmp_path: Path) -> None:
+    """Rank 1's capture lacks the barrier before step 0 (as if it started late): that barrier
+    is kept unmatched and explained, and every later collective still pairs with its partner."""
+    import shutil
+    import sqlite3
+
+    name = "ranks_gloo2_straggler_cpu"
+    late = shutil.copyfile(SAMPLE_DB / RUNS[name][1], tmp_path / RUNS[name][1])
+    con = sqlite3.connect(late)
+    with con:
+        gone = con.execute("DELETE FROM NVTX_EVENTS WHERE text LIKE '%barrier%'").rowcount
+    con.close()
+    assert gone >= 1
+    nvbridge.convert([SAMPLE_DB / RUNS[name][0], late], tmp_path / "ds")
+    meta = root_meta(tmp_path / "ds")
+    assert meta["collectives.unmatched"] == "1" and meta["collectives.unmatched.missing on some ranks"] == "1"
+    plant, waits = oracle(name)
+    steps = {s["step"]: s for s in _cli("summary", str(tmp_path / "ds"), "--json")["ranks"]["steps"]}
+    assert steps[plant["straggler_step"]]["slowest_rank"] == plant["straggler_rank"]
+    for step, by_rank in waits.items():
+        for rank, ns in by_rank.items():
+            assert steps[step]["waits"][str(rank)] == pytest.approx(ns, abs=0.05 * plant["sleep_ms"] * 1e6)
+    # partners share their seq (the collective's number on its communicator), the missed one too
+    table = read_collectives(tmp_path / "ds")
+    assert table is not None
+    rows = [r for r in table.to_pylist() if r["matched"]]
+    pairs: dict[tuple[str, int], set[int | None]] = {}
+    for r in rows:
+        pairs.setdefault((r["comm"], r["seq"]), set()).add(r["step"])
+    assert all(len(v) == 1 for v in pairs.values()) and len(pairs) == len(rows) // 2
