@@ -36,8 +36,6 @@ from nvbridge.dataset.collectives_scan import COMM_RANGE, INSTANCE, Instances
 from nvbridge.dataset.schema import COLLECTIVES
 
 POINT_TO_POINT = frozenset({"send", "recv", "sendrecv"})
-# The size nccl-tests counts, as a multiple of one rank's buffer (allgather: the gathered output)
-_SIZE_RANKS = frozenset({"allgather"})
 _BUS = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n}
 _BUS |= {"reduce_scatter": _BUS["allgather"], "alltoall": _BUS["allgather"]}
 _BUS |= {"broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
@@ -277,8 +275,7 @@ def _bandwidths(rows: pa.Table, transfer: np.ndarray, matched: np.ndarray, n: np
             alg.append(None)
             bus.append(None)
             continue
-        s = b * int(n[i]) if op in _SIZE_RANKS else b
-        a = s / float(transfer[i])
+        a = b / float(transfer[i])  # bytes: the size nccl-tests counts (collectives_scan.payload_bytes)
         alg.append(a)
         bus.append(a * _BUS[op](int(n[i])))
     return pa.array(alg, pa.float64()), pa.array(bus, pa.float64())

@@ -94,20 +94,24 @@ def backend_of_name(name: str) -> str:
     return "nccl" if name.startswith("nccl") else ""
 
 
-def payload_bytes(shapes: str | None, dtypes: str | None) -> int | None:
-    """Bytes of a collective's first tensor argument from torch's recorded ``sizes`` and
-    nvbridge's ``dtypes`` (a list of tensors: their sum); None where either is unknown."""
-    if not shapes or not dtypes:
+def payload_bytes(name: str, shapes: str | None, dtypes: str | None) -> int | None:
+    """A collective's size as nccl-tests counts it, from torch's dispatcher op (``c10d::...``:
+    its recorded ``sizes`` and nvbridge's ``dtypes``): the buffer for allreduce, broadcast,
+    reduce and alltoall, the gathered output for allgather (its first argument), the whole input
+    for reduce_scatter (its second: the first is one rank's share). None where not recorded, or
+    for any other range (the backends' own ranges record one rank's share only)."""
+    if not name.startswith("c10d::") or not shapes or not dtypes:
         return None
     try:
         sizes = json.loads(shapes)
     except ValueError:
         return None
     words = [w.strip() for w in dtypes.strip("[] ").split(",")]
-    if not isinstance(sizes, list) or not sizes or not words or words[0] not in _DTYPE_BYTES:
+    arg = 1 if op_of_name(name) == "reduce_scatter" else 0
+    if not isinstance(sizes, list) or len(sizes) <= arg or len(words) <= arg or words[arg] not in _DTYPE_BYTES:
         return None
-    numel = _numel(sizes[0])
-    return None if numel is None else numel * _DTYPE_BYTES[words[0]]
+    numel = _numel(sizes[arg])
+    return None if numel is None else numel * _DTYPE_BYTES[words[arg]]
 
 
 def _numel(shape: object) -> int | None:
@@ -332,7 +336,7 @@ def _range_groups(ranges: pa.Table) -> tuple[list[_Group], dict[int, int]]:
         if names[i].startswith("nccl") and ":" not in names[i] and g.source == "c10d_op" and len(g.names) == 1:
             g.source = "nccl_nvtx"
         if g.bytes is None:
-            g.bytes = payload_bytes(shapes[i], dtypes[i])
+            g.bytes = payload_bytes(names[i], shapes[i], dtypes[i])
         group_of_op[int(op_id[i])] = len(groups) - 1
     return groups, group_of_op
 
