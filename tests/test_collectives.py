@@ -139,3 +139,20 @@ def test_a_many_report_dataset_keeps_the_table_and_root_meta_beside_its_partitio
     assert pq.read_schema(plain / "collectives.parquet").names == nvbridge.dataset.schema.COLLECTIVES.names
     # the partitioned dataset still reads as one (summary over both reports)
     assert nvbridge.summarize(plain).several
+
+
+def test_communication_per_operation_equals_raw_kernel_arithmetic(fsdp: Path) -> None:
+    """advise's communication figures: per operation, the kernels' time and the part of each
+    kernel no compute kernel of its process overlaps, against raw SQL."""
+    answer = across_ranks(fsdp)
+    assert answer is not None
+    nccl, compute = _nccl_kernels(real_db(FSDP)), _compute_kernels(real_db(FSDP))
+    ops = {c.op: c for c in answer.ops}
+    # the first kernel of each process is a warm-up outside torch's ranges (SendRecv); the rest
+    # are torch's c10d::alltoall_base_
+    firsts = [k[0] for k in nccl.values()]
+    rest = [(pid, k) for pid, ks in nccl.items() for k in ks[1:]]
+    assert ops["sendrecv"].time_ns == sum(e - s for s, e in firsts)
+    assert ops["alltoall"].time_ns == sum(e - s for _, (s, e) in rest)
+    assert ops["alltoall"].exposed_ns == sum(length(subtract([k], compute.get(pid, []))) for pid, k in rest)
+    assert ops["alltoall"].collectives == len(rest) // 2 and ops["alltoall"].ranks == 2

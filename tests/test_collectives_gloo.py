@@ -90,6 +90,13 @@ def test_advise_is_one_object_with_the_straggler(run: tuple[str, Path]) -> None:
     for rank, ns in waits[plant["straggler_step"]].items():
         if rank != plant["straggler_rank"] and len(top["steps"]) == 1:
             assert top["waits"][str(rank)] == pytest.approx(ns, abs=0.05 * sleep_ns)
+    # communication findings: the collective, its time, waits and exposure (gloo: no compute hides it)
+    comm = {f["op"]: f for f in out["findings"] if f["kind"] == "communication"}
+    table = read_collectives(ds)
+    assert table is not None
+    rows = [r for r in table.to_pylist() if r["op"] == "allreduce" and r["matched"]]
+    assert comm["allreduce"]["wait_ns"] == sum(r["wait_ns"] for r in rows)
+    assert comm["allreduce"]["exposed"] and comm["allreduce"]["exposed_pct"] == 100.0
     text = CliRunner().invoke(cli, ["advise", str(ds)]).stdout
     assert f"straggler: rank {plant['straggler_rank']} in step {plant['straggler_step']}: planted_sleep" in text
 

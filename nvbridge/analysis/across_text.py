@@ -70,5 +70,6 @@ def across_json(across: AcrossRanks | None) -> dict[str, Any]:
         "overlap_pct": {str(r): pct for r, pct in sorted(across.overlap_pct.items())},
         "clock": {"reliable": across.clock_reliable, **clocks},
         "collectives": {"rows": across.collectives, "matched": across.matched},
+        "ops": [dict(dataclasses.asdict(c), exposed_pct=c.exposed_pct) for c in across.ops],
         "notes": across.notes(),
     }

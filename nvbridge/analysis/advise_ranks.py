@@ -9,11 +9,13 @@ tenth of the largest one's are left out (lockstep jitter names a rank every step
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from nvbridge.analysis.across_text import across_json
+from nvbridge.analysis.comm_ops import CommOp
 from nvbridge.analysis.op_table import format_time
 from nvbridge.analysis.rank_comm import AcrossRanks, across_ranks
 from nvbridge.analysis.stragglers import StepStraggler
@@ -95,11 +97,35 @@ def report_skews(across: AcrossRanks | None, names: list[str]) -> list[dict[int,
     return out
 
 
+def communication_json(c: CommOp) -> dict[str, Any]:
+    """A ``communication`` finding: the collective, its size and bandwidth, whether it is exposed."""
+    return {
+        "kind": "communication",
+        **dataclasses.asdict(c),
+        "exposed_pct": c.exposed_pct,
+        "exposed": c.exposed_ns > 0,
+        "fix": _comm_fix(c),
+    }
+
+
+def _comm_fix(c: CommOp) -> str:
+    if c.op == "barrier":
+        return "a barrier moves no data: its time is the wait for the last rank; drop it where nothing needs it"
+    if c.exposed_pct >= 50:
+        return (
+            f"{c.op} runs with no compute beside it for {c.exposed_pct:.0f}% of its time: overlap it (bucketed "
+            "gradient all-reduce as DDP does, FSDP prefetch, async_op=True and wait later), or send fewer, "
+            "larger messages"
+        )
+    return f"{c.op} is mostly hidden behind compute ({c.exposed_pct:.0f}% exposed): nothing to gain by overlapping it"
+
+
 def ranks_json(reports: list[dict[str, Any]], across: AcrossRanks | None, found: list[Straggler]) -> dict[str, Any]:
     """``advise --json`` of a many-report dataset: one object."""
+    comm = [communication_json(c) for c in across.ops] if across is not None else []
     return {
         "reports": reports,
-        "findings": [f.json() for f in found],
+        "findings": [f.json() for f in found] + comm,
         "ranks": across_json(across),
     }
 
@@ -120,5 +146,14 @@ def ranks_text(across: AcrossRanks | None, found: list[Straggler]) -> str:
         lines.append(f"    fix: {f.fix()}")
     if not found:
         lines.append("  no rank held the others back")
+    for c in across.ops:
+        size = f", {c.bytes:,} bytes" if c.bytes is not None else ""
+        bw = f", bus bandwidth {c.busbw_gbps:.2f} GB/s (median)" if c.busbw_gbps is not None else ""
+        lines.append(
+            f"  communication: {c.op} on {c.comm}, {c.collectives} collectives over {c.ranks} ranks{size}{bw}: "
+            f"{format_time(c.time_ns / 1e3)} in it (waiting {format_time(c.wait_ns / 1e3)}), "
+            f"{c.exposed_pct:.0f}% exposed"
+        )
+        lines.append(f"    fix: {_comm_fix(c)}")
     lines += [f"  {note}" for note in across.notes()]
     return "\n".join(lines)

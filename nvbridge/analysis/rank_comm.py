@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.analysis.comm_ops import CommOp, comm_ops
 from nvbridge.analysis.stragglers import OpTimes, StepStraggler, add_report_ops, stragglers
 from nvbridge.columns import merged_intervals, np_col
 from nvbridge.dataset import collectives_read
@@ -26,11 +27,11 @@ from nvbridge.dataset.report import DatasetTables, is_partitioned, load, report_
 GPU_COLUMNS = ["kind", "name", "process_id", "start_ns", "end_ns"]
 
 
-def covered(start: np.ndarray, end: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> int:
-    """Total length of the disjoint sorted intervals (start, end) that the disjoint sorted
-    intervals (cs, ce) cover: a prefix sum of coverage, evaluated at every bound."""
+def covered_each(start: np.ndarray, end: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> np.ndarray:
+    """Per interval (start, end), how much of it the disjoint sorted intervals (cs, ce) cover:
+    a prefix sum of coverage, evaluated at both bounds."""
     if not len(start) or not len(cs):
-        return 0
+        return np.zeros(len(start), np.int64)
     prefix = np.concatenate([[0], np.cumsum(ce - cs)])
 
     def upto(t: np.ndarray) -> np.ndarray:
@@ -38,7 +39,12 @@ def covered(start: np.ndarray, end: np.ndarray, cs: np.ndarray, ce: np.ndarray) 
         inside = np.where(j >= 0, np.minimum(t, ce[np.maximum(j, 0)]) - cs[np.maximum(j, 0)], 0)
         return np.where(j >= 0, prefix[np.maximum(j, 0)] + inside, 0)
 
-    return int((upto(end) - upto(start)).sum())
+    return np.asarray(upto(end) - upto(start), np.int64)
+
+
+def covered(start: np.ndarray, end: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> int:
+    """Total length of the disjoint sorted intervals (start, end) that (cs, ce) cover."""
+    return int(covered_each(start, end, cs, ce).sum())
 
 
 @dataclass
@@ -68,11 +74,14 @@ class CommTally:
             return 0, 0
         s, e = merged_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
         total = int((e - s).sum())
+        cs, ce = self.compute_union(process)
+        return total, total - covered(s, e, cs, ce)
+
+    def compute_union(self, process: int) -> tuple[np.ndarray, np.ndarray]:
         comp = self.compute.get(process, [])
         if not comp:
-            return total, total
-        cs, ce = merged_intervals(np.concatenate([p[0] for p in comp]), np.concatenate([p[1] for p in comp]))
-        return total, total - covered(s, e, cs, ce)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return merged_intervals(np.concatenate([p[0] for p in comp]), np.concatenate([p[1] for p in comp]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,7 @@ class AcrossRanks:
     collectives: int
     matched: int
     rank_reports: Mapping[int, str] = field(default_factory=dict)  # rank -> its report (partition name)
+    ops: tuple[CommOp, ...] = ()  # per (communicator, operation), most exposed first
 
     def notes(self) -> list[str]:
         out = []
@@ -125,6 +135,7 @@ def across_ranks(source: str | os.PathLike[str] | DatasetTables) -> AcrossRanks 
             return None
         table, meta = matched_now.table, dict(matched_now.meta()) if partitioned else {}
     times = OpTimes()
+    parts_exposed: list[tuple[str | None, np.ndarray]] = []
     comm: dict[int, int] = {}
     exposed: dict[int, int] = {}
     for report, name in parts:
@@ -132,14 +143,33 @@ def across_ranks(source: str | os.PathLike[str] | DatasetTables) -> AcrossRanks 
         rank_of = dict(zip(np_col(rows, "process_id").tolist(), np_col(rows, "rank").tolist()))
         add_report_ops(times, report, rank_of)
         offset = int(meta.get(f"clock.{name}.offset_ns") or 0) if name is not None else 0
-        _exposed(report, rows, rank_of, offset, comm, exposed)
+        parts_exposed.append((name, _exposed(report, rows, rank_of, offset, comm, exposed)))
     overlap = {r: 100.0 * (comm[r] - exposed[r]) / comm[r] for r in comm if comm[r] > 0}
     reliable = meta.get("clock.reliable") == "true" if partitioned else None
     matched = int(np.asarray(table.column("matched")).sum()) if table.num_rows else 0
     rank_reports = dict(zip(np_col(table, "rank").tolist(), table.column("report").to_pylist()))
+    ops = comm_ops(table, _row_exposed(table, parts_exposed))
     return AcrossRanks(
-        tuple(stragglers(table, times)), comm, exposed, overlap, reliable, meta, table.num_rows, matched, rank_reports
+        tuple(stragglers(table, times)),
+        comm,
+        exposed,
+        overlap,
+        reliable,
+        meta,
+        table.num_rows,
+        matched,
+        rank_reports,
+        ops,
     )
+
+
+def _row_exposed(table: pa.Table, parts: list[tuple[str | None, np.ndarray]]) -> np.ndarray:
+    """Each row's exposed ns, put back in the table's row order."""
+    out = np.zeros(table.num_rows, np.int64)
+    report = np.array(table.column("report").to_pylist()) if table.num_rows else np.zeros(0, str)
+    for name, values in parts:
+        out[np.ones(table.num_rows, bool) if name is None else report == name] = values
+    return out
 
 
 def _exposed(
@@ -149,14 +179,23 @@ def _exposed(
     offset: int,
     comm: dict[int, int],
     exposed: dict[int, int],
-) -> None:
-    """One report's ranks' communication and exposed time (collective rows back on its own clock)."""
+) -> np.ndarray:
+    """One report's ranks' communication and exposed time (collective rows back on its own
+    clock); returns each row's exposed ns (its interval minus its rank's compute)."""
     tally = CommTally()
     for chunk in report.chunks("gpu_ops", GPU_COLUMNS):
         tally.add(chunk)
+    row_proc = np_col(rows, "process_id")
+    start, end = np_col(rows, "start_ns") - offset, np_col(rows, "end_ns") - offset
+    row_exposed: np.ndarray = end - start
+    for p in np.unique(row_proc).tolist():
+        mine = row_proc == p
+        cs, ce = tally.compute_union(p)
+        row_exposed[mine] -= covered_each(start[mine], end[mine], cs, ce)
     cpu_rows = rows.filter(pc.not_equal(rows.column("source").cast(pa.string()), "nccl_kernel"))
     for proc, rank in rank_of.items():
         mine = cpu_rows.filter(pc.equal(cpu_rows.column("process_id"), proc))
         cpu = (np_col(mine, "start_ns") - offset, np_col(mine, "end_ns") - offset) if mine.num_rows else None
         total, exp = tally.exposed(proc, cpu)
         comm[rank], exposed[rank] = total, exp
+    return row_exposed
