@@ -57,8 +57,9 @@ class StepStraggler:
 class OpTimes:
     """Per (rank, step, op name, module path): self CPU and GPU ns, gathered a part at a time."""
 
-    cpu: dict[tuple[int, int, str, str | None], int] = field(default_factory=dict)
-    gpu: dict[tuple[int, int, str, str | None], int] = field(default_factory=dict)
+    # (rank, step) -> (op name, module path) -> ns
+    cpu: dict[tuple[int, int], dict[tuple[str, str | None], int]] = field(default_factory=dict)
+    gpu: dict[tuple[int, int], dict[tuple[str, str | None], int]] = field(default_factory=dict)
 
     def add(self, ops: pa.Table, rank_of: Mapping[int, int]) -> None:
         """A part of one report's ops (OPS_COLUMNS, ``time_self_gpu_ns`` where present)."""
@@ -89,9 +90,9 @@ class OpTimes:
             rank = rank_of.get(proc)
             if rank is None:
                 continue
-            k = (rank, step, name, module)
-            self.cpu[k] = self.cpu.get(k, 0) + cpu
-            self.gpu[k] = self.gpu.get(k, 0) + g
+            for table, ns in ((self.cpu, cpu), (self.gpu, g)):
+                mine = table.setdefault((rank, step), {})
+                mine[(name, module)] = mine.get((name, module), 0) + ns
 
 
 def add_report_ops(times: OpTimes, report: DatasetTables, rank_of: Mapping[int, int]) -> None:
@@ -107,28 +108,41 @@ def stragglers(collectives: pa.Table, times: OpTimes) -> list[StepStraggler]:
     t = collectives.filter(pc.and_(collectives.column("matched"), pc.is_valid(collectives.column("step"))))
     if not t.num_rows:
         return []
-    step = np_col(t, "step")
-    rank = np_col(t, "rank")
-    wait = np_col(t, "wait_ns", fill=0)
-    arrival = np_col(t, "arrival_ns")
-    comm = np.array(t.column("comm").to_pylist())
-    seq = np_col(t, "seq")
+    step, rank = np_col(t, "step"), np_col(t, "rank")
+    wait, arrival = np_col(t, "wait_ns", fill=0), np_col(t, "arrival_ns")
+    _, comm = np.unique(np.array(t.column("comm").to_pylist()), return_inverse=True)
+    _, key = np.unique(np.stack([step, comm.astype(np.int64), np_col(t, "seq")]), axis=1, return_inverse=True)
+    key = key.reshape(-1)
+    # the last to arrive at each collective is charged every rank's wait at it
+    order = np.lexsort((rank, arrival, key))
+    ks = key[order]
+    last = np.flatnonzero(np.append(ks[1:] != ks[:-1], True))  # each key's latest arrival
+    last_of = np.empty(int(key.max()) + 1, np.int64)
+    last_of[ks[last]] = rank[order][last]
+    waited = np.zeros(len(last_of), np.int64)
+    np.add.at(waited, key, wait)
+    steps, step_i = np.unique(step, return_inverse=True)
+    ranks, rank_i = np.unique(rank, return_inverse=True)
+    waits = np.zeros((len(steps), len(ranks)), np.int64)  # every rank's wait per step
+    np.add.at(waits, (step_i, rank_i), wait)
+    present = np.zeros((len(steps), len(ranks)), bool)
+    present[step_i, rank_i] = True
+    key_step = np.empty(len(last_of), np.int64)
+    key_step[key] = step_i
+    charged = np.zeros((len(steps), len(ranks)), np.int64)  # the waits each rank caused per step
+    np.add.at(charged, (key_step, np.searchsorted(ranks, last_of)), waited)
+    count = np.bincount(key_step, minlength=len(steps))
     out = []
-    for s in np.unique(step).tolist():
-        mine = step == s
-        ranks = sorted(set(rank[mine].tolist()))
-        if len(ranks) < 2:
+    for i, s in enumerate(steps.tolist()):
+        here = np.flatnonzero(present[i])
+        if len(here) < 2:
             continue
-        waits = {r: int(wait[mine & (rank == r)].sum()) for r in ranks}
-        charged = dict.fromkeys(ranks, 0)
-        keys = sorted(set(zip(comm[mine].tolist(), seq[mine].tolist())))
-        for c, q in keys:
-            rows = np.flatnonzero(mine & (comm == c) & (seq == q))
-            last = rows[np.argmax(arrival[rows])]
-            charged[int(rank[last])] += int(wait[rows].sum())
-        slow = max(ranks, key=lambda r: (charged[r], -r))
-        late = charged[slow] // (len(ranks) - 1)
-        out.append(StepStraggler(int(s), slow, late, waits, len(keys), cause_of(times, int(s), slow, ranks)))
+        # the rank charged most (the lower rank on a tie)
+        slow_i = here[np.lexsort((here, -charged[i, here]))[0]]
+        late = int(charged[i, slow_i]) // (len(here) - 1)
+        by_rank = {int(ranks[j]): int(waits[i, j]) for j in here}
+        cause = cause_of(times, int(s), int(ranks[slow_i]), [int(ranks[j]) for j in here])
+        out.append(StepStraggler(int(s), int(ranks[slow_i]), late, by_rank, int(count[i]), cause))
     return out
 
 
@@ -137,12 +151,10 @@ def cause_of(times: OpTimes, step: int, slow: int, ranks: Sequence[int]) -> Caus
     others = [r for r in ranks if r != slow]
     best: Cause | None = None
     for kind, table in (("cpu", times.cpu), ("gpu", times.gpu)):
-        for (r, s, name, module), ns in table.items():
-            if r != slow or s != step:
-                continue
-            theirs = [table.get((o, step, name, module), 0) for o in others]
+        theirs_all = [table.get((o, step), {}) for o in others]
+        for (name, module), ns in table.get((slow, step), {}).items():
+            theirs = [t.get((name, module), 0) for t in theirs_all]
             median = int(np.median(theirs)) if theirs else 0
-            excess = ns - median
-            if excess > 0 and (best is None or excess > best.excess_ns):
-                best = Cause(name, module, excess, ns, median, kind)
+            if ns - median > 0 and (best is None or ns - median > best.excess_ns):
+                best = Cause(name, module, ns - median, ns, median, kind)
     return best
