@@ -69,7 +69,7 @@ def _report(rank: int, arrive: int, end: int, op: str, sizes: str, dtypes: str) 
     kernels = pa.table(
         {c: pa.array([], pa.int64() if c != "name" and c != "kind" else pa.string()) for c in scan.GPU_COLUMNS}
     )
-    return ReportCollectives(f"rank{rank}", {"time_base": "epoch"}, {pid: rank}, scan.instances(ranges, kernels, {}))
+    return ReportCollectives(f"rank{rank}", {"time_base": "epoch"}, {pid: rank}, scan.instances(ranges, kernels))
 
 
 def test_bandwidths_follow_nccl_tests() -> None:

@@ -123,7 +123,7 @@ def across_ranks(source: str | os.PathLike[str] | DatasetTables) -> AcrossRanks 
         parts = [(load(d, streamed=True), collectives_read.report_name(d)) for d in report_dirs(source)]
     else:
         parts = [(load(source, streamed=True), None)]
-    table = collectives_read.read_collectives(path) if path is not None and partitioned else None
+    table = collectives_read.read_collectives(path) if path is not None else None  # root, or inside one report
     meta = collectives_read.root_meta(path) if path is not None and partitioned else {}
     if table is None:  # one report (its own table is cheap to match again), or written before the table existed
         matched_now = (

@@ -141,8 +141,16 @@ def summarize(
         peaks,
         tuple(flops),
         merge_launches(launches),
-        (across_ranks(one) if one is not None else across_ranks(path)) if facts else None,
+        _across(path, one) if facts else None,
     )
+
+
+def _across(path: str | os.PathLike[str] | DatasetTables, one: DatasetTables | None) -> AcrossRanks | None:
+    """Across ranks: from the dataset's collectives table where it keeps one, else matched from
+    the one report's tables (a report file converted in memory)."""
+    if isinstance(path, DatasetTables) or not os.path.isdir(path):
+        return across_ranks(one) if one is not None else None
+    return across_ranks(path)
 
 
 def _rank_facts(report: DatasetTables, figures: ReportFigures, several_reports: bool) -> list[RankFacts]:

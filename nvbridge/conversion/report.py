@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from nvbridge.conversion import pipeline
-from nvbridge.conversion.collectives import write_inside
+from nvbridge.conversion.collectives import CollectivesSink
 from nvbridge.conversion.pipeline import Progress, Sink
 from nvbridge.conversion.result import ConversionResult, Tallies, with_rank
 from nvbridge.conversion.sinks import ParquetSink
@@ -73,7 +73,6 @@ def convert_one(
         with outputs.staging(out) as tmp, exported(source) as database:
             with outputs.writing(out, "the dataset"):
                 tallies = _convert_into(database, tmp, report, trace, force)
-                write_inside(tmp)  # a report of several ranks: its collectives matched
             outputs.publish(tmp, out, force)
         if trace is not None:
             with outputs.writing(trace.path, "the trace"):
@@ -95,7 +94,7 @@ def _convert_into(
 ) -> Tallies:
     """Convert the report into ``tmp`` (and ``trace``) through the one pipeline; the rank a file
     name spells counts where the capture recorded none."""
-    sinks: list[Sink] = [ParquetSink(tmp)]
+    sinks: list[Sink] = [ParquetSink(tmp), CollectivesSink(tmp)]  # a report of several ranks: its collectives
     if trace is not None:
         sinks.append(TraceSink(trace, force))
     opener = functools.partial(open_windows, database, pipeline.WINDOW_ROWS)

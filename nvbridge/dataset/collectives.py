@@ -80,7 +80,7 @@ def build(reports: Sequence[ReportCollectives]) -> Matched:
     arrival = np_col(rows, "arrival_ns") + offset
     start = np_col(rows, "start_ns") + offset
     end = np_col(rows, "end_ns") + offset
-    wait, transfer, last = _waits(key, matched, arrival, end)
+    wait, transfer = _waits(key, matched, arrival, end)
     ranks_in = _ranks_per_comm(rows)
     algbw, busbw = _bandwidths(rows, transfer, matched, ranks_in)
     out = pa.table(
@@ -106,7 +106,6 @@ def build(reports: Sequence[ReportCollectives]) -> Matched:
         },
         schema=COLLECTIVES,
     )
-    del last
     return Matched(out, clock, reasons)
 
 
@@ -236,19 +235,14 @@ def _clocks(
     return clocks.align([r.name for r in reports], bases, events, residual)
 
 
-def _waits(
-    key: np.ndarray, matched: np.ndarray, arrival: np.ndarray, end: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """wait (last arrival - own), transfer (own end - last arrival), the last arrival per row."""
+def _waits(key: np.ndarray, matched: np.ndarray, arrival: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: wait (the last arrival at its collective - own), transfer (own end - the last arrival)."""
     if not len(key):
-        z = np.zeros(0, np.int64)
-        return z, z, z
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     last = np.full(int(key.max()) + 1, np.iinfo(np.int64).min)
     np.maximum.at(last, key[matched], arrival[matched])
     per_row = last[key]
-    wait = np.where(matched, per_row - arrival, 0)
-    transfer = np.where(matched, end - per_row, 0)
-    return wait, transfer, per_row
+    return np.where(matched, per_row - arrival, 0), np.where(matched, end - per_row, 0)
 
 
 def _ranks_per_comm(rows: pa.Table) -> np.ndarray:

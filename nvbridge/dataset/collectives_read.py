@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from nvbridge.dataset import collectives_scan as scan
@@ -48,22 +47,8 @@ def read_report(tables: DatasetTables, name: str) -> ReportCollectives:
         kernels.append(scan.nccl_kernels(chunk))
     comm = pa.concat_tables(ranges) if ranges else pa.table({c: [] for c in scan.OPS_COLUMNS})
     nccl = pa.concat_tables(kernels) if kernels else pa.table({c: [] for c in scan.GPU_COLUMNS})
-    launchers = _launchers(tables, scan.kernel_op_ids(nccl, comm.column("op_id").to_pylist()))
     ranks = {r.process_id: r.rank for r in tally.result(tables.recorded_ranks).ranks}
-    return ReportCollectives(name, tables.meta, ranks, scan.instances(comm, nccl, launchers))
-
-
-def _launchers(tables: DatasetTables, op_ids: set[int]) -> dict[int, tuple[int, int, int | None]]:
-    """(thread, start, step) of a few ops: the launchers of kernels that are no communication range."""
-    if not op_ids:
-        return {}
-    want = pa.array(sorted(op_ids), pa.int64())
-    out: dict[int, tuple[int, int, int | None]] = {}
-    for chunk in tables.chunks("ops", ["op_id", "thread_id", "start_ns", "step"]):
-        hit = chunk.filter(pc.is_in(chunk.column("op_id"), value_set=want))
-        cols = [hit.column(c).to_pylist() for c in ("op_id", "thread_id", "start_ns", "step")]
-        out.update({op: (t if t is not None else -1, s, st) for op, t, s, st in zip(*cols)})
-    return out
+    return ReportCollectives(name, tables.meta, ranks, scan.instances(comm, nccl))
 
 
 def collectives_of(path: str | os.PathLike[str]) -> Matched:
@@ -93,12 +78,6 @@ def _global_ranks(reports: list[ReportCollectives]) -> list[ReportCollectives]:
         ranks = {p: next(free) for p, _ in sorted(r.ranks.items(), key=lambda kv: kv[1])}
         out.append(ReportCollectives(r.name, r.meta, ranks, r.found))
     return out
-
-
-def several_processes(dataset: Path) -> bool:
-    """Whether a one-report dataset's threads belong to more than one process (cheap: one small table)."""
-    threads = pq.read_table(dataset / "threads.parquet", columns=["process_id"])
-    return len(set(threads.column("process_id").to_pylist())) > 1
 
 
 def several_ranks(matched: Matched) -> bool:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,11 +32,9 @@ OPS_DETAIL = ["input_shapes", "input_dtypes"]
 GPU_COLUMNS = ["op_id", "kind", "name", "process_id", "device_id", "start_ns", "end_ns"]
 
 # A communication range: torch's dispatcher op, its profiler wrapper, a backend's own range, or
-# NCCL's API range (its domain's registered strings). ncclGroupStart/End, ncclCommCount are not.
-COMM_RANGE = (
-    r"^(c10d::\w+|record_param_comms|(nccl|gloo|ucc|mpi):\w+"
-    r"|nccl(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|Send|Recv|Bcast))$"
-)
+# one of NCCL's API ranges (its domain's registered strings: ncclAllReduce, and ncclGroupEnd,
+# inside which grouped calls launch their kernels).
+COMM_RANGE = r"^(c10d::\w+|record_param_comms|(nccl|gloo|ucc|mpi):\w+|nccl[A-Z]\w*)$"
 _KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 
 # words (lower case, without separators) -> the table's op name
@@ -155,37 +152,29 @@ def nccl_kernels(gpu_ops: pa.Table) -> pa.Table:
     return gpu_ops.filter(pc.fill_null(hit, False))
 
 
-def instances(ranges: pa.Table, kernels: pa.Table, launchers: dict[int, tuple[int, int, int | None]]) -> Instances:
+def instances(ranges: pa.Table, kernels: pa.Table) -> Instances:
     """Fold a report's communication ranges and NCCL kernels into instances.
 
     Args:
         ranges: :func:`comm_rows` of all its ops (OPS_COLUMNS + OPS_DETAIL where recorded).
         kernels: :func:`nccl_kernels` of all its GPU ops.
-        launchers: (thread, start, step) of each launching op of a kernel that is no
-            communication range itself (NCCL's ``ncclGroupEnd``, or a range of the user's).
     """
     groups, group_of_op = _range_groups(ranges)
     groups, group_of_op = _pair_workers(groups, group_of_op)
-    spans = _group_spans(groups)
     k_op = np_col(kernels, "op_id", fill=-1)
     k_start, k_end = np_col(kernels, "start_ns"), np_col(kernels, "end_ns")
     k_proc = np_col(kernels, "process_id", fill=-1)
     k_names = kernels.column("name").cast(pa.string()).to_pylist()
     for i, op in enumerate(k_op.tolist()):
         g = group_of_op.get(op)
-        launcher = launchers.get(op)
-        if g is None and launcher is not None:
-            g = _containing(spans, int(k_proc[i]), launcher[0], launcher[1])
-        if g is not None:
-            groups[g].add_kernel(int(k_start[i]), int(k_end[i]), k_names[i])
-            continue
-        step = launcher[2] if launcher is not None else None
-        one = _Group(int(k_proc[i]), int(k_start[i]), None, step, op if op >= 0 else None, "nccl_kernel")
-        one.backend = "nccl"
-        one.add_kernel(int(k_start[i]), int(k_end[i]), k_names[i])
-        groups.append(one)
-    groups.sort(key=lambda g: (g.process, g.issue, g.first_kernel or 0))
-    rows = [g.row() for g in groups]
+        if g is None:  # launched outside any communication range: a collective of its own
+            g = len(groups)
+            groups.append(_Group(int(k_proc[i]), int(k_start[i]), None, None, op if op >= 0 else None, "nccl_kernel"))
+        groups[g].add_kernel(int(k_start[i]), int(k_end[i]), k_names[i])
+    # NCCL's API ranges that are no collective (ncclCommInitRank, a lone ncclGroupStart) go
+    kept = [g for g in groups if g.kernel_count or g.worker or g.op() != "unknown"]
+    kept.sort(key=lambda g: (g.process, g.issue, g.first_kernel or 0))
+    rows = [g.row() for g in kept]
     table = pa.Table.from_pylist(rows, schema=INSTANCE) if rows else INSTANCE.empty_table()
     return Instances(table, len(k_op), ranges.num_rows)
 
@@ -206,7 +195,8 @@ def _pair_workers(groups: list[_Group], group_of_op: dict[int, int]) -> tuple[li
             workers.setdefault(g.process, []).append(i)
     merged: dict[int, int] = {}  # worker group -> issuer group
     for proc, ws in workers.items():
-        for w, i in zip(sorted(ws, key=lambda j: groups[j].issue), issuers.get(proc, [])):
+        ordered = sorted(issuers.get(proc, []), key=lambda j: groups[j].issue)
+        for w, i in zip(sorted(ws, key=lambda j: groups[j].issue), ordered):
             if groups[w].issue >= groups[i].issue:
                 groups[i].worker = (groups[w].issue, groups[w].range_end or groups[w].issue)
                 groups[i].names += groups[w].names
@@ -218,45 +208,16 @@ def _pair_workers(groups: list[_Group], group_of_op: dict[int, int]) -> tuple[li
     return [groups[i] for i in keep], ops
 
 
-def _group_spans(groups: list[_Group]) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per (process, thread), the groups' starts, ends and indices, by start."""
-    by: dict[tuple[int, int], list[int]] = {}
-    for i, g in enumerate(groups):
-        by.setdefault((g.process, g.thread), []).append(i)
-    out = {}
-    for k, idx in by.items():
-        a = np.array(idx, np.int64)
-        s = np.array([groups[i].issue for i in idx], np.int64)
-        e = np.array([groups[i].range_end or 0 for i in idx], np.int64)
-        o = np.argsort(s, kind="stable")
-        out[k] = (s[o], e[o], a[o])
-    return out
-
-
-def _containing(
-    spans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]], process: int, thread: int, ts: int
-) -> int | None:
-    """The group on that thread whose range holds ``ts`` (groups there do not overlap)."""
-    found = spans.get((process, thread))
-    if found is None:
-        return None
-    s, e, idx = found
-    j = int(np.searchsorted(s, ts, side="right")) - 1
-    return int(idx[j]) if j >= 0 and e[j] >= ts else None
-
-
 class _Group:
     """One collective of one process while it is being folded (a few per step: not a hot path)."""
 
     def __init__(self, process: int, issue: int, end: int | None, step: int | None, op_id: int | None, src: str):
-        self.process, self.issue, self.range_end, self.step, self.op_id, self.source = (
-            process,
-            issue,
-            end,
-            step,
-            op_id,
-            src,
-        )
+        self.process = process
+        self.issue = issue  # the issuing range's start (a lone kernel's start)
+        self.range_end = end
+        self.step = step
+        self.op_id = op_id
+        self.source = src
         self.names: list[str] = []
         self.thread = -1
         self.backend = ""
@@ -339,9 +300,3 @@ def _range_groups(ranges: pa.Table) -> tuple[list[_Group], dict[int, int]]:
             g.bytes = payload_bytes(names[i], shapes[i], dtypes[i])
         group_of_op[int(op_id[i])] = len(groups) - 1
     return groups, group_of_op
-
-
-def kernel_op_ids(kernels: pa.Table, grouped: Iterable[int]) -> set[int]:
-    """Launching ops of kernels that are no communication range (looked up: thread, start, step)."""
-    inside = set(grouped)
-    return {op for op in np_col(kernels, "op_id", fill=-1).tolist() if op >= 0 and op not in inside}
