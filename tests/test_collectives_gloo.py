@@ -171,3 +171,28 @@ def test_a_collective_missing_on_one_rank_costs_only_its_own_match(tmp_path: Pat
     for r in rows:
         pairs.setdefault((r["comm"], r["seq"]), set()).add(r["step"])
     assert all(len(v) == 1 for v in pairs.values()) and len(pairs) == len(rows) // 2
+
+
+def test_unmatched_collectives_of_one_report_are_counted_and_explained(tmp_path: Path) -> None:
+    """A report of two ranks in one file, one rank's barrier removed: its partner's row is kept
+    unmatched, and summary says how many and why."""
+    import shutil
+    import sqlite3
+
+    copy = shutil.copyfile(SAMPLE_DB / "ranks_gloo2_onefile_cpu.sqlite", tmp_path / "onefile.sqlite")
+    con = sqlite3.connect(copy)
+    with con:
+        (pid,) = con.execute(
+            "SELECT (globalTid >> 24) & 16777215 FROM NVTX_EVENTS WHERE text LIKE 'c10d::barrier%' ORDER BY start LIMIT 1"
+        ).fetchone()
+        con.execute(
+            "DELETE FROM NVTX_EVENTS WHERE text LIKE '%barrier%' AND ((globalTid >> 24) & 16777215) = ?", (pid,)
+        )
+    con.close()
+    nvbridge.convert(copy, tmp_path / "ds")
+    table = read_collectives(tmp_path / "ds")
+    assert table is not None
+    unmatched = [r for r in table.to_pylist() if not r["matched"]]
+    assert [(r["op"], r["wait_ns"]) for r in unmatched] == [("barrier", None)]
+    text = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds")]).stdout
+    assert "1 collective rows unmatched across ranks (1 missing on some ranks); kept with matched=false" in text

@@ -124,7 +124,13 @@ def across_ranks(source: str | os.PathLike[str] | DatasetTables) -> AcrossRanks 
     else:
         parts = [(load(source, streamed=True), None)]
     table = collectives_read.read_collectives(path) if path is not None else None  # root, or inside one report
-    meta = collectives_read.root_meta(path) if path is not None and partitioned else {}
+    meta = (
+        collectives_read.root_meta(path)
+        if path is not None and partitioned
+        else collectives_read.table_meta(path)
+        if path is not None
+        else {}
+    )
     if table is None:  # one report (its own table is cheap to match again), or written before the table existed
         matched_now = (
             collectives_read.collectives_of(path)

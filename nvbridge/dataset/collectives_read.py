@@ -87,10 +87,14 @@ def several_ranks(matched: Matched) -> bool:
 
 
 def write(matched: Matched, directory: Path, root_meta: bool) -> None:
-    """``collectives.parquet`` (and, at a many-report root, ``ranks_meta.parquet``) into ``directory``."""
-    pq.write_table(compact_table(matched.table), directory / FILE, compression="zstd")
+    """``collectives.parquet`` (and, at a many-report root, ``ranks_meta.parquet``) into
+    ``directory``; the matching counts ride in the table file's own key/value metadata too, so
+    a report of several ranks (no root meta) still explains its unmatched rows."""
+    meta = matched.meta()
+    counts = {k.encode(): v.encode() for k, v in meta.items() if k.startswith("collectives.")}
+    table = compact_table(matched.table)
+    pq.write_table(table.replace_schema_metadata(counts), directory / FILE, compression="zstd")
     if root_meta:
-        meta = matched.meta()
         pq.write_table(pa.table({"key": list(meta), "value": list(meta.values())}), directory / ROOT_META)
 
 
@@ -103,6 +107,15 @@ def read_collectives(path: str | os.PathLike[str]) -> pa.Table | None:
         return pq.read_table(file)
     except (OSError, pa.ArrowException) as exc:
         raise DamagedDataset(f"{file} cannot be read ({exc}); convert the reports again with --force.") from exc
+
+
+def table_meta(path: str | os.PathLike[str]) -> dict[str, str | None]:
+    """The matching counts a collectives table file carries ({} where there is none)."""
+    file = Path(os.fspath(path)) / FILE
+    if not file.is_file():
+        return {}
+    found = pq.read_schema(file).metadata or {}
+    return {k.decode(): v.decode() for k, v in found.items() if k.startswith(b"collectives.")}
 
 
 def root_meta(path: str | os.PathLike[str]) -> dict[str, str | None]:
