@@ -183,7 +183,8 @@ def test_unmatched_collectives_of_one_report_are_counted_and_explained(tmp_path:
     con = sqlite3.connect(copy)
     with con:
         (pid,) = con.execute(
-            "SELECT (globalTid >> 24) & 16777215 FROM NVTX_EVENTS WHERE text LIKE 'c10d::barrier%' ORDER BY start LIMIT 1"
+            "SELECT (globalTid >> 24) & 16777215 FROM NVTX_EVENTS WHERE text LIKE 'c10d::barrier%' "
+            "ORDER BY start LIMIT 1"
         ).fetchone()
         con.execute(
             "DELETE FROM NVTX_EVENTS WHERE text LIKE '%barrier%' AND ((globalTid >> 24) & 16777215) = ?", (pid,)
