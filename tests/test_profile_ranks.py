@@ -294,13 +294,22 @@ def test_profile_srun_names_reports_by_slurm_procid(tmp_path: Path) -> None:
 
 
 def test_keep_report_under_a_launcher_is_a_folder(tmp_path: Path) -> None:
+    """Refused before anything runs, in one line, nothing written: a report name, a folder with
+    files (without --force), and with --force a rank<K>.nsys-rep that is no Nsight Systems
+    report (--force replaces only nvbridge's own kind of file)."""
     (tmp_path / "full").mkdir()
-    (tmp_path / "full" / "x").write_text("keep me")
-    for keep, said in (("reps.nsys-rep", "give a folder"), ("full", "is not empty")):
-        proc = _profile(tmp_path, "-o", "out", "--keep-report", keep, "--", "torchrun", "--nproc-per-node=2", "t.py")
+    (tmp_path / "full" / "rank0.nsys-rep").write_text("keep me")
+    cases = (
+        (["--keep-report", "reps.nsys-rep"], "give a folder"),
+        (["--keep-report", "full"], "is not empty"),
+        (["--keep-report", "full", "--force"], "was not written by nvbridge"),
+    )
+    for args, said in cases:
+        proc = _profile(tmp_path, "-o", "out", *args, "--", "torchrun", "--nproc-per-node=2", "t.py")
         assert proc.returncode == 1 and said in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["full", "rank0.nsys-rep"]
+    assert (tmp_path / "full" / "rank0.nsys-rep").read_text() == "keep me"
 
 
 def test_nsys_options_before_dashes_stay_nsys_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

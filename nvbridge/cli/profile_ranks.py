@@ -53,6 +53,10 @@ def check_keep_folder(keep: Path, force: bool) -> None:
         raise ExportError(f"{keep} is a file; give a folder to keep the ranks' reports in.")
     if keep.is_dir() and any(keep.iterdir()) and not force:
         raise ExportError(f"{keep} is not empty; choose another folder or pass --force to replace its reports.")
+    if keep.is_dir():  # --force replaces only Nsight Systems reports (nvbridge.output.owned)
+        for old in sorted(keep.glob("rank*")):
+            if old.suffix.lower() in REPORT_SUFFIXES:
+                outputs.check_file_destination(old, force, "the report")
 
 
 def keep_reports(reports: list[Path], keep: Path, force: bool) -> list[Path]:
@@ -62,6 +66,7 @@ def keep_reports(reports: list[Path], keep: Path, force: bool) -> list[Path]:
     kept = []
     for report in reports:
         dest = keep / report.name
+        outputs.check_file_destination(dest, force, "the report")
         with outputs.writing(dest, "the report"):
             shutil.move(report, dest)
         kept.append(dest)
