@@ -285,6 +285,13 @@ def test_profile_srun_names_reports_by_slurm_procid(tmp_path: Path) -> None:
             for r in pq.read_table(tmp_path / "out" / f"report=rank{rank}" / "meta.parquet").to_pylist()
         }
         assert meta["rank"] == str(rank)  # SLURM_PROCID: the rank mark's and the file name's
+    # a launcher that fails once its one rank recorded: said, and the report still converted,
+    # in its partition (one rank's report is a run of ranks' shape, not a one-report dataset)
+    fake.write_text('#!/bin/sh\nshift; shift\nSLURM_PROCID=0 "$@"\nexit 3\n')
+    proc = _profile(tmp_path, "-o", "out1", "--trace=nvtx", "--", str(fake), "-n", "1", sys.executable, "-c", code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "srun exited with status 3; converting the 1 report(s) recorded" in proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out1").iterdir()) == ["report=rank0"]
     fake.write_text('#!/bin/sh\nshift; shift\nexec "$@"\n')  # sets no SLURM_PROCID
     proc = _profile(tmp_path, "-o", "out2", "--trace=nvtx", "--", str(fake), "-n", "1", sys.executable, "-c", "pass")
     assert proc.returncode == 1 and "srun did not set SLURM_PROCID" in proc.stderr and "--one-report" in proc.stderr

@@ -28,7 +28,8 @@ def profile_ranks(
     """
     if keep is not None:
         check_keep_folder(keep, force)
-    work = Path(tempfile.mkdtemp(prefix=".nvbridge-profile-", dir=output.resolve().parent))
+    with outputs.writing(output, "a folder for the ranks' reports beside"):
+        work = Path(tempfile.mkdtemp(prefix=".nvbridge-profile-", dir=output.resolve().parent))
     try:
         reports = record_ranks(launch, work, nsys_options)
         if keep is not None:

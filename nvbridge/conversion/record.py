@@ -124,7 +124,7 @@ def record_ranks(launch: Launch, folder: Path, nsys_options: Sequence[str] = ())
         raise InputError(f"nsys profile recorded no rank (exit status {status}); run `{' '.join(argv)}` to see why.")
     if status != 0:  # a rank that failed after recording: say so, convert what was recorded
         sys.stderr.write(
-            f"nvbridge: {launch.kind} exited with status {status}; converting the {len(found)} reports recorded.\n"
+            f"nvbridge: {launch.kind} exited with status {status}; converting the {len(found)} report(s) recorded.\n"
         )
     return sorted(found, key=lambda p: (len(p.stem), p.stem))
 
