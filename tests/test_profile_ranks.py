@@ -19,9 +19,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+import nvbridge
 from nvbridge.annotate import _rank
 from nvbridge.dataset.ranks import rank_processes, recorded_ranks
-from nvbridge.readers._db import Database
 from nvbridge.readers.nsys_rank_marks import process_ranks
 from scripts.paths import importable
 from tests import raw_rank_marks
@@ -68,16 +68,17 @@ def test_each_rank_capture_holds_its_own_rank_mark(name: str) -> None:
         path = SAMPLES / f"{name}.rank{r['rank']}.sqlite"
         local = r["rank"]  # one node: torchrun's LOCAL_RANK is the rank
         assert raw_rank_marks.marks(path) == {r["pid"]: f"rank {r['rank']} {r['world_size']} {local}"}
-        with Database(path) as db:
-            assert process_ranks(db) == {r["pid"]: (r["rank"], r["world_size"], local)}
+        report = nvbridge.load(path)
+        assert process_ranks(report.marks) == {r["pid"]: (r["rank"], r["world_size"], local)}
+        assert (report.meta["rank"], report.meta["world_size"]) == (str(r["rank"]), str(r["world_size"]))
 
 
 def test_one_session_capture_names_each_process_rank() -> None:
     ranks = oracle("ranks_gloo2_onefile_cpu")
     expected = {r["pid"]: f"rank {r['rank']} 2 {r['rank']}" for r in ranks}
     assert raw_rank_marks.marks(ONE_FILE) == expected
-    with Database(ONE_FILE) as db:
-        assert {p: f"rank {a} {b} {c}" for p, (a, b, c) in process_ranks(db).items()} == expected
+    marks = nvbridge.load(ONE_FILE).marks
+    assert {p: f"rank {a} {b} {c}" for p, (a, b, c) in process_ranks(marks).items()} == expected
 
 
 def swapped_copy(tmp_path: Path) -> tuple[Path, dict[int, int]]:
@@ -100,8 +101,6 @@ def swapped_copy(tmp_path: Path) -> tuple[Path, dict[int, int]]:
 def test_a_dataset_takes_each_process_rank_from_its_mark(tmp_path: Path) -> None:
     """Before the marks were read, ranks went by pid order (no GPU work): the swapped capture's
     rank 0 was the lower pid."""
-    import nvbridge
-
     db, marked = swapped_copy(tmp_path)
     assert sorted(marked.values()) == [0, 1] and marked[max(marked)] == 0
     out = tmp_path / "out"
@@ -133,8 +132,9 @@ def test_recorded_ranks_from_meta() -> None:
 
 
 def test_marks_of_other_domains_or_shapes_are_not_ranks(tmp_path: Path) -> None:
-    """Only `rank <int> <int> <int>` in a domain named nvbridge (or one whose creation the
-    capture lacks) counts; -1 (unknown) never does."""
+    """Only `rank <int> <int> <int>` in a domain created as nvbridge counts, the last per process;
+    -1 (unknown) never does. Through a conversion of a hand-built export (its domain names come
+    from the NvtxDomainCreate rows, per process)."""
     from tests.tiny_nsys import DDL
 
     path = tmp_path / "marks.sqlite"
@@ -144,13 +144,14 @@ def test_marks_of_other_domains_or_shapes_are_not_ranks(tmp_path: Path) -> None:
     def pid(p: int) -> int:  # globalTid of process p's thread 1
         return p << 24 | 1
 
-    rows = [
+    rows = [(0, 75, "nvbridge", pid(p), 9) for p in (5, 6, 7)]  # domain 9 is nvbridge in 5, 6 and 7
+    rows += [
         (0, 75, "nvbridge", pid(1), 1),
         (1, 34, "rank 4 8 0", pid(1), 1),  # counts
         (0, 75, "NCCL", pid(2), 1),
         (1, 34, "rank 5 8 1", pid(2), 1),  # another domain
         (1, 34, "rank 6 8 2", pid(3), 0),  # the default domain
-        (1, 34, "rank 7 8 3", pid(4), 9),  # domain creation not captured: counts
+        (1, 34, "rank 7 8 3", pid(4), 9),  # a domain whose name the capture lacks
         (1, 34, "rank -1 -1 -1", pid(5), 9),  # unknown
         (1, 34, "rank 8 8 x", pid(6), 9),  # not the shape
         (2, 34, "rank 1 8 1", pid(7), 9),
@@ -159,8 +160,9 @@ def test_marks_of_other_domains_or_shapes_are_not_ranks(tmp_path: Path) -> None:
     con.executemany("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (?,?,?,?,?)", rows)
     con.commit()
     con.close()
-    with Database(path) as db:
-        assert process_ranks(db) == {1: (4, 8, 0), 4: (7, 8, 3), 7: (1, 8, 1)}
+    report = nvbridge.load(path)
+    assert process_ranks(report.marks) == {1: (4, 8, 0), 7: (1, 8, 1)}
+    assert json.loads(str(report.meta["process_ranks"])) == {"1": 4, "7": 1} and report.meta["world_size"] == "8"
 
 
 def test_options_the_user_gives_replace_ours() -> None:
@@ -255,7 +257,6 @@ def test_profile_one_report_names_each_process_rank_from_its_mark(tmp_path: Path
     proc = _profile(tmp_path, "-o", "out", "--one-report", "--trace=nvtx,osrt", "--", *_torchrun(2, waits))
     assert proc.returncode == 0, proc.stderr[-2000:]
     pids = _oracle_pids(waits)
-    import nvbridge
     from nvbridge.analysis.rank_figures import report_ranks
 
     report = nvbridge.load(tmp_path / "out")
