@@ -11,17 +11,21 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
+import nvbridge
 from nvbridge.annotate import _rank
 from nvbridge.dataset.ranks import rank_processes, recorded_ranks
-from nvbridge.readers._db import Database
 from nvbridge.readers.nsys_rank_marks import process_ranks
+from scripts.paths import importable
 from tests import raw_rank_marks
-from tests.conftest import ROOT
+from tests.conftest import ROOT, raw, require_nsys
 
 SAMPLES = ROOT / "sample_db"
 PER_RANK = {"ranks_gloo2_cpu": 2, "ranks_gloo2_straggler_cpu": 2, "ranks_gloo4_straggler_cpu": 4}
@@ -64,16 +68,17 @@ def test_each_rank_capture_holds_its_own_rank_mark(name: str) -> None:
         path = SAMPLES / f"{name}.rank{r['rank']}.sqlite"
         local = r["rank"]  # one node: torchrun's LOCAL_RANK is the rank
         assert raw_rank_marks.marks(path) == {r["pid"]: f"rank {r['rank']} {r['world_size']} {local}"}
-        with Database(path) as db:
-            assert process_ranks(db) == {r["pid"]: (r["rank"], r["world_size"], local)}
+        report = nvbridge.load(path)
+        assert process_ranks(report.marks) == {r["pid"]: (r["rank"], r["world_size"], local)}
+        assert (report.meta["rank"], report.meta["world_size"]) == (str(r["rank"]), str(r["world_size"]))
 
 
 def test_one_session_capture_names_each_process_rank() -> None:
     ranks = oracle("ranks_gloo2_onefile_cpu")
     expected = {r["pid"]: f"rank {r['rank']} 2 {r['rank']}" for r in ranks}
     assert raw_rank_marks.marks(ONE_FILE) == expected
-    with Database(ONE_FILE) as db:
-        assert {p: f"rank {a} {b} {c}" for p, (a, b, c) in process_ranks(db).items()} == expected
+    marks = nvbridge.load(ONE_FILE).marks
+    assert {p: f"rank {a} {b} {c}" for p, (a, b, c) in process_ranks(marks).items()} == expected
 
 
 def swapped_copy(tmp_path: Path) -> tuple[Path, dict[int, int]]:
@@ -96,8 +101,6 @@ def swapped_copy(tmp_path: Path) -> tuple[Path, dict[int, int]]:
 def test_a_dataset_takes_each_process_rank_from_its_mark(tmp_path: Path) -> None:
     """Before the marks were read, ranks went by pid order (no GPU work): the swapped capture's
     rank 0 was the lower pid."""
-    import nvbridge
-
     db, marked = swapped_copy(tmp_path)
     assert sorted(marked.values()) == [0, 1] and marked[max(marked)] == 0
     out = tmp_path / "out"
@@ -129,8 +132,9 @@ def test_recorded_ranks_from_meta() -> None:
 
 
 def test_marks_of_other_domains_or_shapes_are_not_ranks(tmp_path: Path) -> None:
-    """Only `rank <int> <int> <int>` in a domain named nvbridge (or one whose creation the
-    capture lacks) counts; -1 (unknown) never does."""
+    """Only `rank <int> <int> <int>` in a domain created as nvbridge counts, the last per process;
+    -1 (unknown) never does. Through a conversion of a hand-built export (its domain names come
+    from the NvtxDomainCreate rows, per process)."""
     from tests.tiny_nsys import DDL
 
     path = tmp_path / "marks.sqlite"
@@ -140,13 +144,14 @@ def test_marks_of_other_domains_or_shapes_are_not_ranks(tmp_path: Path) -> None:
     def pid(p: int) -> int:  # globalTid of process p's thread 1
         return p << 24 | 1
 
-    rows = [
+    rows = [(0, 75, "nvbridge", pid(p), 9) for p in (5, 6, 7)]  # domain 9 is nvbridge in 5, 6 and 7
+    rows += [
         (0, 75, "nvbridge", pid(1), 1),
         (1, 34, "rank 4 8 0", pid(1), 1),  # counts
         (0, 75, "NCCL", pid(2), 1),
         (1, 34, "rank 5 8 1", pid(2), 1),  # another domain
         (1, 34, "rank 6 8 2", pid(3), 0),  # the default domain
-        (1, 34, "rank 7 8 3", pid(4), 9),  # domain creation not captured: counts
+        (1, 34, "rank 7 8 3", pid(4), 9),  # a domain whose name the capture lacks
         (1, 34, "rank -1 -1 -1", pid(5), 9),  # unknown
         (1, 34, "rank 8 8 x", pid(6), 9),  # not the shape
         (2, 34, "rank 1 8 1", pid(7), 9),
@@ -155,5 +160,187 @@ def test_marks_of_other_domains_or_shapes_are_not_ranks(tmp_path: Path) -> None:
     con.executemany("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (?,?,?,?,?)", rows)
     con.commit()
     con.close()
-    with Database(path) as db:
-        assert process_ranks(db) == {1: (4, 8, 0), 4: (7, 8, 3), 7: (1, 8, 1)}
+    report = nvbridge.load(path)
+    assert process_ranks(report.marks) == {1: (4, 8, 0), 7: (1, 8, 1)}
+    assert json.loads(str(report.meta["process_ranks"])) == {"1": 4, "7": 1} and report.meta["world_size"] == "8"
+
+
+def test_options_the_user_gives_replace_ours() -> None:
+    """nsys 2022.4 refused `nvbridge profile --trace=nvtx,osrt -- ...`: "Option '--trace' cannot
+    be specified more than once" (ours came first, theirs after)."""
+    from nvbridge.conversion.record import NSYS_OPTIONS, nsys_options_with
+
+    assert nsys_options_with([]) == list(NSYS_OPTIONS)
+    got = nsys_options_with(["--trace=nvtx,osrt", "-s", "cpu", "-ftrue", "--duration=5"])
+    assert [o for o in got if o.startswith(("--trace", "--sample", "--force"))] == ["--trace=nvtx,osrt"]
+    assert got[-5:] == ["--trace=nvtx,osrt", "-s", "cpu", "-ftrue", "--duration=5"]
+    assert "--cpuctxsw=none" in got and "--osrt-threshold=100000" in got
+    # a trace without OS runtime: no threshold for it (nsys warns "Setting the osrt threshold
+    # without including 'osrt' in the --trace switch is invalid")
+    assert not any(o.startswith("--osrt") for o in nsys_options_with(["--trace=nvtx"]))
+    assert not any(o.startswith("--osrt") for o in nsys_options_with(["-tcuda,nvtx"]))
+    assert nsys_options_with(["-t", "cuda"]).count("-t") == 1 and not any(
+        o.startswith("--trace") for o in nsys_options_with(["-t", "cuda"])
+    )
+
+
+def _profile(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nvbridge", "profile", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=importable(),
+    )
+
+
+def _torchrun(nproc: int, waits: Path) -> list[str]:
+    workload = str(ROOT / "scripts" / "workloads" / "dist.py")
+    return ["torchrun", "--standalone", f"--nproc-per-node={nproc}", workload, "--steps", "2", "--waits", str(waits)]
+
+
+def _oracle_pids(waits: Path) -> dict[int, int]:
+    """rank -> pid, as each rank's own process wrote them."""
+    found = [json.loads(p.read_text()) for p in waits.parent.glob(f"{waits.name}.rank*.json")]
+    return {r["rank"]: r["pid"] for r in found}
+
+
+@pytest.mark.nsys
+def test_profile_torchrun_records_one_report_per_rank(tmp_path: Path) -> None:
+    """`nvbridge profile -- torchrun --nproc-per-node 2 ...`: nsys around each rank, reports named
+    by RANK, one dataset partitioned report=rank<K>, each partition the rank its process was;
+    its ops are the export's ranges (raw SQL on NVIDIA's own export of the kept report)."""
+    nsys = require_nsys()
+    pytest.importorskip("torch.distributed")
+    waits = tmp_path / "waits"
+    proc = _profile(tmp_path, "-o", "out", "--keep-report", "reps", "--trace=nvtx,osrt", "--", *_torchrun(2, waits))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pids = _oracle_pids(waits)
+    assert sorted(pids) == [0, 1]
+    assert sorted(p.name for p in (tmp_path / "reps").iterdir()) == ["rank0.nsys-rep", "rank1.nsys-rep"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report=rank0", "report=rank1"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".nvbridge-profile-")]  # work folder gone
+    text = " ".join(proc.stdout.split())
+    assert "2 reports:" in text and "rank 0 (rank0.nsys-rep)" in text and "rank 1 (rank1.nsys-rep)" in text
+    for rank, pid in pids.items():
+        meta = {
+            r["key"]: r["value"]
+            for r in pq.read_table(tmp_path / "out" / f"report=rank{rank}" / "meta.parquet").to_pylist()
+        }
+        assert (meta["rank"], meta["world_size"], meta["process_ranks"]) == (
+            str(rank),
+            "2",
+            json.dumps({str(pid): rank}),
+        )
+        db = tmp_path / f"rank{rank}.sqlite"
+        subprocess.run(
+            [nsys, "export", "--type", "sqlite", "-o", str(db), str(tmp_path / "reps" / f"rank{rank}.nsys-rep")],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        ranges = raw(
+            db, f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND globalTid >> 24 & 16777215 = {pid}"
+        )
+        ops = pq.read_table(tmp_path / "out" / f"report=rank{rank}" / "ops.parquet", columns=["process_id"])
+        assert ops.num_rows == ranges[0][0] > 0 and set(ops.column("process_id").to_pylist()) == {pid}
+
+
+@pytest.mark.nsys
+def test_profile_one_report_names_each_process_rank_from_its_mark(tmp_path: Path) -> None:
+    """--one-report: one nsys session over torchrun; one dataset whose processes are numbered
+    by the ranks they marked (the workload's own pids), torchrun's own process no rank."""
+    require_nsys()
+    pytest.importorskip("torch.distributed")
+    waits = tmp_path / "waits"
+    proc = _profile(tmp_path, "-o", "out", "--one-report", "--trace=nvtx,osrt", "--", *_torchrun(2, waits))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pids = _oracle_pids(waits)
+    from nvbridge.analysis.rank_figures import report_ranks
+
+    report = nvbridge.load(tmp_path / "out")
+    assert json.loads(str(report.meta["process_ranks"])) == {str(p): r for r, p in pids.items()}
+    assert {r.rank: r.process_id for r in report_ranks(report).ranks} == pids
+    assert "2 ranks in dist.nsys-rep" in " ".join(proc.stdout.split())
+
+
+@pytest.mark.nsys
+def test_profile_srun_names_reports_by_slurm_procid(tmp_path: Path) -> None:
+    """srun's shape with a stand-in srun (runs -n N copies, each with SLURM_PROCID set, as
+    srun does); and one that sets nothing: refused in one line, nothing written."""
+    require_nsys()
+    fake = tmp_path / "bin" / "srun"
+    fake.parent.mkdir()
+    fake.write_text(
+        '#!/bin/sh\nshift; n=$1; shift\ni=0\nwhile [ $i -lt $n ]; do SLURM_PROCID=$i "$@" & i=$((i+1)); done\nwait\n'
+    )
+    fake.chmod(0o755)
+    code = "import nvbridge\nwith nvbridge.emit_nvtx() as nv:\n    nv.step()\n"
+    proc = _profile(tmp_path, "-o", "out", "--trace=nvtx", "--", str(fake), "-n", "2", sys.executable, "-c", code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report=rank0", "report=rank1"], proc.stderr
+    for rank in (0, 1):
+        meta = {
+            r["key"]: r["value"]
+            for r in pq.read_table(tmp_path / "out" / f"report=rank{rank}" / "meta.parquet").to_pylist()
+        }
+        assert meta["rank"] == str(rank)  # SLURM_PROCID: the rank mark's and the file name's
+    # a launcher that fails once its one rank recorded: said, and the report still converted,
+    # in its partition (one rank's report is a run of ranks' shape, not a one-report dataset)
+    fake.write_text('#!/bin/sh\nshift; shift\nSLURM_PROCID=0 "$@"\nexit 3\n')
+    proc = _profile(tmp_path, "-o", "out1", "--trace=nvtx", "--", str(fake), "-n", "1", sys.executable, "-c", code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "srun exited with status 3; converting the 1 report(s) recorded" in proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out1").iterdir()) == ["report=rank0"]
+    fake.write_text('#!/bin/sh\nshift; shift\nexec "$@"\n')  # sets no SLURM_PROCID
+    proc = _profile(tmp_path, "-o", "out2", "--trace=nvtx", "--", str(fake), "-n", "1", sys.executable, "-c", "pass")
+    assert proc.returncode == 1 and "srun did not set SLURM_PROCID" in proc.stderr and "--one-report" in proc.stderr
+    assert proc.stderr.strip().splitlines() == [line for line in proc.stderr.splitlines() if "SLURM_PROCID" in line]
+    assert not (tmp_path / "out2").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".nvbridge-profile-")]
+
+
+def test_keep_report_under_a_launcher_is_a_folder(tmp_path: Path) -> None:
+    """Refused before anything runs, in one line, nothing written: a report name, a folder with
+    files (without --force), and with --force a rank<K>.nsys-rep that is no Nsight Systems
+    report (--force replaces only nvbridge's own kind of file)."""
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "rank0.nsys-rep").write_text("keep me")
+    cases = (
+        (["--keep-report", "reps.nsys-rep"], "give a folder"),
+        (["--keep-report", "full"], "is not empty"),
+        (["--keep-report", "full", "--force"], "was not written by nvbridge"),
+    )
+    for args, said in cases:
+        proc = _profile(tmp_path, "-o", "out", *args, "--", "torchrun", "--nproc-per-node=2", "t.py")
+        assert proc.returncode == 1 and said in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["full", "rank0.nsys-rep"]
+    assert (tmp_path / "full" / "rank0.nsys-rep").read_text() == "keep me"
+
+
+def test_nsys_options_before_dashes_stay_nsys_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """click dropped the `--` after an unknown option: `profile -o out --duration=60 -- python t.py`
+    recorded the command `--duration=60 python t.py` (and under torchrun saw no launcher)."""
+    from click.testing import CliRunner
+
+    from nvbridge.cli import cli
+    from nvbridge.cli import profile as profile_module
+    from nvbridge.errors import ExportError
+
+    seen: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+
+    def record(command: tuple[str, ...], report: Path, nsys_options: tuple[str, ...] = ()) -> Path:
+        seen.append((tuple(command), tuple(nsys_options)))
+        raise ExportError("stop here")
+
+    monkeypatch.setattr(profile_module, "record", record)
+    for args, expected in (
+        (["--duration=60", "--", "python", "t.py", "--", "x"], (("python", "t.py", "--", "x"), ("--duration=60",))),
+        (["-t", "nvtx", "--", "python", "t.py"], (("python", "t.py"), ("-t", "nvtx"))),
+        (["python", "t.py"], (("python", "t.py"), ())),
+    ):
+        result = CliRunner().invoke(cli, ["profile", "-o", str(tmp_path / "out"), *args])
+        assert result.exit_code == 1 and "stop here" in result.output
+        assert seen.pop() == expected

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from nvbridge._version import __version__
 from nvbridge.columns import np_col
+from nvbridge.conversion.result import with_marked_ranks
 from nvbridge.dataset.dictionaries import compact_table
 from nvbridge.engine import WindowRows
 from nvbridge.export import parquet
@@ -49,9 +50,8 @@ class ParquetSink:
         written = {name: writer.rows for name, writer in writers.items()}  # once every write is done
         for name, table in tables.items():
             parquet.write_table(table, self.directory / f"{name}.parquet")
-        parquet.write_meta(
-            self.directory, self._info, {**written, **{n: t.num_rows for n, t in tables.items()}}, __version__
-        )
+        info = with_marked_ranks(self._info, tables.get("marks"))  # the ranks the processes marked
+        parquet.write_meta(self.directory, info, {**written, **{n: t.num_rows for n, t in tables.items()}}, __version__)
 
     def _close(self) -> None:
         """Close every writer even when one fails (see TableWriter.close); the first failure is raised."""
@@ -130,6 +130,8 @@ class MemorySink:
             self._parts[name].append(getattr(rows, name))
 
     def finish(self, tables: dict[str, pa.Table]) -> None:
+        if self.info is not None:
+            self.info = with_marked_ranks(self.info, tables.get("marks"))  # the ranks the processes marked
         whole = {name: _concat(parts) for name, parts in self._parts.items()}
         self._parts = {}
         # A range open across windows comes out with the window where it closes, after ops

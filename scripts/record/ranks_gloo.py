@@ -3,9 +3,11 @@
 
     python -m scripts.record.ranks_gloo [NAME ...]     # default: every recording below
 
-Each recording is a real ``torchrun --standalone`` run of 2 or 4 processes; nsys wraps each rank
-(one report per rank, named by ``RANK``) or, for the ``onefile`` one, one nsys session records
-the launcher and every rank in one report. Writes into sample_db/:
+Each recording is a real ``torchrun --standalone`` run of 2 or 4 processes recorded by
+``nvbridge profile --trace=nvtx,osrt --keep-report DIR -- torchrun ...``: nsys wraps each rank
+(one report per rank, ``rank<K>.nsys-rep`` by ``RANK``) or, for the ``onefile`` one
+(``--one-report``), one nsys session records the launcher and every rank in one report. Writes
+into sample_db/:
 
 - ``NAME.rank<K>.sqlite`` per rank (``NAME.sqlite`` for one session): ``nsys export --type
   sqlite`` of the report, unmodified;
@@ -32,7 +34,6 @@ from pathlib import Path
 from scripts.paths import ROOT, SAMPLE_DB
 
 WORKLOAD = ROOT / "scripts" / "workloads" / "dist.py"
-IMPORTER = os.environ.get("NVBRIDGE_QDSTRM_IMPORTER", "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter")
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ RECORDINGS = {
         Recording("ranks_gloo2_onefile_cpu", 2, straggler=(0, 2, 50.0), one_session=True),
     )
 }
-NSYS_FLAGS = ["-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--osrt-threshold=100000", "-f", "true"]
+# nsys options after nvbridge profile's own (which trace CUDA too; there is no GPU here)
+NSYS_FLAGS = ["--trace=nvtx,osrt"]
 
 
 def clean_env(tmp: Path) -> dict[str, str]:
@@ -74,12 +76,13 @@ def clean_env(tmp: Path) -> dict[str, str]:
 
 
 def launch_argv(rec: Recording, reports: Path, waits: Path) -> list[str]:
-    """torchrun with nsys around each rank (``--no-python``), or nsys around torchrun."""
+    """``nvbridge profile`` of torchrun: nsys around each rank (reports kept in ``reports``), or
+    with ``--one-report`` one nsys session around torchrun (``reports/NAME.nsys-rep``)."""
+    kept = reports / f"{rec.name}.nsys-rep" if rec.one_session else reports
+    profile = [sys.executable, "-m", "nvbridge", "profile", "-o", str(reports.parent / "dataset")]
+    profile += ["--keep-report", str(kept), *(["--one-report"] if rec.one_session else []), *NSYS_FLAGS, "--"]
     torchrun = ["torchrun", "--standalone", f"--nproc-per-node={rec.nproc}"]
-    program = [sys.executable, "-u", str(WORKLOAD), *rec.workload_args(waits)]
-    if rec.one_session:
-        return ["nsys", "profile", *NSYS_FLAGS, "-o", str(reports / rec.name), *torchrun, *program[2:]]
-    return [*torchrun, "--no-python", "nsys", "profile", *NSYS_FLAGS, "-o", str(reports / "rank%q{RANK}"), *program]
+    return [*profile, *torchrun, str(WORKLOAD), *rec.workload_args(waits)]
 
 
 def record(rec: Recording, out: Path) -> list[Path]:
@@ -89,13 +92,11 @@ def record(rec: Recording, out: Path) -> list[Path]:
         build = "from nvbridge.annotate import _observer; assert _observer.load(), _observer.unavailable_reason()"
         subprocess.run([sys.executable, "-c", build], env=env, check=True)
         reports = tmp / "reports"
-        reports.mkdir()
+        if rec.one_session:
+            reports.mkdir()
         waits = tmp / "waits"
-        subprocess.run(launch_argv(rec, reports, waits), env=env, check=True, cwd=tmp)
+        subprocess.run(launch_argv(rec, reports, waits), env=env, check=True, cwd=tmp, stdout=subprocess.DEVNULL)
         written = []
-        for stream in sorted(reports.glob("*.qdstrm")):
-            if not stream.with_suffix(".nsys-rep").is_file():
-                subprocess.run([IMPORTER, "-i", str(stream)], check=True, capture_output=True)
         for rep in sorted(reports.glob("*.nsys-rep")):
             dest = out / (f"{rec.name}.sqlite" if rec.one_session else f"{rec.name}.{rep.stem}.sqlite")
             dest.unlink(missing_ok=True)
