@@ -14,9 +14,10 @@ import pytest
 import nvbridge
 from nvbridge.analysis.rank_comm import across_ranks
 from nvbridge.dataset.collectives_read import read_collectives, root_meta
-from tests.clock_shift import shift_clock, split_process
+from scripts.record.shift_clock import shift
 from tests.conftest import raw, real_db
 from tests.raw_gpu import length, subtract, union
+from tests.split_report import split_process
 
 FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
 PID = 0xFFFFFF
@@ -99,10 +100,12 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int]:
     tmp = tmp_path_factory.mktemp("split")
     pids = sorted(_nccl_kernels(real_db(FSDP)))
     files = [split_process(real_db(FSDP), pid, tmp / f"rank{i}.sqlite") for i, pid in enumerate(pids)]
-    wall = 7_123_456_789  # a host 7.1 s ahead
+    wall = 7_123_456_789  # a host 7.1 s behind
     shifted_dir = tmp / "shifted"
     shifted_dir.mkdir()
-    shifted = [files[0], shift_clock(files[1], shifted_dir / "rank1.sqlite", wall, 2_500_000_000)]
+    # scripts/record/shift_clock.py: every event 7.1 s later, the session's wall-clock start kept
+    shift(files[1], shifted_dir / "rank1.sqlite", wall, "events")
+    shifted = [files[0], shifted_dir / "rank1.sqlite"]
     nvbridge.convert(files, tmp / "plain")
     nvbridge.convert(shifted, tmp / "moved")
     return tmp / "plain", tmp / "moved", wall
@@ -111,19 +114,23 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int]:
 def test_a_shifted_clock_is_recovered_and_the_answers_do_not_change(split: tuple[Path, Path, int]) -> None:
     plain, moved, wall = split
     a, b = root_meta(plain), root_meta(moved)
-    assert a["clock.rank1.source"] == b["clock.rank1.source"] == "collectives"
-    assert int(a["clock.rank1.collectives"] or 0) == 31
-    # the shifted report's times are 2.5 s later and its session start 7.1 s later: the offset
-    # that puts them back is 2.5 s earlier than the plain one's, within 10 us
+    # one host (one session split in two): the session starts agree with all 31 collectives;
+    # the shifted copy's do not, and its collectives' ends place it
+    assert (a["clock.rank1.source"], b["clock.rank1.source"]) == ("session", "collectives")
+    assert int(a["clock.rank1.collectives"] or 0) == int(b["clock.rank1.collectives"] or 0) == 31
+    # the shifted report's events are 7.1 s later on the same session start: the offset that
+    # puts them back is 7.1 s earlier than the plain one's, within 10 us
     offset_a, offset_b = int(a["clock.rank1.offset_ns"] or 0), int(b["clock.rank1.offset_ns"] or 0)
-    assert abs((offset_b + 2_500_000_000) - offset_a) <= 10_000
+    assert abs((offset_b + wall) - offset_a) <= 10_000
     assert a["clock.reliable"] == b["clock.reliable"] == "true"
     assert int(a["clock.rank1.residual_ns"] or 0) <= 10_000  # one host: the ends agree within 10 us
     ta, tb = read_collectives(plain), read_collectives(moved)
     assert ta is not None and tb is not None
-    for col in ("op", "seq", "rank", "wait_ns", "transfer_ns", "matched"):
+    for col in ("op", "seq", "rank", "matched"):
         assert ta.column(col).to_pylist() == tb.column(col).to_pylist(), col
-    del wall
+    for col in ("wait_ns", "transfer_ns"):  # within the offset's 10 us
+        for x, y in zip(ta.column(col).to_pylist(), tb.column(col).to_pylist()):
+            assert abs(x - y) <= 10_000, col
 
 
 def test_a_many_report_dataset_keeps_the_table_and_root_meta_beside_its_partitions(

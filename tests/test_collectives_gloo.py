@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import nvbridge
 from nvbridge.cli import cli
 from nvbridge.dataset.collectives_read import read_collectives, root_meta
-from tests.clock_shift import shift_clock
+from scripts.record.shift_clock import shift
 from tests.conftest import SAMPLE_DB
 
 RUNS = {  # recording -> its report files
@@ -118,7 +118,8 @@ def test_a_shifted_report_gives_the_same_answers(tmp_path: Path) -> None:
     plain = _convert(name, tmp_path / "plain")
     moved = tmp_path / "moved"
     moved.mkdir()
-    files = [SAMPLE_DB / RUNS[name][0], shift_clock(SAMPLE_DB / RUNS[name][1], moved / RUNS[name][1], 3_000_000_000, 0)]
+    shift(SAMPLE_DB / RUNS[name][1], moved / RUNS[name][1], 3_000_000_000, "wallclock")  # scripts/record/shift_clock.py
+    files = [SAMPLE_DB / RUNS[name][0], moved / RUNS[name][1]]
     nvbridge.convert(files, tmp_path / "moved_ds")
     a = {s["step"]: s for s in _cli("summary", str(plain), "--json")["ranks"]["steps"]}
     b = {s["step"]: s for s in _cli("summary", str(tmp_path / "moved_ds"), "--json")["ranks"]["steps"]}
@@ -126,7 +127,10 @@ def test_a_shifted_report_gives_the_same_answers(tmp_path: Path) -> None:
     sleep_ns = plant["sleep_ms"] * 1e6
     assert sorted(a) == sorted(b)
     for step in a:
-        assert a[step]["slowest_rank"] == b[step]["slowest_rank"]
+        # a step whose straggler is later than the alignment is uncertain (gloo: a millisecond)
+        # names the same rank; in lockstep steps either rank may be named
+        if a[step]["late_ns"] > 0.05 * sleep_ns:
+            assert a[step]["slowest_rank"] == b[step]["slowest_rank"]
         for rank, ns in a[step]["waits"].items():
             assert b[step]["waits"][rank] == pytest.approx(ns, abs=0.05 * sleep_ns)
     assert b[plant["straggler_step"]]["cause"]["op"] == "planted_sleep"

@@ -104,9 +104,10 @@ def align(
 def _one(
     name: str, session: int | None, ref: Mapping[int, tuple[int, int]], mine: Mapping[int, tuple[int, int]], kind: str
 ) -> ReportClock:
-    """One report's offset: the median end difference where the ends are tight; else the
-    session starts' where every collective agrees with them (no rank ends a collective before
-    another arrived at it); else the median end difference kept within what causality allows."""
+    """One report's offset: the session starts' where every collective agrees with them (no rank
+    ends a collective before another arrived at it) and, where the ends are tight, the ends'
+    median is within TIGHT_NS of it; else the ends' median where they are tight; else the ends'
+    median kept within what causality allows."""
     keys = sorted(set(ref) & set(mine))
     if not keys:
         return ReportClock(name, session or 0, None, kind if session is not None else "none", 0)
@@ -115,14 +116,16 @@ def _one(
     d = r_end - m_end
     median = int(np.median(d))
     lo, hi = int((r_arr - m_end).max()), int((r_end - m_arr).min())  # own + x ends after every arrival
-    if _mad(d, median) <= TIGHT_NS or session is None:
+    tight = _mad(d, median) <= TIGHT_NS
+    agrees = session is not None and lo <= session <= hi
+    if session is not None and agrees and (not tight or abs(session - median) <= TIGHT_NS):
+        x, source = session, kind  # one host, or hosts whose clocks agree this well
+    elif tight or session is None:
         x, source = median, "collectives"
-    elif lo <= session <= hi:
-        x, source = session, kind
     else:
         x, source = (min(max(median, lo), hi) if lo <= hi else median), "collectives"
-    violation = max(0, lo - x, x - hi)
-    residual = _mad(d, x) if source == "collectives" and _mad(d, median) <= TIGHT_NS else violation
+    # tight ends measure the spread left; loose ones only how far causality is broken
+    residual = _mad(d, x) if tight else max(0, lo - x, x - hi)
     return ReportClock(name, x, residual, source, len(keys), _mad(d, x))
 
 
