@@ -21,6 +21,7 @@ import pyarrow as pa
 from nvbridge.columns import np_col, set_column
 from nvbridge.readers._db import Database
 from nvbridge.readers._pages import RowFilter
+from nvbridge.readers.memory_marks import PREFIX, MemoryQueue, split_memory
 from nvbridge.readers.nsys_ranges import domain_names, normalize_ranges, nvtx_others
 from nvbridge.readers.nsys_tables import (
     NVTX,
@@ -75,6 +76,8 @@ class NvtxParts:
         self._marks: list[pa.Table] = []
         self._thread_names: list[pa.Table] = []
         self._thread_keys: list[np.ndarray] = []
+        # nvbridge's allocator marks, split from the marks as parts come, taken by the windows.
+        self.memory = MemoryQueue()
         self.present = db.has("NVTX_EVENTS")
         if self.present:
             db.require("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
@@ -103,6 +106,18 @@ class NvtxParts:
             f"SELECT start FROM NVTX_EVENTS WHERE eventType IN {RANGE_TYPES} ORDER BY rowid DESC LIMIT 1"
         )
         return int(last[0][0]) if last and last[0][0] is not None else None
+
+    def has_memory(self) -> bool:
+        """Whether any mark is one of nvbridge's allocator events, before the first window (the
+        ops' memory columns are null without). A recording makes its first allocation as it
+        starts, so the scan stops early where there are some."""
+        if not self.present or not {"domainId", "text"} <= set(self.db.columns("NVTX_EVENTS")):
+            return False  # marks outside every domain, or none with text: none of ours
+        found = self.db.scalar_rows(
+            f"SELECT 1 FROM NVTX_EVENTS WHERE eventType = {NVTX_MARK} AND domainId != 0 "
+            f"AND substr(text, 1, {len(PREFIX)}) = '{PREFIX}' LIMIT 1"
+        )
+        return bool(found)
 
     def _plan_slabs(self) -> None:
         """Slabs in start order from one grouped scan; domain names first, as a slab may hold
@@ -172,6 +187,9 @@ class NvtxParts:
             if part.others is not None and not self._others(part.others):
                 yield Restart("a domain is named after ranges of it")
                 return
+            if self.memory.out_of_order:
+                yield Restart("memory events are not in time order across windows")
+                return
             ranges = part.ranges
             domain_id = np_col(ranges, "domain_id")
             if (domain_id != 0).any():
@@ -195,6 +213,8 @@ class NvtxParts:
         if set(domains) & self._unnamed:
             return False
         self._domains.update(domains)
+        marks, memory = split_memory(marks)
+        self.memory.put(memory)
         self._marks.append(marks)
         self._thread_names.append(thread_names)
         return True

@@ -51,7 +51,8 @@ def _text(ev: pa.Table, strings: pa.Table) -> pa.ChunkedArray:
 
 
 def nvtx_others(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, dict[tuple[int, int], str]]:
-    """Mark, thread-name and domain-creation rows -> (marks, thread names, domain names).
+    """Mark, thread-name and domain-creation rows -> (marks, with their ``thread_key``; thread
+    names; domain names).
 
     Domain names come from NvtxDomainCreate rows and are scoped per process (NVIDIA's reports
     join on domainId and the pid bits). Windowed exports may lack them: then the domain is
@@ -78,6 +79,9 @@ def nvtx_others(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, di
             "domain": domain_names(pid[is_mark], domain_id[is_mark], domains),
             "process_id": pa.array(pid[is_mark]),
             "thread_id": pa.array(gtid[is_mark] & TID_BITS),
+            # The thread as the ranges key it: nvbridge's memory marks are attributed by it
+            # (nvbridge.readers.memory_marks.split_memory drops it from the marks table).
+            "thread_key": pa.array(gtid[is_mark]),
         }
     )
     is_tname = etype == NVTX_THREAD_NAME
