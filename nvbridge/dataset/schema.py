@@ -104,6 +104,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     "devices": DEVICES,
     "memory": MEMORY,
 }
+# Tables a dataset written by an older nvbridge lacks: read as the declared table without rows.
+OPTIONAL = frozenset({"memory"})
 # Tables whose columns a reader may list in another order (see SYNCS); the others are in file order.
 ANY_ORDER = frozenset({"syncs"})
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from nvbridge.columns import np_col, set_column
+from nvbridge.columns import DICT_STR, np_col, set_column
 from nvbridge.readers._db import Database
 from nvbridge.readers._pages import RowFilter
-from nvbridge.readers.memory_marks import PREFIX, MemoryQueue, split_memory
+from nvbridge.readers.memory_marks import DOMAIN, PREFIX, MemoryQueue, split_memory
 from nvbridge.readers.nsys_ranges import domain_names, normalize_ranges, nvtx_others
 from nvbridge.readers.nsys_tables import (
     NVTX,
@@ -39,6 +39,8 @@ from nvbridge.readers.slabs import Slab, plan
 # rows are estimated from its chunks' spans, and a wrong estimate (rows stored out of order spread
 # over chunks) held 80 MB more at 10M with slabs of a whole window.
 SLAB_SHARE = 2
+# Candidate allocator marks parsed to tell whether a report has memory events.
+HAS_MEMORY_PROBE = 64
 # A condition no row meets: a read of it gives the table's columns, typed, without rows.
 NO_ROWS = "1 = 0"
 
@@ -110,14 +112,25 @@ class NvtxParts:
     def has_memory(self) -> bool:
         """Whether any mark is one of nvbridge's allocator events, before the first window (the
         ops' memory columns are null without). A recording makes its first allocation as it
-        starts, so the scan stops early where there are some."""
+        starts, so the scan stops early where there are some; the candidates found are parsed
+        as the windows will parse them (a malformed one is no event)."""
         if not self.present or not {"domainId", "text"} <= set(self.db.columns("NVTX_EVENTS")):
             return False  # marks outside every domain, or none with text: none of ours
         found = self.db.scalar_rows(
-            f"SELECT 1 FROM NVTX_EVENTS WHERE eventType = {NVTX_MARK} AND domainId != 0 "
-            f"AND substr(text, 1, {len(PREFIX)}) = '{PREFIX}' LIMIT 1"
+            f"SELECT text FROM NVTX_EVENTS WHERE eventType = {NVTX_MARK} AND domainId != 0 "
+            f"AND substr(text, 1, {len(PREFIX)}) = '{PREFIX}' LIMIT {HAS_MEMORY_PROBE}"
         )
-        return bool(found)
+        texts = [str(text) for (text,) in found]
+        probe = pa.table(
+            {
+                "ts_ns": pa.array([0] * len(texts), pa.int64()),
+                "name": pa.array(texts, pa.string()),
+                "domain": pa.array([DOMAIN] * len(texts), pa.string()),
+                "process_id": pa.array([0] * len(texts), pa.int64()),
+                "thread_id": pa.array([0] * len(texts), pa.int64()),
+            }
+        )
+        return bool(split_memory(probe)[1].num_rows)
 
     def _plan_slabs(self) -> None:
         """Slabs in start order from one grouped scan; domain names first, as a slab may hold
@@ -209,7 +222,7 @@ class NvtxParts:
     def _others(self, ev: pa.Table) -> bool:
         """Keep a part's marks, thread names and domain names; False where a domain is named
         after ranges of it went out."""
-        marks, thread_names, domains = nvtx_others(ev, self._strings.result())
+        marks, thread_names, domains = nvtx_others(ev, self._strings.result(), self._domains)
         if set(domains) & self._unnamed:
             return False
         self._domains.update(domains)
@@ -223,7 +236,9 @@ class NvtxParts:
         """The marks (once :meth:`parts` is exhausted)."""
         if not self._marks:
             self._others(self.db.read_table("NVTX_EVENTS", NVTX, NO_ROWS))  # no rows: the empty table
-        return pa.concat_tables(self._marks)
+        # A part whose marks are all in the default domain has plain null domains, one naming
+        # a domain dictionary-encoded ones: one type for all (concat refused the mix).
+        return pa.concat_tables([set_column(m, "domain", m.column("domain").cast(DICT_STR)) for m in self._marks])
 
     def thread_names(self) -> pa.Table:
         """The names NVTX gave threads (once :meth:`parts` is exhausted)."""
