@@ -52,6 +52,7 @@ DATASET_FILES = frozenset(
         "syncs.parquet",
         "threads.parquet",
         "devices.parquet",
+        "memory.parquet",
         "collectives.parquet",  # a report of several ranks (nvbridge.dataset.collectives)
     }
 )
