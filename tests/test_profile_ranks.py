@@ -219,7 +219,9 @@ def test_profile_torchrun_records_one_report_per_rank(tmp_path: Path) -> None:
     pids = _oracle_pids(waits)
     assert sorted(pids) == [0, 1]
     assert sorted(p.name for p in (tmp_path / "reps").iterdir()) == ["rank0.nsys-rep", "rank1.nsys-rep"]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report=rank0", "report=rank1"]
+    # the ranks' gloo collectives matched at the root (docs/ranks.md)
+    parts = ["collectives.parquet", "ranks_meta.parquet", "report=rank0", "report=rank1"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == parts
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".nvbridge-profile-")]  # work folder gone
     text = " ".join(proc.stdout.split())
     assert "2 reports:" in text and "rank 0 (rank0.nsys-rep)" in text and "rank 1 (rank1.nsys-rep)" in text
