@@ -37,7 +37,8 @@ def summary_json(summary: Summary, rows: list[dict[str, Any]]) -> dict[str, Any]
     gpu = [dict(dataclasses.asdict(d), several=summary.several) for d in summary.gpus]
     flops = dict(summary.flops) if summary.several else summary.flops[0][1] if summary.flops else None
     launches = dataclasses.asdict(summary.launches)
-    return {"gpu": gpu, "ranks": ranks, "flops": flops, "launches": launches, "rows": rows}
+    memory = {key: peak.as_json() for key, peak in summary.memory}  # {} where no memory was recorded
+    return {"gpu": gpu, "ranks": ranks, "flops": flops, "launches": launches, "memory": memory, "rows": rows}
 
 
 def advice_json(advice: Advice) -> dict[str, Any]:
