@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from nvbridge.columns import np_col
 from nvbridge.dataset.schema import ReportTables
+from nvbridge.errors import DamagedDataset
 
 MEMORY = "memory"
 PEAK_COLUMNS = ["ts_ns", "device", "total_allocated", "op_id", "step"]
@@ -63,10 +64,11 @@ class DevicePeak:
 
 
 def memory_rows(report: ReportTables) -> int:
-    """Rows of the report's memory table (0 where the dataset has none: older than the table)."""
+    """Rows of the report's memory table (0 where the report has none: a dataset older than the
+    table, or tables held in memory without it)."""
     try:
         return report.rows(MEMORY)
-    except (KeyError, FileNotFoundError):
+    except (KeyError, DamagedDataset):
         return 0
 
 
