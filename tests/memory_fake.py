@@ -97,10 +97,13 @@ class Fake:
         return ops, memory_table(self.events)
 
 
-def mlp_adam(layers: int, batch: int, width: int, steps: int, set_to_none: bool = True) -> Fake:
+def mlp_adam(
+    layers: int, batch: int, width: int, steps: int, set_to_none: bool = True, keep_loss: bool = False
+) -> Fake:
     """A Linear+ReLU stack trained with Adam, each allocation as torch's CPU run makes it
     (weights built inside the capture; activations the ReLU outputs; grads by AccumulateGrad;
-    exp_avg, exp_avg_sq and step per parameter), labelled."""
+    exp_avg, exp_avg_sq and step per parameter), labelled. Layer i's ops are under module
+    ``layers.i``."""
     f = Fake()
     params = []
     for _ in range(layers):
@@ -121,7 +124,8 @@ def mlp_adam(layers: int, batch: int, width: int, steps: int, set_to_none: bool 
             with f.op("aten::sum"):
                 loss = (f.alloc(FLOAT, "other"), FLOAT)
             grads = _backward(f, saved, params, batch, width, grads, set_to_none)
-            f.free(*loss)
+            if not keep_loss:  # keep_loss: appended to a list, as a leaking loop does
+                f.free(*loss)
             _adam(f, params, first=step == 0)
             with f.op("Optimizer.zero_grad#Adam.zero_grad"):
                 if set_to_none:

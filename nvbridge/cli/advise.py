@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from nvbridge.analysis import format_time
+from nvbridge.analysis import format_time, memory_advice
 from nvbridge.analysis.advise import Advice, Finding, advise
 from nvbridge.analysis.as_json import advice_json
 from nvbridge.analysis.throughput import si
-from nvbridge.cli._common import errors
+from nvbridge.cli._common import errors, human_bytes
 from nvbridge.output.names import plural
 
 WIDTH = 100
@@ -28,8 +28,22 @@ def _op(f: Finding) -> str:
     return text if len(text) <= 36 else text[:35] + "~"
 
 
+def _memory_lines(f: Finding) -> list[str]:
+    """A memory finding: the device's peak, what holds it, the op that allocated the most, the fix."""
+    figs = dict(f.figures)
+    step = f" in step {f.step}" if f.step is not None else ""
+    text = (
+        f"Memory peak on {', '.join(f.lanes)}: {human_bytes(figs['peak_allocated_bytes'])} at "
+        f"{_ms(figs['peak_ns'])}{step}; held by {memory_advice.describe(figs, f.module)}; "
+        f"the most live bytes allocated by {f.op} ({human_bytes(figs['op_bytes'])}). {f.fix}"
+    )
+    return textwrap.wrap(text, WIDTH, subsequent_indent=" " * 5)
+
+
 def _detail(f: Finding) -> str:
     """Where it happened, its own figures, and the fix, wrapped to the terminal."""
+    if f.kind == memory_advice.KIND:
+        return "\n".join(" " * 5 + line.lstrip() for line in _memory_lines(f))
     figs = dict(f.figures)
     parts = [f"on {', '.join(f.lanes)}"]
     if "copies" in figs:
@@ -99,8 +113,11 @@ def render(advice: Advice, limit: int, steps: int) -> str:
     share = advice.at_stake_ns / advice.span_ns if advice.span_ns else 0.0
     lines = [f"nvbridge advise: {advice.source}"]
     if not advice.lanes:
+        memory = [f for f in advice.findings if f.kind == memory_advice.KIND]
         return "\n".join(
-            lines + ["No GPU work in this report: nothing to advise on (record with nsys profile -t cuda,nvtx)."]
+            lines
+            + ["No GPU work in this report: no time to advise on (record with nsys profile -t cuda,nvtx)."]
+            + [line for f in memory for line in _memory_lines(f)]
         )
     lanes = f"{len(advice.lanes)} lane" + ("s" if len(advice.lanes) > 1 else "")
     lines.append(
