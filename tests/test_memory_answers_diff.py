@@ -38,7 +38,7 @@ def test_peak_and_op_memory_deltas_are_the_rows() -> None:
     assert peak.device == "cpu"
     assert peak.a_bytes == max(a.table("memory").column("total_allocated").to_pylist())
     assert peak.b_bytes == max(b.table("memory").column("total_allocated").to_pylist())
-    assert peak.b_bytes > peak.a_bytes
+    assert peak.a_bytes is not None and peak.b_bytes is not None and peak.b_bytes > peak.a_bytes
     got: dict[str, int] = defaultdict(int)
     for o in d.ops:
         got[o.op] += o.delta("self_cpu_memory_usage")
