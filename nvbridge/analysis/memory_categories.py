@@ -197,3 +197,16 @@ def _modules(ops: pa.Table, op: np.ndarray) -> pa.Array:
     at = row[np.where((op >= 0) & (op < len(row) - 1), op, len(row) - 1)]
     paths = ops.column("module_path").combine_chunks().cast(pa.string())
     return pc.take(paths, pa.array(at, mask=at < 0))
+
+
+def row_categories(memory: pa.Table, blocks: Blocks) -> np.ndarray:
+    """The category of each row of ``memory`` (its block's: an allocation's and its free's),
+    -1 where the block's allocation was not seen (a free of a block older than the capture)."""
+    keys = ["process_id", "device", "address", "alloc_ns"]
+    rows = memory.select(keys)
+    rows = rows.set_column(1, "device", rows.column("device").cast(pa.string()))
+    rows = rows.append_column("row", pa.array(np.arange(memory.num_rows, dtype=np.int64)))
+    joined = rows.join(blocks.table.select([*keys, "category"]), keys, join_type="left outer", use_threads=False)
+    out = np.full(memory.num_rows, -1, np.int8)
+    out[np_col(joined, "row")] = np_col(joined, "category", fill=-1)
+    return out
