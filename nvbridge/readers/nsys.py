@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from nvbridge.readers._db import Database
 from nvbridge.readers._pages import RowFilter
+from nvbridge.readers.memory_marks import split_memory
 from nvbridge.readers.nsys_info import device_table, source_info
 from nvbridge.readers.nsys_ranges import normalize_ranges, nvtx_others
 from nvbridge.readers.nsys_tables import (
@@ -76,7 +77,9 @@ def read(db: Database) -> RawProfile:
         gpu = gpu_ops(raw, strings)
         syncs = normalize_syncs(raw["sync"], sync_type_labels(db))
         marks, thread_names, domains = nvtx_others(raw["nvtx_other"], strings)
+        marks, memory = split_memory(marks)
         ranges = normalize_ranges(raw["nvtx"], strings, domains)
     threads = thread_table(db, strings, ranges, api, thread_names)
     rows = sum(t.num_rows for t in (ranges, marks, api, gpu, syncs))
-    return RawProfile(info, ranges, marks, api, gpu, syncs, threads, device_table(db), rows)
+    rows += memory.num_rows
+    return RawProfile(info, ranges, marks, api, gpu, syncs, threads, device_table(db), rows, memory)

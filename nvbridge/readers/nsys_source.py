@@ -81,6 +81,7 @@ class NsysWindows:
             times += [int(stats.hi.max())] if stats is not None and len(stats.hi) else []
             times += [stats.latest] if stats is not None and stats.latest is not None else []
         self.capture_end_ns = capture_end(self.info, max(times, default=0))
+        self.has_memory = self.nvtx.has_memory()
         self._api_threads: list[np.ndarray] = []
         self._handed = 0  # API calls handed on
 
@@ -102,7 +103,7 @@ class NsysWindows:
 
     def windows(self) -> Iterator[Window | Restart]:
         """The report's windows, in start order (:func:`nvbridge.readers.windows.cut_windows`)."""
-        return cut_windows(self.nvtx.parts(), self, self.capture_end_ns, lambda: self.rows_read)
+        return cut_windows(self.nvtx.parts(), self, self.capture_end_ns, lambda: self.rows_read, self.nvtx.memory.take)
 
     def bounds(self) -> list[int]:
         """Where the API call and GPU op slabs meet: where a window may be cut."""
