@@ -63,9 +63,11 @@ def made_up_events(ops: pa.Table) -> list[dict[str, Any]]:
     """One block per op: allocated at its start, freed at its end unless the op's id is a
     multiple of 3 (then held to the end of the capture)."""
     events: list[dict[str, Any]] = []
-    for i, op in enumerate(ops.select(["op_id", "start_ns", "end_ns", "thread_id", "step"]).to_pylist()):
+    columns = ["op_id", "start_ns", "end_ns", "process_id", "thread_id", "step"]
+    for i, op in enumerate(ops.select(columns).to_pylist()):
         size = 256 * (1 + op["op_id"] % 7)
-        where = {"address": 4096 * (i + 1), "thread_id": op["thread_id"], "step": op["step"]}
+        where = {"address": 4096 * (i + 1), "process_id": op["process_id"], "thread_id": op["thread_id"]}
+        where["step"] = op["step"]
         events.append({"ts_ns": op["start_ns"], "bytes": size, "op_id": op["op_id"], **where})
         if op["op_id"] % 3:
             events.append({"ts_ns": op["end_ns"], "bytes": -size, "op_id": op["op_id"], **where})

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+import nvbridge
 from nvbridge.analysis import summarize
 from nvbridge.analysis.as_json import summary_json
 from nvbridge.analysis.memory_columns import MEMORY_COLUMNS
 from nvbridge.dataset.report import DatasetTables
 from nvbridge.errors import OptionError
-from tests.memory_tables import with_memory
+from tests.memory_tables import made_up_events, with_memory
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_db" / "cnn_cpu.sqlite"
 
@@ -67,3 +68,16 @@ def test_peak_per_device_and_step_is_the_raw_rows_maximum(report: DatasetTables)
         assert [s["step"] for s in got["steps"]] == steps and len(steps) >= 2
         for s in got["steps"]:
             assert s["peak_allocated_bytes"] == max(r["total_allocated"] for r in mine if r["step"] == s["step"])
+
+
+def test_device_filter_keeps_that_gpus_memory() -> None:
+    sample = SAMPLE.with_name("cnn_cpu+synthetic_gpu.sqlite")
+    events = made_up_events(nvbridge.load(sample).ops)
+    for e in events:  # every other block on the GPU (a block's free with its allocation)
+        e["device"] = "cuda:0" if (e["address"] // 4096) % 2 else "cpu"
+    report = with_memory(sample, events)
+    rows = [r for r in report.table("memory").to_pylist() if r["device"] == "cuda:0"]
+    memory = summary_json(summarize(report, device=0), [])["memory"]
+    assert list(memory) == ["cuda:0"]
+    assert memory["cuda:0"]["peak_allocated_bytes"] == max(r["total_allocated"] for r in rows)
+    assert set(summary_json(summarize(report), [])["memory"]) == {"cpu", "cuda:0"}

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from nvbridge.columns import np_col
 from nvbridge.dataset.schema import ReportTables
 from nvbridge.errors import DamagedDataset
 
 MEMORY = "memory"
-PEAK_COLUMNS = ["ts_ns", "device", "total_allocated", "op_id", "step"]
+PEAK_COLUMNS = ["ts_ns", "process_id", "device", "total_allocated", "op_id", "step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,14 +118,21 @@ def op_names(report: ReportTables, ids: set[int]) -> dict[int, tuple[str | None,
     return out
 
 
-def memory_peaks(report: ReportTables) -> list[DevicePeak]:
+def memory_peaks(
+    report: ReportTables, processes: set[int] | None = None, device: int | None = None
+) -> list[DevicePeak]:
     """Per device (in name order) the peak allocated over the capture and per step; empty where
-    the report recorded no memory events."""
+    the report recorded no memory events. ``processes``: only their events (summary's --rank
+    and --device filters keep these); ``device``: only GPU ``device``'s (``cuda:N``) events."""
     if not memory_rows(report):
         return []
     overall: dict[str, Best] = {}
     steps: dict[tuple[str, int], Best] = {}
     for chunk in report.chunks(MEMORY, PEAK_COLUMNS):
+        if processes is not None:
+            chunk = chunk.filter(pa.array(np.isin(np_col(chunk, "process_id", fill=-1), sorted(processes))))
+        if device is not None:
+            chunk = chunk.filter(pc.equal(chunk.column("device").cast(pa.string()), f"cuda:{device}"))
         _chunk_peaks(chunk, overall, steps)
     names = op_names(report, {b[2] for b in (*overall.values(), *steps.values()) if b[2] >= 0})
 

@@ -126,7 +126,7 @@ def summarize(
         open_at_end += figures.open_at_end
         launches.append(figures.launches)
         where = f"{report.meta.get('source')}: " if len(sources) > 1 else ""
-        memory += [(where + p.device, p) for p in memory_peaks(report)]
+        memory += [(where + p.device, p) for p in memory_peaks(report, figures.processes, device)]
         del report
     _check_filter(path, device, rank, devices, ranks, parts)
     averages = parts[0] if len(parts) == 1 else merge_averages(parts)
