@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from nvbridge.analysis.memory_categories import CATEGORIES, categorize, row_categories
+from nvbridge.analysis.memory_categories import CATEGORIES
+from nvbridge.analysis.memory_timeline import categorized, columns_kept, curves
 from nvbridge.cli import cli
 from nvbridge.columns import np_col
 from tests.memory_tables import with_memory
@@ -24,26 +25,23 @@ def test_columns_kept_hold_the_peak() -> None:
     rng = np.random.default_rng(3)
     ts = np.sort(rng.integers(0, 10**9, 50_000))
     total = rng.integers(0, 10**6, 50_000)
-    keep = memory_plot.columns_kept(ts, total, 0, 10**9, 300)
+    keep = columns_kept(ts, total, 0, 10**9, 300)
     assert len(keep) <= 300 and int(np.argmax(total)) in keep.tolist()
     assert (np.diff(ts[keep]) >= 0).all()
 
 
 def test_curves_are_the_live_bytes_by_category_at_every_drawn_point() -> None:
-    report = with_memory(SAMPLE)
-    memory, ops = memory_plot._tables(report)
-    blocks = categorize(memory, ops)
-    cats = row_categories(memory, blocks)
-    ts = np_col(memory, "ts_ns")
-    curves = memory_plot._curves(memory, cats, "cpu", int(ts.min()), int(ts.max()), 64)
-    assert max(curves["total"]) == max(memory.column("total_allocated").to_pylist())
-    for i in range(0, len(curves["ts"]), 7):
-        at = int(curves["ts"][i])
+    c = categorized(with_memory(SAMPLE))
+    ts = np_col(c.memory, "ts_ns")
+    drawn = curves(c, "cpu", int(ts.min()), int(ts.max()), 64)
+    assert max(drawn.total) == max(c.memory.column("total_allocated").to_pylist())
+    for i in range(0, len(drawn.ts), 7):
+        at = int(drawn.ts[i])
         # live after every event up to and including this one: the next event's time is the bound
         later = ts[ts > at]
-        expected = blocks.bytes_by_category(int(later.min()) - 1 if len(later) else at, "cpu")
-        assert {c: int(curves["live"][c][i]) for c in CATEGORIES} == expected
-        assert sum(expected.values()) == int(curves["total"][i])
+        expected = c.blocks.bytes_by_category(int(later.min()) - 1 if len(later) else at, "cpu")
+        assert {k: int(drawn.live[k][i]) for k in CATEGORIES} == expected
+        assert sum(expected.values()) == int(drawn.total[i])
 
 
 @pytest.mark.parametrize("blocks", [False, True])

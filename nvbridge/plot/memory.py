@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from nvbridge.analysis.memory import memory_peaks, memory_rows
-from nvbridge.analysis.memory_categories import CATEGORIES, OPS_COLUMNS, categorize, row_categories
+from nvbridge.analysis.memory import memory_peaks
+from nvbridge.analysis.memory_categories import CATEGORIES
+from nvbridge.analysis.memory_timeline import categorized, curves
 from nvbridge.columns import np_col
 from nvbridge.dataset.report import DatasetTables
 from nvbridge.errors import ExportError, MissingDependency
@@ -56,62 +55,26 @@ def _pyplot() -> Any:
     return plt
 
 
-def _tables(report: DatasetTables) -> tuple[pa.Table, pa.Table]:
-    """The memory table in time order and the ops columns the categories read.
-
-    Raises:
-        ExportError: the report recorded no allocator events.
-    """
-    if not memory_rows(report):
-        raise ExportError(
-            "the report has no memory events to plot; record with nvbridge.emit_nvtx(profile_memory=True) "
-            "(or nsys --cuda-memory-usage=true)."
-        )
-    memory = report.table("memory")
-    order = np.lexsort((np.arange(memory.num_rows), np_col(memory, "ts_ns")))
-    return memory.take(pa.array(order)), report.table("ops").select(OPS_COLUMNS)
-
-
-def columns_kept(ts: np.ndarray, total: np.ndarray, lo: int, hi: int, width_px: int) -> np.ndarray:
-    """Rows to draw (sorted by time): in each pixel column of [lo, hi], the row of the highest
-    total (the first of equals), so no peak is lost to the reduction."""
-    inside = np.flatnonzero((ts >= lo) & (ts <= hi))
-    if not len(inside):
-        return inside
-    col = ((ts[inside] - lo) * (width_px - 1) // max(hi - lo, 1)).astype(np.int64)
-    order = np.lexsort((np.arange(len(inside)), -total[inside], col))
-    first = np.r_[True, col[order][1:] != col[order][:-1]]
-    return np.sort(inside[order][first])
-
-
-def _curves(memory: pa.Table, cats: np.ndarray, device: str, lo: int, hi: int, width_px: int) -> dict[str, Any]:
-    """One device's drawn points: times, the allocator's total, and each category's live bytes."""
-    mine = pc.equal(memory.column("device").cast(pa.string()), device).to_numpy(zero_copy_only=False)
-    ts, size = np_col(memory, "ts_ns")[mine], np_col(memory, "bytes")[mine]
-    total = np_col(memory, "total_allocated", fill=0)[mine]
-    cat = cats[mine]
-    keep = columns_kept(ts, total, lo, hi, width_px)
-    live = {c: np.cumsum(np.where(cat == i, size, 0))[keep] for i, c in enumerate(CATEGORIES)}
-    return {"ts": ts[keep], "total": total[keep], "live": live}
-
-
 def memory_figure(report: DatasetTables, win_args: dict[str, int | None], width_px: int = 1800) -> Any:
     """The stacked memory timeline, one panel per device (the caller closes the figure)."""
-    memory, ops = _tables(report)
-    win = window_of(extent(report), **win_args)
-    blocks = categorize(memory, ops)
-    cats = row_categories(memory, blocks)
+    c = categorized(report)
+    found = extent(report)
+    win = window_of(found, **win_args)
     peaks = memory_peaks(report)
     plt = _pyplot()
-    origin = extent(report).first_ns or 0
+    origin = found.first_ns or 0
     fig, axes = plt.subplots(len(peaks), 1, figsize=(width_px / DPI, 3.2 * len(peaks)), dpi=DPI, squeeze=False)
     for ax, peak in zip(axes[:, 0], peaks):
-        c = _curves(memory, cats, peak.device, win.start_ns, win.end_ns, width_px)
-        x = (c["ts"] - origin) / 1e6
+        drawn = curves(c, peak.device, win.start_ns, win.end_ns, width_px)
+        x = (drawn.ts - origin) / 1e6
         ax.stackplot(
-            x, *(c["live"][k] / 2**20 for k in CATEGORIES), step="post", labels=CATEGORIES, colors=list(COLORS.values())
+            x,
+            *(drawn.live[k] / 2**20 for k in CATEGORIES),
+            step="post",
+            labels=CATEGORIES,
+            colors=list(COLORS.values()),
         )
-        ax.step(x, c["total"] / 2**20, where="post", color="black", linewidth=0.8, label="total allocated")
+        ax.step(x, drawn.total / 2**20, where="post", color="black", linewidth=0.8, label="total allocated")
         at = peak.peak
         if win.start_ns <= at.peak_ns <= win.end_ns:
             px, py = (at.peak_ns - origin) / 1e6, at.peak_allocated_bytes / 2**20
@@ -138,10 +101,9 @@ def memory_figure(report: DatasetTables, win_args: dict[str, int | None], width_
 def blocks_figure(report: DatasetTables, win_args: dict[str, int | None], width_px: int = 1800) -> Any:
     """Each block of the window as a bar from allocation to free, a row per address (the caller
     closes the figure)."""
-    memory, ops = _tables(report)
     found = extent(report)
     win = window_of(found, **win_args)
-    t = categorize(memory, ops).table
+    t = categorized(report).blocks.table
     alloc, free = np_col(t, "alloc_ns"), np_col(t, "free_ns", fill=win.end_ns)
     inside = np.flatnonzero((alloc <= win.end_ns) & (free >= win.start_ns))
     if not len(inside):
