@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from nvbridge.analysis.memory_advice import memory_findings, module_range
+import numpy as np
+import pyarrow as pa
+
+from nvbridge.analysis.memory_advice import _callers, memory_findings, module_range
 from nvbridge.dataset.schema import InMemory
 from tests.memory_fake import FLOAT, Fake, mlp_adam
 
@@ -71,3 +74,26 @@ def test_module_range() -> None:
     assert module_range(["layers.2 (Linear)"]) == "layers.2"
     assert module_range(["head", "head", "embed"]) == "head"
     assert module_range([]) is None
+    assert module_range(["0", "2", "6"]) == "0-6"  # an nn.Sequential's children
+
+
+def test_allocations_belong_to_the_outermost_aten_op_of_their_chain() -> None:
+    ops = pa.table(
+        {
+            "op_id": [0, 1, 2, 3, 4, 5],
+            "parent_id": [None, 0, 1, 2, None, 4],
+            "op_name": [
+                "Optimizer.step#Adam.step",
+                "aten::zeros_like",
+                "aten::empty_like",
+                "aten::empty_strided",
+                "AddmmBackward0",
+                "aten::mm",
+            ],
+        }
+    )
+    assert _callers(ops, np.array([3, 5, 0, -1])) == {
+        3: "aten::zeros_like",
+        5: "aten::mm",
+        0: "Optimizer.step#Adam.step",
+    }

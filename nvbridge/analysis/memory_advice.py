@@ -47,8 +47,8 @@ def module_range(paths: list[str]) -> str | None:
             numbered.setdefault(".".join(parts[: at[-1]]), set()).add(int(parts[at[-1]]))
     if numbered:
         prefix, ids = max(numbered.items(), key=lambda kv: (len(kv[1]), kv[0]))
-        low, high = min(ids), max(ids)
-        return f"{prefix}.{low}" if low == high else f"{prefix}.{low}-{prefix}.{high}"
+        low, high = (f"{prefix}.{i}" if prefix else str(i) for i in (min(ids), max(ids)))  # Sequential: "0"
+        return low if low == high else f"{low}-{high}"
     named = Counter(p for p in paths if p)
     return named.most_common(1)[0][0] if named else None
 
@@ -112,7 +112,7 @@ class PeakFinding:
     top: str
 
 
-def _one(blocks: Blocks, peak: DevicePeak, memory: pa.Table, names: dict[int, str]) -> PeakFinding:
+def _one(blocks: Blocks, peak: DevicePeak, memory: pa.Table, ops: pa.Table) -> PeakFinding:
     """A device's memory finding."""
     at = peak.peak
     live = blocks.live_at(at.peak_ns, peak.device)
@@ -121,6 +121,7 @@ def _one(blocks: Blocks, peak: DevicePeak, memory: pa.Table, names: dict[int, st
     held = live.filter(pc.equal(live.column("category"), CATEGORIES.index(top)))
     modules = module_range([m for m in held.column("module_path").to_pylist() if m])
     per_op = live.select(["op_id", "bytes"]).group_by("op_id", use_threads=False).aggregate([("bytes", "sum")])
+    names = _callers(ops, np_col(per_op, "op_id", fill=-1))
     by_op: Counter[str] = Counter()  # one entry per allocating op id (few), summed by name
     for op, nbytes in zip(per_op.column("op_id").to_pylist(), per_op.column("bytes_sum").to_pylist()):
         by_op[names.get(op, "(no op)") if op is not None else "(no op)"] += nbytes
@@ -159,9 +160,32 @@ def memory_findings(report: ReportTables) -> list[PeakFinding]:
     memory = report.table("memory")
     ops = report.table("ops").select(OPS_COLUMNS)
     blocks = categorize(memory, ops)
-    ids = np_col(ops, "op_id").tolist()
-    names = dict(zip(ids, ops.column("op_name").to_pylist()))
-    return [_one(blocks, peak, memory, names) for peak in memory_peaks(report)]
+    return [_one(blocks, peak, memory, ops) for peak in memory_peaks(report)]
+
+
+def _callers(ops: pa.Table, wanted: np.ndarray) -> dict[int, str]:
+    """Per op id of ``wanted``, the name of the outermost aten op in its chain of aten ops: an allocation in
+    ``aten::empty_strided`` under ``aten::empty_like`` under ``aten::zeros_like`` is the
+    zeros_like's (what the user's code called), one in ``aten::mm`` under ``AddmmBackward0``
+    the mm's."""
+    ids = np_col(ops, "op_id")
+    n = int(ids.max(initial=-1)) + 1
+    names = ops.column("op_name").cast(pa.string())
+    parent = np.full(n, -1, np.int64)
+    parent[ids] = np_col(ops, "parent_id", fill=-1)
+    aten = np.zeros(n + 1, bool)  # the last slot: "no parent"
+    aten[ids] = pc.starts_with(names, "aten::").fill_null(False).to_numpy(zero_copy_only=False)
+    top = wanted[(wanted >= 0) & (wanted < n)]
+    start = top.copy()
+    for _ in range(n):
+        up = parent[top]
+        climb = aten[top] & aten[up]  # up == -1 reads the last slot: False
+        if not climb.any():
+            break
+        top = np.where(climb, up, top)
+    row = np.full(n, -1, np.int64)
+    row[ids] = np.arange(len(ids))
+    return dict(zip(start.tolist(), names.take(pa.array(row[top])).to_pylist()))
 
 
 def describe(figures: dict[str, int], module: str | None) -> str:

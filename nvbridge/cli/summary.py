@@ -127,7 +127,7 @@ def memory_line(key: str, peak: DevicePeak) -> str:
     p = peak.peak
     where = f" in step {p.step}" if p.step is not None else ""
     op = f", during {p.op}" if p.op else ", with no op open"
-    module = f" in {p.module_path}" if p.module_path else ""
+    module = f" in module {p.module_path}" if p.module_path else ""
     return (
         f"Memory {key}: peak allocated {human_bytes(p.peak_allocated_bytes)} at "
         f"{format_time(p.peak_ns / 1e3)}{where}{op}{module}"
