@@ -6,12 +6,15 @@ allocator marks read with sqlite3."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -83,3 +86,24 @@ def test_summary_text_and_advise_name_the_peak(run: tuple[Path, dict[str, Any]])
     assert figures["peak_allocated_bytes"] == peak
     held = sum(v for k, v in figures.items() if k.endswith("_bytes") and k not in ("peak_allocated_bytes", "op_bytes"))
     assert held <= peak  # blocks older than the recording are in no category
+
+
+def test_diff_gates_on_the_peak_of_converted_datasets(run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    db, _ = run
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert CliRunner().invoke(cli, ["convert", str(db), "-o", str(a)]).exit_code == 0
+    shutil.copytree(a, b)
+    memory = pq.read_table(b / "memory.parquet")  # B: the same events, the allocator's totals doubled
+    doubled = pa.array([2 * v for v in memory.column("total_allocated").to_pylist()], pa.int64())
+    pq.write_table(
+        memory.set_column(memory.column_names.index("total_allocated"), "total_allocated", doubled),
+        b / "memory.parquet",
+    )
+    peak = max(_raw_totals(db))
+    loose = CliRunner().invoke(cli, ["diff", str(a), str(b), "--fail-above", "peak_memory=150%", "--json"])
+    assert loose.exit_code == 0, loose.output
+    (delta,) = json.loads(loose.stdout)["peaks"]
+    assert (delta["device"], delta["a_bytes"], delta["b_bytes"]) == ("cpu", peak, 2 * peak)
+    gated = CliRunner().invoke(cli, ["diff", str(a), str(b), "--fail-above", "peak_memory=50%"])
+    assert gated.exit_code == 1 and "FAIL: peak memory cpu +100.0%" in gated.output
+    assert "peak memory cpu: " in gated.stdout
