@@ -27,11 +27,11 @@ def record(work: Path, name: str, *args: str) -> Path:
     rep = work / name.rsplit(".", 1)[-1]
     env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    profiled = _run(
-        [nsys, "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-f", "true", "-o", str(rep),
-         sys.executable, "-m", name, *args],
-        env=env, cwd=ROOT,
-    )  # fmt: skip
+    argv = [nsys, "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-f", "true", "-o", str(rep)]
+    for _ in range(2):  # one more try: nsys 2022.4 sometimes leaves nothing when other captures run at once
+        profiled = _run([*argv, sys.executable, "-m", name, *args], env=env, cwd=ROOT)
+        if rep.with_suffix(".nsys-rep").exists() or rep.with_suffix(".qdstrm").exists():
+            break
     nsys_rep = rep.with_suffix(".nsys-rep")
     if not nsys_rep.exists():  # 2022.4: "The importer binary and its dependencies were not found."
         qdstrm = rep.with_suffix(".qdstrm")

@@ -107,3 +107,13 @@ def test_diff_gates_on_the_peak_of_converted_datasets(run: tuple[Path, dict[str,
     gated = CliRunner().invoke(cli, ["diff", str(a), str(b), "--fail-above", "peak_memory=50%"])
     assert gated.exit_code == 1 and "FAIL: peak memory cpu +100.0%" in gated.output
     assert "peak memory cpu: " in gated.stdout
+
+
+def test_plot_memory_of_a_recording(run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="plots need matplotlib: pip install -e '.[plot]'")
+    db, _ = run
+    for flag, name in (("--memory", "m.png"), ("--memory-blocks", "b.svg")):
+        result = CliRunner().invoke(cli, ["plot", str(db), "-o", str(tmp_path / name), flag, "--step", "1"])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / name).stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.svg", "m.png"]
