@@ -4,13 +4,20 @@ starting allocation when a reference is kept across steps."""
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from click.testing import CliRunner
 
 from nvbridge.analysis.memory_advice import _callers, memory_findings, module_range
+from nvbridge.cli import cli
 from nvbridge.dataset.schema import InMemory
+from scripts.record import synthetic_memory
+from tests.conftest import SAMPLE_DB
 from tests.memory_fake import FLOAT, Fake, mlp_adam
 
 
@@ -97,3 +104,37 @@ def test_allocations_belong_to_the_outermost_aten_op_of_their_chain() -> None:
         5: "aten::mm",
         0: "Optimizer.step#Adam.step",
     }
+
+
+def test_advise_prints_the_memory_finding_under_any_limit(tmp_path: Path) -> None:
+    """On Nsight Systems' own device memory (scripts/record/synthetic_memory.py's labelled copy),
+    beside the time findings: the memory finding is printed whatever --limit keeps, and its peak
+    is the highest running total of the table's device allocations (sqlite3)."""
+    db = tmp_path / "cuda_memory.sqlite"
+    synthetic_memory.main([str(SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite"), str(db)])
+    result = CliRunner().invoke(cli, ["advise", str(db), "--limit", "1"])
+    assert result.exit_code == 0, result.output
+    assert "Memory peak on cuda:0: " in result.stdout and "more (--limit -1 shows all)" in result.stdout
+    data = json.loads(CliRunner().invoke(cli, ["advise", str(db), "--json"]).stdout)
+    (finding,) = [f for f in data["findings"] if f["kind"] == "memory_peak"]
+    assert finding["lanes"] == ["cuda:0"]
+    assert finding["figures"]["peak_allocated_bytes"] == max(_running_totals(db))
+
+
+def _running_totals(db: Path) -> list[int]:
+    """The running total of device 0's allocations and frees (not host memory), in time order."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute(
+            "SELECT m.bytes, o.label FROM CUDA_GPU_MEMORY_USAGE_EVENTS m "
+            "JOIN ENUM_CUDA_DEV_MEM_EVENT_OPER o ON o.id = m.memoryOperationType "
+            "JOIN ENUM_CUDA_MEM_KIND k ON k.id = m.memKind "
+            "WHERE m.deviceId = 0 AND k.label NOT IN ('Pinned', 'Pageable') ORDER BY m.start"
+        ).fetchall()
+    finally:
+        con.close()
+    out, total = [], 0
+    for nbytes, label in rows:
+        total += -nbytes if label == "Deallocation" else nbytes
+        out.append(total)
+    return out

@@ -42,8 +42,6 @@ def _memory_lines(f: Finding) -> list[str]:
 
 def _detail(f: Finding) -> str:
     """Where it happened, its own figures, and the fix, wrapped to the terminal."""
-    if f.kind == memory_advice.KIND:
-        return "\n".join(" " * 5 + line.lstrip() for line in _memory_lines(f))
     figs = dict(f.figures)
     parts = [f"on {', '.join(f.lanes)}"]
     if "copies" in figs:
@@ -112,12 +110,13 @@ def render(advice: Advice, limit: int, steps: int) -> str:
     """The findings table and the per-step idle shares, at most 100 columns wide."""
     share = advice.at_stake_ns / advice.span_ns if advice.span_ns else 0.0
     lines = [f"nvbridge advise: {advice.source}"]
+    # memory findings have no time at stake: printed under the table, whatever --limit keeps
+    memory = [line for f in advice.findings if f.kind == memory_advice.KIND for line in _memory_lines(f)]
+    timed = [f for f in advice.findings if f.kind != memory_advice.KIND]
     if not advice.lanes:
-        memory = [f for f in advice.findings if f.kind == memory_advice.KIND]
         return "\n".join(
             lines
-            + ["No GPU work in this report: no time to advise on (record with nsys profile -t cuda,nvtx)."]
-            + [line for f in memory for line in _memory_lines(f)]
+            + ["No GPU work in this report: no time to advise on (record with nsys profile -t cuda,nvtx).", *memory]
         )
     lanes = f"{len(advice.lanes)} lane" + ("s" if len(advice.lanes) > 1 else "")
     lines.append(
@@ -130,10 +129,10 @@ def render(advice: Advice, limit: int, steps: int) -> str:
         if advice.peaks
         else "Roofline: unknown GPU, no below_roofline findings (give --peak-tflops and --peak-gbps)."
     )
-    if not advice.findings:
-        return "\n".join(lines + ["No findings above the bound."])
+    if not timed:
+        return "\n".join(lines + ["No findings above the bound.", *memory])
     lines += ["", HEADER]
-    shown = advice.findings if limit < 0 else advice.findings[:limit]
+    shown = timed if limit < 0 else timed[:limit]
     for i, f in enumerate(shown, 1):
         pct = 100 * f.time_ns / advice.span_ns if advice.span_ns else 0.0
         step = "-" if f.step is None else str(f.step)
@@ -141,8 +140,9 @@ def render(advice: Advice, limit: int, steps: int) -> str:
             f"{i:>3}  {f.kind:<18}  {_op(f):<36}  {step:>5}  {f.count:>7,}  {_ms(f.time_ns):>10}  {pct:>5.1f}%"
         )
         lines.append(_detail(f))
-    if len(shown) < len(advice.findings):
-        lines.append(f"... {len(advice.findings) - len(shown)} more (--limit -1 shows all)")
+    if len(shown) < len(timed):
+        lines.append(f"... {len(timed) - len(shown)} more (--limit -1 shows all)")
+    lines += ["", *memory] if memory else []
     if advice.steps and steps:
         lines += ["", "GPU idle share per step:"]
         worst = sorted(advice.steps, key=lambda s: -s.idle_share)[: steps if steps > 0 else None]
