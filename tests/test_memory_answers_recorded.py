@@ -93,6 +93,9 @@ def test_diff_gates_on_the_peak_of_converted_datasets(run: tuple[Path, dict[str,
     a, b = tmp_path / "a", tmp_path / "b"
     assert CliRunner().invoke(cli, ["convert", str(db), "-o", str(a)]).exit_code == 0
     shutil.copytree(a, b)
+    # the dataset, read a row group at a time, answers as the report converted in memory
+    streamed, whole = (json.loads(CliRunner().invoke(cli, ["summary", str(p), "--json"]).stdout) for p in (a, db))
+    assert streamed["memory"] == whole["memory"] and streamed["rows"] == whole["rows"]
     memory = pq.read_table(b / "memory.parquet")  # B: the same events, the allocator's totals doubled
     doubled = pa.array([2 * v for v in memory.column("total_allocated").to_pylist()], pa.int64())
     pq.write_table(
