@@ -66,7 +66,7 @@ def ops_columns(report: DatasetTables, grouping: Grouping, device: int | None) -
     and times (checks, steps), the process (ranks), and GPU times (or, for one device, op ids
     to look them up)."""
     have = set(report.column_names("ops"))
-    costs = [c for c in ("flops", "bytes", "compute_dtype") if c in have]
+    costs: list[str] = [c for c in ("flops", "bytes", "compute_dtype") if c in have]
     # torch's memory columns where the report recorded memory (all null otherwise: statistics say so unread)
     costs += [c for c in MEMORY_COLUMNS if c in have and not report.all_null("ops", c)]
     gpu = ["self_gpu_ns", "total_gpu_ns"] if device is None else ["op_id"]
