@@ -14,7 +14,8 @@ profile_memory=True)`` with nvbridge never imported, steps as ``record_function(
 scopes opened at the top of each iteration (what ``nv.step()`` marks); OUT.json holds torch's
 ``key_averages()`` (name, count, self and total CPU memory), every memory event torch recorded
 (in time order: ts_ns, thread, device, bytes, total_allocated, total_reserved) and, per step, the
-highest ``Total Allocated`` among the step's memory events.
+highest ``Total Allocated`` among the step's memory events (``peaks`` per device,
+``peak_total_allocated`` the CPU's).
 
 Each workload builds its model, data and optimizer before recording starts (the allocations the
 oracle compares are the training steps'), runs STEPS iterations, and is deterministic (seeded,
@@ -221,9 +222,13 @@ def torch_memory(prof: torch.profiler.profile) -> dict[str, Any]:
             )
     events.sort(key=lambda e: e[0])
     for step in steps:
-        inside = [e[4] for e in events if step["start_ns"] <= e[0] <= step["end_ns"]]
+        inside = [e for e in events if step["start_ns"] <= e[0] <= step["end_ns"]]
         step["events"] = len(inside)
-        step["peak_total_allocated"] = max(inside, default=None)
+        peaks: dict[str, int] = {}
+        for e in inside:
+            peaks[e[2]] = max(peaks.get(e[2], e[4]), e[4])
+        step["peaks"] = peaks  # per device: the highest Total Allocated among the step's events
+        step["peak_total_allocated"] = peaks.get("cpu")
     return {"key_averages": rows, "events": events, "steps": sorted(steps, key=lambda s: s["step"])}
 
 
