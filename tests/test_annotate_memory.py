@@ -50,12 +50,17 @@ class Logged:
 
 
 def run_logged(injection: Path, workdir: Path, tag: str, code: str, *args: str) -> Logged:
-    """``python -c code`` (or ``-m`` when ``code`` starts with ``-m ``) under the test collector."""
+    """``python -c code`` (``-m`` when ``code`` starts with ``-m ``, a script file when it is one
+    line ending in ``.py``) under the test collector."""
     log = workdir / f"{tag}.tsv"
     log.unlink(missing_ok=True)
     env = dict(os.environ, NVTX_INJECTION64_PATH=str(injection), NVBRIDGE_NVTX_LOG=str(log))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    argv = [sys.executable, *(code.split(" ", 1) if code.startswith("-m ") else ["-c", code]), *args]
+    if code.startswith("-m "):
+        program = code.split(" ", 1)
+    else:
+        program = [code] if code.endswith(".py") and "\n" not in code else ["-c", code]
+    argv = [sys.executable, *program, *args]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     marks, pushes = [], []
@@ -234,3 +239,65 @@ def test_python_backend_warns_once_and_marks_nothing(injection: Path, workdir: P
     assert len(facts["warnings"]) == 1 and "only the observer backend" in facts["warnings"][0]
     assert mem_events(logged.marks) == []
     assert any(name.startswith("aten::mul") for name in logged.pushes)  # its op ranges still record
+
+
+FORKED = """
+import json, sys, threading
+from collections import Counter
+import torch
+
+torch.set_num_interop_threads(2)
+
+
+@torch.jit.script
+def half(x: torch.Tensor) -> torch.Tensor:
+    return (x * 2).sum()
+
+
+@torch.jit.script
+def whole(x: torch.Tensor) -> torch.Tensor:
+    return torch.jit.wait(torch.jit.fork(half, x)) + 1  # at::launch: another thread
+
+
+x = torch.ones(1000)
+for _ in range(3):
+    whole(x)  # the profiling executor settles on its graph before recording
+if sys.argv[1] == "torch":
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        whole(x)
+    stack, sizes = list(prof.profiler.kineto_results.experimental_event_tree()), []
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.tag == torch._C._profiler._EventType.Allocation:
+            sizes.append(node.extra_fields.alloc_size)
+    facts = {"sizes": sorted(sizes)}
+else:
+    import nvbridge
+
+    with nvbridge.emit_nvtx(profile_memory=True):
+        whole(x)
+    facts = {"main": threading.get_native_id()}
+json.dump(facts, sys.stdout)
+"""
+
+
+def test_threads_torch_hands_work_to_report_too(injection: Path, workdir: Path) -> None:
+    """A task torch launches on another thread (at::launch, as the autograd engine hands a backward
+    to its device threads) carries the reporter with its thread-local state, as torch.profiler's."""
+    script = workdir / "forked.py"  # torch.jit.script reads its functions' source file
+    script.write_text(FORKED)
+    env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
+    proc = subprocess.run([sys.executable, str(script), "torch"], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = json.loads(proc.stdout)
+    logged = run_logged(injection, workdir, "forked", str(script), "nvbridge")
+    main = json.loads(logged.stdout)["main"]
+    # The reporter was installed on the main thread only; the forked ``x * 2`` (1000 floats) is
+    # marked on the thread that ran it. torch.profiler (thread-local too) sees that block as well.
+    # (Which thread runs the code after ``wait`` varies from run to run, in both.)
+    forked = [size for _, size, _, _ in mem_events([m for m in logged.marks if m[0] != main])]
+    assert 4000 in forked and -4000 in [size for _, size, _, _ in mem_events(logged.marks)]
+    assert 4000 in theirs["sizes"]
