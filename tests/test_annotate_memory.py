@@ -192,6 +192,18 @@ with warnings.catch_warnings(record=True) as caught:
                 work(5)
             facts["recording_after"] = nv.memory_recording
             work(7)
+    elif sys.argv[1] == "crossed":  # torch.profiler started inside, stopped after the block
+        nv = nvbridge.emit_nvtx(profile_memory=True)
+        nv.__enter__()
+        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        prof.__enter__()
+        work(5)
+        nv.__exit__(None, None, None)
+        prof.__exit__(None, None, None)
+        from nvbridge.annotate import _observer
+
+        facts["slot_left"] = bool(_observer.load().memory_active()) or torch.autograd._profiler_enabled()
+        work(7)
     else:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             with nvbridge.emit_nvtx(profile_memory=True) as nv:
@@ -216,6 +228,16 @@ def test_torch_profiler_started_inside_takes_the_events_while_it_runs(injection:
     sizes = _sizes(logged.marks)
     assert 3 * 3 * 4 in sizes and 7 * 7 * 4 in sizes and 5 * 5 * 4 not in sizes
     assert len(facts["warnings"]) == 1 and "torch.profiler started inside" in facts["warnings"][0]
+
+
+def test_torch_profiler_outliving_the_block_stops_cleanly(injection: Path, workdir: Path) -> None:
+    """Started inside, stopped after the block ended: torch.profiler keeps its events and stops
+    normally, and nothing of nvbridge stays in the thread's slot (no marks afterwards)."""
+    logged = run_logged(injection, workdir, "crossed", WITH_TORCH_PROFILER, "crossed")
+    facts = json.loads(logged.stdout)
+    assert facts["slot_left"] is False and facts["torch_memory_events"] >= 4
+    sizes = _sizes(logged.marks)
+    assert 5 * 5 * 4 not in sizes and 7 * 7 * 4 not in sizes  # torch's while it ran, nobody's after
 
 
 def test_block_inside_torch_profiler_leaves_the_slot_to_it(injection: Path, workdir: Path) -> None:
