@@ -13,6 +13,7 @@ from typing import Any
 
 from nvbridge.analysis.gpu import GpuHeader
 from nvbridge.analysis.launches import Launches, merge_launches
+from nvbridge.analysis.memory import DevicePeak, memory_peaks
 from nvbridge.analysis.mfu import model_flops
 from nvbridge.analysis.op_table import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
 from nvbridge.analysis.ranks import RankFacts, StepSpread, step_spreads
@@ -39,6 +40,7 @@ class Summary:
     peaks: Peaks | None = None  # the GPU's (first report's device), with the user's overrides
     flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, mfu.model_flops)
     launches: Launches = field(default_factory=Launches)  # who launched the [no op] row's GPU time
+    memory: tuple[tuple[str, DevicePeak], ...] = field(default=())  # (key, peak): the device, or "report: device"
 
     @property
     def several(self) -> bool:
@@ -97,6 +99,7 @@ def summarize(
     ranks: set[int] = set()
     ops = open_at_end = 0
     launches: list[Launches] = []
+    memory: list[tuple[str, DevicePeak]] = []
     for source in sources:
         report = (
             source
@@ -122,6 +125,8 @@ def summarize(
         ops += figures.ops
         open_at_end += figures.open_at_end
         launches.append(figures.launches)
+        where = f"{report.meta.get('source')}: " if len(sources) > 1 else ""
+        memory += [(where + p.device, p) for p in memory_peaks(report, figures.processes, device)]
         del report
     _check_filter(path, device, rank, devices, ranks, parts)
     averages = parts[0] if len(parts) == 1 else merge_averages(parts)
@@ -137,6 +142,7 @@ def summarize(
         peaks,
         tuple(flops),
         merge_launches(launches),
+        tuple(memory),
     )
 
 
