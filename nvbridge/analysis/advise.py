@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nvbridge.analysis import below_roofline, context, dominant, findings, spans, waits
+from nvbridge.analysis import below_roofline, context, dominant, findings, memory_advice, spans, waits
 from nvbridge.analysis.context import Context
 from nvbridge.analysis.dominant import Dominant
 from nvbridge.analysis.fixes import BETWEEN_OPS, NO_OP, fix_for
@@ -247,7 +247,7 @@ def advise_report(
     top = dominant.categorize(ctx, on_gpu, evidence, cut)
     return Advice(
         str(report.meta.get("source")),
-        tuple(_first_of(kept, top)),
+        (*_first_of(kept, top), *_memory(report)),
         _steps(ctx, cut),
         span,
         spans.length(claimed),
@@ -264,6 +264,14 @@ def advise_report(
         top,
         waits.by_api(ctx),
     )
+
+
+def _memory(report: DatasetTables) -> list[Finding]:
+    """The memory findings (nvbridge.analysis.memory_advice): no time at stake, after the others."""
+    return [
+        Finding(memory_advice.KIND, m.op, m.module, (m.device,), m.count, 0, 0, m.step, (), m.figures, m.fix)
+        for m in memory_advice.memory_findings(report)
+    ]
 
 
 def _shared(ctx: Context, drafts: list[_Draft], on_gpu: spans.Spans) -> tuple[list[Finding], spans.Spans]:

@@ -39,7 +39,8 @@ def summary_json(summary: Summary, rows: list[dict[str, Any]]) -> dict[str, Any]
     gpu = [dict(dataclasses.asdict(d), several=summary.several) for d in summary.gpus]
     flops = dict(summary.flops) if summary.several else summary.flops[0][1] if summary.flops else None
     launches = dataclasses.asdict(summary.launches)
-    return {"gpu": gpu, "ranks": ranks, "flops": flops, "launches": launches, "rows": rows}
+    memory = {key: peak.as_json() for key, peak in summary.memory}  # {} where no memory was recorded
+    return {"gpu": gpu, "ranks": ranks, "flops": flops, "launches": launches, "memory": memory, "rows": rows}
 
 
 def advice_json(advice: Advice) -> dict[str, Any]:
@@ -60,12 +61,12 @@ def advice_json(advice: Advice) -> dict[str, Any]:
     return out
 
 
-def diff_json(d: Diff, bound: float | None = None) -> dict[str, Any]:
-    """``diff --json``: op figures by name with deltas; the regressions past ``bound`` (its
-    ``--fail-above``; None: none listed)."""
+def diff_json(d: Diff, bound: float | None = None, memory_bound: float | None = None) -> dict[str, Any]:
+    """``diff --json``: op figures by name with deltas, each device's peak memory; the
+    regressions past ``bound`` and ``memory_bound`` (its ``--fail-above``; None: none listed)."""
     out = dataclasses.asdict(d)
     for row, o in zip(out["ops"], d.ops):
         row["a"], row["b"] = dict(zip(OP_SUMS, o.a)), dict(zip(OP_SUMS, o.b))
         row["delta"] = {f: o.delta(f) for f in OP_SUMS}
-    out["regressions"] = d.regressions(bound) if bound is not None else []
+    out["regressions"] = d.regressions(bound, memory_bound)
     return out

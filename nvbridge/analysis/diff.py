@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.analysis.memory_diff import PeakDelta, device_peaks, merged_peaks, peak_deltas, peak_regressions
 from nvbridge.analysis.ranks import step_times
 from nvbridge.columns import np_col
 from nvbridge.conversion.memory import load_tables
@@ -24,7 +25,8 @@ from nvbridge.dataset.report import DatasetTables, is_partitioned, report_dirs
 from nvbridge.output import rich
 
 KEYS = ("op", "shapes", "backward", "module")
-OP_SUMS = ("calls", "self_cpu_ns", "total_cpu_ns", "self_gpu_ns", "total_gpu_ns")
+SELF_MEMORY = ("self_cpu_memory_usage", "self_cuda_memory_usage")  # torch's; 0 where a report has none
+OP_SUMS = ("calls", "self_cpu_ns", "total_cpu_ns", "self_gpu_ns", "total_gpu_ns", *SELF_MEMORY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +79,14 @@ class Diff:
     ops: tuple[OpDelta, ...]
     kernels: tuple[KernelDelta, ...]
     steps: tuple[StepDelta, ...]
+    peaks: tuple[PeakDelta, ...] = ()  # memory: each device's peak allocated in A and B
 
-    def regressions(self, bound: float) -> list[str]:
-        """What grew by more than ``bound`` (0.05: 5%): total GPU time, mean step time."""
-        out = []
+    def regressions(self, bound: float | None, memory_bound: float | None = None) -> list[str]:
+        """What grew by more than ``bound`` (0.05: 5%): total GPU time, mean step time; and by
+        more than ``memory_bound``: a device's peak allocated memory."""
+        out = peak_regressions(self.peaks, memory_bound) if memory_bound is not None else []
+        if bound is None:
+            return out
         (ga, gb), (sa, sb) = self.gpu_ns, self.mean_step_ns
         if ga and gb > ga * (1 + bound):
             out.append(f"total GPU time {100 * (gb / ga - 1):+.1f}%")
@@ -104,11 +110,19 @@ def _op_groups(report: DatasetTables) -> pa.Table:
             "backward": ops.column("is_backward").fill_null(False),
             "module": ops.column("module_path").cast(pa.string()).fill_null(""),
             "calls": pa.array(np.ones(ops.num_rows, np.int64)),
-            **{c: ops.column(c) for c in OP_SUMS[1:]},
+            **{c: ops.column(c) for c in OP_SUMS[1:5]},
+            **{c: _zero_filled(ops, c) for c in SELF_MEMORY},
         }
     )
     agg = t.group_by(list(KEYS), use_threads=False).aggregate([(c, "sum") for c in OP_SUMS])
     return agg.rename_columns([c.removesuffix("_sum") for c in agg.column_names])
+
+
+def _zero_filled(ops: pa.Table, column: str) -> pa.ChunkedArray | pa.Array:
+    """A memory column with 0 for null (no memory events), or all 0 where the dataset has none."""
+    if column not in ops.column_names:
+        return pa.array(np.zeros(ops.num_rows, np.int64))
+    return ops.column(column).fill_null(0)
 
 
 def _kernel_groups(report: DatasetTables) -> pa.Table:
@@ -150,6 +164,7 @@ class Side:
     kernels: pa.Table
     steps: dict[int, int]
     gpu_ns: int
+    peaks: dict[str, int]  # memory: peak allocated bytes per device
 
 
 def side_of(report: DatasetTables) -> Side:
@@ -161,6 +176,7 @@ def side_of(report: DatasetTables) -> Side:
         _kernel_groups(report),
         step_times(report.ops),
         int((np_col(g, "end_ns") - np_col(g, "start_ns")).sum()),
+        device_peaks(report),
     )
 
 
@@ -183,13 +199,22 @@ def merged(sides: list[Side], source: str) -> Side:
         regroup([x.kernels for x in sides], ["name"]),
         steps,
         sum(x.gpu_ns for x in sides),
+        merged_peaks([x.peaks for x in sides]),
     )
 
 
 def _ops(a: Side, b: Side, by_gpu: bool) -> tuple[OpDelta, ...]:
     j = _joined(a.ops, b.ops, list(KEYS), list(OP_SUMS))
-    va = np.stack([np_col(j, s + "_a") for s in OP_SUMS], axis=1) if j.num_rows else np.zeros((0, 5), np.int64)
-    vb = np.stack([np_col(j, s + "_b") for s in OP_SUMS], axis=1) if j.num_rows else np.zeros((0, 5), np.int64)
+    va = (
+        np.stack([np_col(j, s + "_a") for s in OP_SUMS], axis=1)
+        if j.num_rows
+        else np.zeros((0, len(OP_SUMS)), np.int64)
+    )
+    vb = (
+        np.stack([np_col(j, s + "_b") for s in OP_SUMS], axis=1)
+        if j.num_rows
+        else np.zeros((0, len(OP_SUMS)), np.int64)
+    )
     differ = np.flatnonzero((va != vb).any(axis=1))
     impact_col = OP_SUMS.index("self_gpu_ns" if by_gpu else "self_cpu_ns")
     impact = np.abs(vb[differ, impact_col] - va[differ, impact_col])
@@ -238,6 +263,7 @@ def diff_sides(a: Side, b: Side) -> Diff:
         _ops(a, b, by_gpu=bool(a.gpu_ns or b.gpu_ns)),
         _kernels(a, b),
         steps,
+        peak_deltas(a.peaks, b.peaks),
     )
 
 

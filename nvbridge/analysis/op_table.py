@@ -17,10 +17,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nvbridge.analysis.memory_columns import (
+    MEMORY_COLUMNS,
+    MEMORY_TITLES,
+    format_memory,
+    has_memory,
+    memory_inputs,
+    shown_memory,
+)
 from nvbridge.analysis.text_table import TORCH_COLUMNS, Column, fit
 from nvbridge.analysis.throughput import COST_AGGREGATES, COST_COLUMNS, cost_inputs
 from nvbridge.columns import np_col
 from nvbridge.dataset.schema import pick
+from nvbridge.errors import OptionError
 
 SORT_KEYS = {
     # torch's sort_by names, and the column each sorts on
@@ -33,6 +42,7 @@ SORT_KEYS = {
     "self_device_time_total": "self_gpu_ns",
     "device_time_total": "gpu_total_ns",
     "count": "calls",
+    **{c: c for c in MEMORY_COLUMNS},  # torch sorts by its memory attributes under their own names
 }
 # Sorting a report without GPU time by a GPU column would order rows by name: use the CPU one.
 CPU_FALLBACK = {"self_gpu_ns": "self_cpu_ns", "gpu_total_ns": "cpu_total_ns", "gpu_avg_ns": "cpu_avg_ns"}
@@ -132,6 +142,11 @@ class KeyAverages:
     def sort_column(self, sort_by: str) -> str:
         """The column ``sort_by`` sorts on: a GPU one falls back to CPU where no GPU time was recorded."""
         column = sort_column(sort_by)
+        if column in MEMORY_COLUMNS and not has_memory(self.rows):
+            raise OptionError(
+                f"cannot sort by {sort_by}: the report recorded no memory events; record with "
+                "nvbridge.emit_nvtx(profile_memory=True), or sort by a time"
+            )
         return CPU_FALLBACK.get(column, column) if self.self_gpu_total_ns == 0 else column
 
     def sorted(
@@ -191,9 +206,12 @@ class KeyAverages:
         extra = [k for k in self.group_by if k != "name"]
         titles = {"input_shapes": "Input Shapes", "module_path": "Module", "stack": "Source Location"}
         limits = {"input_shapes": max_shapes_column_width, "module_path": 80, "stack": max_src_column_width}
+        memory = shown_memory(self.rows)
         columns = [
             Column("Name", left=True, cap=max_name_column_width, narrows=True),
-            *(Column(title, drop=drop) for title, drop in TORCH_COLUMNS),
+            *(Column(title, drop=drop) for title, drop in TORCH_COLUMNS[:-1]),
+            *(Column(MEMORY_TITLES[k], drop=8 + i) for i, k in enumerate(memory)),
+            Column(TORCH_COLUMNS[-1][0], drop=TORCH_COLUMNS[-1][1]),
             *(Column(titles[k], left=True, cap=limits[k], narrows=True) for k in extra),
         ]
         body = [
@@ -208,6 +226,7 @@ class KeyAverages:
                 f"{100 * r['self_gpu_ns'] / gpu_all:.2f}%",
                 t(r["gpu_total_ns"]),
                 t(r["gpu_avg_ns"]),
+                *(format_memory(r[k]) for k in memory),
                 str(r["calls"]),
             ]
             + [str(r[k]) if r[k] is not None else "" for k in extra]
@@ -253,6 +272,7 @@ class Grouping:
             "self_gpu_ns": pa.array(self_gpu),
             "gpu_total_ns": pa.array(total_gpu),
             **cost_inputs(ops),
+            **memory_inputs(ops),
         }
         if self.input_shape:
             cols["input_shapes"] = ops.column("input_shapes").fill_null("")
@@ -273,6 +293,7 @@ class Grouping:
                 ("gpu_total_ns", "sum"),
                 ("name", "count"),
                 *COST_AGGREGATES,
+                *((c, "sum") for c in MEMORY_COLUMNS),
             ]
         )
         return agg.rename_columns(
@@ -305,6 +326,7 @@ def add_up(parts: list[pa.Table], keys: list[str]) -> pa.Table:
         [
             *((c, "sum") for c in ("self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns", "calls")),
             *COST_AGGREGATES,
+            *((c, "sum") for c in MEMORY_COLUMNS if c in parts[0].column_names),
         ]
     )
     return agg.rename_columns([c.removesuffix("_sum").removesuffix("_min") for c in agg.column_names])
@@ -316,6 +338,7 @@ def _no_op_row(schema: pa.Schema, calls: int, ns: int) -> pa.Table:
     row.update(name=NO_OP, self_cpu_ns=0, cpu_total_ns=0, self_gpu_ns=ns, gpu_total_ns=ns, calls=calls)
     # No op, no cost: every call unknown (nvbridge.analysis.throughput).
     row.update(flops=0, bytes=0, unknown_calls=row["calls"], compute_dtype=None)
+    row.update(dict.fromkeys(MEMORY_COLUMNS))  # no op, no allocator events of its own
     return pa.table({f.name: pa.array([row[f.name]], f.type) for f in schema})
 
 

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.gpu import GpuHeader, GpuTally
 from nvbridge.analysis.launches import Launches, LaunchTally
+from nvbridge.analysis.memory_columns import MEMORY_COLUMNS
 from nvbridge.analysis.op_table import NO_OP, Grouping, KeyAverages, add_up, finish
 from nvbridge.analysis.rank_figures import ProcessFigures, ProcessTally, report_ranks
 from nvbridge.analysis.ranks import step_times
@@ -65,7 +66,9 @@ def ops_columns(report: DatasetTables, grouping: Grouping, device: int | None) -
     and times (checks, steps), the process (ranks), and GPU times (or, for one device, op ids
     to look them up)."""
     have = set(report.column_names("ops"))
-    costs = [c for c in ("flops", "bytes", "compute_dtype") if c in have]
+    costs: list[str] = [c for c in ("flops", "bytes", "compute_dtype") if c in have]
+    # torch's memory columns where the report recorded memory (all null otherwise: statistics say so unread)
+    costs += [c for c in MEMORY_COLUMNS if c in have and not report.all_null("ops", c)]
     gpu = ["self_gpu_ns", "total_gpu_ns"] if device is None else ["op_id"]
     return list(dict.fromkeys([*grouping.columns, *costs, *gpu, "flags", "start_ns", "end_ns", "process_id"]))
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from nvbridge.analysis.gpu import GpuHeader
 from nvbridge.analysis.launches import Launches, merge_launches
+from nvbridge.analysis.memory import DevicePeak, memory_peaks
 from nvbridge.analysis.mfu import model_flops
 from nvbridge.analysis.op_table import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
 from nvbridge.analysis.rank_comm import AcrossRanks, across_ranks
@@ -40,6 +41,7 @@ class Summary:
     peaks: Peaks | None = None  # the GPU's (first report's device), with the user's overrides
     flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, mfu.model_flops)
     launches: Launches = field(default_factory=Launches)  # who launched the [no op] row's GPU time
+    memory: tuple[tuple[str, DevicePeak], ...] = field(default=())  # (key, peak): the device, or "report: device"
     across: AcrossRanks | None = None  # stragglers, exposed communication, clocks (several ranks)
 
     @property
@@ -99,6 +101,7 @@ def summarize(
     ranks: set[int] = set()
     ops = open_at_end = 0
     launches: list[Launches] = []
+    memory: list[tuple[str, DevicePeak]] = []
     one: DatasetTables | None = None
     for source in sources:
         report = (
@@ -125,6 +128,8 @@ def summarize(
         ops += figures.ops
         open_at_end += figures.open_at_end
         launches.append(figures.launches)
+        where = f"{report.meta.get('source')}: " if len(sources) > 1 else ""
+        memory += [(where + p.device, p) for p in memory_peaks(report, figures.processes, device)]
         one = report if len(sources) == 1 else None  # its ranks are matched below
         del report
     _check_filter(path, device, rank, devices, ranks, parts)
@@ -141,6 +146,7 @@ def summarize(
         peaks,
         tuple(flops),
         merge_launches(launches),
+        tuple(memory),
         _across(path, one) if facts else None,
     )
 

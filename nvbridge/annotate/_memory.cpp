@@ -30,9 +30,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <atomic>
-#include <cinttypes>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -59,23 +57,61 @@ void mark(const char* message) {
   nvtxDomainMarkEx(domain(), &attributes);
 }
 
+// Formatting by hand: snprintf would parse its format string on every event, for five fields.
+char* put_u64(char* out, uint64_t value) {
+  char digits[20];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  while (n > 0) {
+    *out++ = digits[--n];
+  }
+  return out;
+}
+
+char* put(char* out, const char* text) {
+  while (*text != '\0') {
+    *out++ = *text++;
+  }
+  return out;
+}
+
+// torch's Device string ("cpu", "cuda:0"), cached per thread: str() builds a std::string.
+const char* device_name(c10::Device device) {
+  if (device.is_cpu()) {
+    return "cpu";
+  }
+  thread_local c10::Device last(c10::DeviceType::CPU);
+  thread_local std::string name;
+  if (device != last || name.empty()) {
+    last = device;
+    name = device.str().substr(0, 64);  // bounded: the message buffer holds the rest
+  }
+  return name.c_str();
+}
+
 class Reporter final : public ProfilerStateBase {
  public:
   Reporter() : ProfilerStateBase(ProfilerConfig(ProfilerState::Disabled, false, /*profile_memory=*/true)) {}
 
   void reportMemoryUsage(void* ptr, int64_t bytes, size_t allocated, size_t reserved, c10::Device device) override {
-    char buf[160];
-    const uint64_t address = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ptr));
-    if (device.is_cpu()) {
-      std::snprintf(
-          buf, sizeof(buf), "mem cpu %" PRIu64 " %" PRId64 " %" PRIu64 " %" PRIu64, address, bytes,
-          static_cast<uint64_t>(allocated), static_cast<uint64_t>(reserved));
+    char buf[160];  // "mem " + a device name + four integers of at most 20 digits
+    char* end = buf;
+    end = put(end, "mem ");
+    end = put(end, device_name(device));
+    end = put_u64(put(end, " "), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ptr)));
+    *end++ = ' ';
+    if (bytes < 0) {
+      *end++ = '-';
+      end = put_u64(end, 0 - static_cast<uint64_t>(bytes));
     } else {
-      const std::string name = device.str();  // cuda:0, mps, xpu:1: torch's Device string
-      std::snprintf(
-          buf, sizeof(buf), "mem %s %" PRIu64 " %" PRId64 " %" PRIu64 " %" PRIu64, name.c_str(), address, bytes,
-          static_cast<uint64_t>(allocated), static_cast<uint64_t>(reserved));
+      end = put_u64(end, static_cast<uint64_t>(bytes));
     }
+    end = put_u64(put(end, " "), static_cast<uint64_t>(allocated));
+    end = put_u64(put(end, " "), static_cast<uint64_t>(reserved));
+    *end = '\0';
     mark(buf);
     events.fetch_add(1, std::memory_order_relaxed);
   }

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from nvbridge.analysis import format_time
+from nvbridge.analysis import format_time, memory_advice
 from nvbridge.analysis.advise import Advice, Finding, advise
 from nvbridge.analysis.advise_ranks import ranks_advice, ranks_json, ranks_text, report_skews
 from nvbridge.analysis.as_json import advice_json
 from nvbridge.analysis.throughput import si
-from nvbridge.cli._common import errors
+from nvbridge.cli._common import errors, human_bytes
 from nvbridge.dataset.collectives_read import report_name
 from nvbridge.dataset.report import is_partitioned, report_dirs
 from nvbridge.output.names import plural
@@ -29,6 +29,18 @@ def _ms(ns: int) -> str:
 def _op(f: Finding) -> str:
     text = f.op if not f.module else f"{f.op} ({f.module})"
     return text if len(text) <= 36 else text[:35] + "~"
+
+
+def _memory_lines(f: Finding) -> list[str]:
+    """A memory finding: the device's peak, what holds it, the op that allocated the most, the fix."""
+    figs = dict(f.figures)
+    step = f" in step {f.step}" if f.step is not None else ""
+    text = (
+        f"Memory peak on {', '.join(f.lanes)}: {human_bytes(figs['peak_allocated_bytes'])} at "
+        f"{_ms(figs['peak_ns'])}{step}; held by {memory_advice.describe(figs, f.module)}; "
+        f"the most live bytes allocated by {f.op} ({human_bytes(figs['op_bytes'])}). {f.fix}"
+    )
+    return textwrap.wrap(text, WIDTH, subsequent_indent=" " * 5)
 
 
 def _detail(f: Finding) -> str:
@@ -101,9 +113,13 @@ def render(advice: Advice, limit: int, steps: int) -> str:
     """The findings table and the per-step idle shares, at most 100 columns wide."""
     share = advice.at_stake_ns / advice.span_ns if advice.span_ns else 0.0
     lines = [f"nvbridge advise: {advice.source}"]
+    # memory findings have no time at stake: printed under the table, whatever --limit keeps
+    memory = [line for f in advice.findings if f.kind == memory_advice.KIND for line in _memory_lines(f)]
+    timed = [f for f in advice.findings if f.kind != memory_advice.KIND]
     if not advice.lanes:
         return "\n".join(
-            lines + ["No GPU work in this report: nothing to advise on (record with nsys profile -t cuda,nvtx)."]
+            lines
+            + ["No GPU work in this report: no time to advise on (record with nsys profile -t cuda,nvtx).", *memory]
         )
     lanes = f"{len(advice.lanes)} lane" + ("s" if len(advice.lanes) > 1 else "")
     lines.append(
@@ -116,10 +132,10 @@ def render(advice: Advice, limit: int, steps: int) -> str:
         if advice.peaks
         else "Roofline: unknown GPU, no below_roofline findings (give --peak-tflops and --peak-gbps)."
     )
-    if not advice.findings:
-        return "\n".join(lines + ["No findings above the bound."])
+    if not timed:
+        return "\n".join(lines + ["No findings above the bound.", *memory])
     lines += ["", HEADER]
-    shown = advice.findings if limit < 0 else advice.findings[:limit]
+    shown = timed if limit < 0 else timed[:limit]
     for i, f in enumerate(shown, 1):
         pct = 100 * f.time_ns / advice.span_ns if advice.span_ns else 0.0
         step = "-" if f.step is None else str(f.step)
@@ -127,8 +143,9 @@ def render(advice: Advice, limit: int, steps: int) -> str:
             f"{i:>3}  {f.kind:<18}  {_op(f):<36}  {step:>5}  {f.count:>7,}  {_ms(f.time_ns):>10}  {pct:>5.1f}%"
         )
         lines.append(_detail(f))
-    if len(shown) < len(advice.findings):
-        lines.append(f"... {len(advice.findings) - len(shown)} more (--limit -1 shows all)")
+    if len(shown) < len(timed):
+        lines.append(f"... {len(timed) - len(shown)} more (--limit -1 shows all)")
+    lines += ["", *memory] if memory else []
     if advice.steps and steps:
         lines += ["", "GPU idle share per step:"]
         worst = sorted(advice.steps, key=lambda s: -s.idle_share)[: steps if steps > 0 else None]

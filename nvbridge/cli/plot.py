@@ -14,6 +14,7 @@ from nvbridge.conversion.many import convert
 from nvbridge.conversion.memory import load_tables
 from nvbridge.dataset.report import DatasetTables
 from nvbridge.output import publish as outputs
+from nvbridge.plot import memory as memory_plot
 from nvbridge.plot import picture as plot
 from nvbridge.plot import roofline as roof
 from nvbridge.plot.window import extent
@@ -40,6 +41,16 @@ from nvbridge.plot.window import extent
 @click.option("--roofline", is_flag=True, help="Draw the roofline instead: ops by arithmetic intensity and TFLOP/s.")
 @click.option("--peak-tflops", type=float, default=None, help="Roofline: peak TFLOP/s (default: the GPU table).")
 @click.option("--peak-gbps", type=float, default=None, help="Roofline: peak memory bandwidth in GB/s.")
+@click.option(
+    "--memory",
+    is_flag=True,
+    help="Draw memory instead: live bytes per device over time, stacked by category, the peak labelled.",
+)
+@click.option(
+    "--memory-blocks",
+    is_flag=True,
+    help="Draw memory blocks instead: each block of the window as a bar from allocation to free, by category.",
+)
 def plot_cmd(
     path: Path,
     output: Path,
@@ -50,8 +61,14 @@ def plot_cmd(
     roofline: bool,
     peak_tflops: float | None,
     peak_gbps: float | None,
+    memory: bool = False,
+    memory_blocks: bool = False,
 ) -> None:
     """Draw one step or window as a timeline picture: host threads above GPU streams, idle GPU shaded."""
+    if sum((roofline, memory, memory_blocks)) > 1:
+        raise click.BadParameter(
+            "draw one picture: pick one of --roofline, --memory, --memory-blocks", param_hint="--memory"
+        )
     if roofline and (step is not None or start or end):
         raise click.BadParameter(
             "the roofline covers the whole report; drop --step/--start/--end", param_hint="--roofline"
@@ -62,7 +79,14 @@ def plot_cmd(
         outputs.check_file_destination(plot.output_path(output), force, "the picture")
         with _as_dataset(path) as dataset:
             report = load_tables(dataset, streamed=True)  # read a row group at a time
-            written = _draw(report, output, step, start, end, roofline, peak_tflops, peak_gbps)
+            if memory or memory_blocks:
+                start_ns, end_ns = window(start, end, extent(report).first_ns or 0)
+                drawn = memory_plot.render(
+                    report, output, blocks=memory_blocks, step=step, start_ns=start_ns, end_ns=end_ns
+                )
+                written = f"Wrote {drawn}."
+            else:
+                written = _draw(report, output, step, start, end, roofline, peak_tflops, peak_gbps)
     click.echo(shown(written))
 
 

@@ -26,6 +26,7 @@ from nvbridge.analysis import (
 )
 from nvbridge.analysis.across_text import lines as across_lines
 from nvbridge.analysis.as_json import summary_json
+from nvbridge.analysis.memory import DevicePeak
 from nvbridge.cli import kernels as kernel_cli
 from nvbridge.cli._common import errors, human_bytes, terminal_width, wrapped
 from nvbridge.errors import OptionError
@@ -125,6 +126,18 @@ def gpu_line(d: GpuHeader, several: bool) -> str:
     )
 
 
+def memory_line(key: str, peak: DevicePeak) -> str:
+    """One device's memory header: its peak allocated, when, in which step, op and module."""
+    p = peak.peak
+    where = f" in step {p.step}" if p.step is not None else ""
+    op = f", during {p.op}" if p.op else ", with no op open"
+    module = f" in module {p.module_path}" if p.module_path else ""
+    return (
+        f"Memory {key}: peak allocated {human_bytes(p.peak_allocated_bytes)} at "
+        f"{format_time(p.peak_ns / 1e3)}{where}{op}{module}"
+    )
+
+
 def _json(summary: Summary, rows: list[dict[str, Any]]) -> str:
     return json.dumps(summary_json(summary, rows), indent=1)
 
@@ -176,7 +189,8 @@ def _check_options(
     default="self_cuda_time_total",
     show_default=True,
     help="torch sort key: self_cuda_time_total, cuda_time_total, self_cpu_time_total, "
-    "cpu_time_total, cpu_time, cuda_time, count. CUDA keys sort by CPU time when "
+    "cpu_time_total, cpu_time, cuda_time, count, and where memory was recorded self_cpu_memory_usage, "
+    "cpu_memory_usage, self_cuda_memory_usage, cuda_memory_usage. CUDA time keys sort by CPU time when "
     "nothing ran on a GPU.",
 )
 @click.option("--limit", default=30, show_default=True, help="Rows to show (-1: all).")
@@ -299,6 +313,8 @@ def _text(summary: Summary, rows: pa.Table, sort_by: str, limit: int, name_regex
     several_reports = len({d.report for d in summary.gpus}) > 1
     for d in summary.gpus:
         click.echo(wrapped(gpu_line(d, several_reports)))
+    for key, peak in summary.memory:
+        click.echo(wrapped(memory_line(key, peak)))
     if summary.several:
         click.echo(wrapped(_summed_line(summary)))
     click.echo(averages.table(sort_by, limit, name_regex, min_us, max_width=width), nl=False)

@@ -26,7 +26,7 @@ from nvbridge.dataset.report import is_partitioned, report_dirs
 from nvbridge.page import charts, figures
 from nvbridge.page.advice_json import advice_json, bounded, diff_json, step_records
 from nvbridge.page.focus import ADVISE_OPS, Focus, advised, focus
-from nvbridge.page.memory import memory_timeline
+from nvbridge.page.memory import memory_chart, memory_timeline
 from nvbridge.page.timeline import step_timeline
 from nvbridge.plot.roofline import streamed_points
 from nvbridge.plot.window import extent
@@ -149,7 +149,7 @@ def collect(
         "advise_window": advice.why,
         "header_lines": throughput.header_lines(summary.peaks, list(summary.flops), 100_000),
         "rank_steps": _rank_steps(summary),
-        "memory": memory_timeline(report),  # None: no dataset records memory yet
+        "memory": memory_timeline(report),  # None: the report recorded no allocator events
         "diff": None,
     }
     side = {"step_bars": bars, "compare_bars": []}
@@ -188,6 +188,8 @@ def _charts(
         out["chart-timeline"] = charts.timeline(timeline, f"Timeline of {where.label}")
     if data["rank_steps"]:
         out["chart-ranks"] = charts.rank_steps(data["rank_steps"], "Step time per rank (ms)")
+    if data["memory"]:
+        out["chart-memory"] = memory_chart(data["memory"])
     return out
 
 

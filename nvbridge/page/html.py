@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 from nvbridge.output.owned import HTML_MARK
-from nvbridge.page import tables
+from nvbridge.page import memory, tables
 from nvbridge.page.build import Page
 from nvbridge.page.bundle import safe_inline, script
 
@@ -146,10 +146,11 @@ def _ranks(page: Page) -> str:
 def _memory(page: Page) -> str:
     if page.data["memory"] is None:
         return (
-            '<p class="note">Not recorded: no dataset nvbridge writes holds memory events yet '
-            "(nvbridge/page/memory.py is the hook that will draw them).</p>"
+            '<p class="note">Not recorded: the report has no allocator events; record with '
+            "nvbridge.emit_nvtx(profile_memory=True) (nvbridge/page/memory.py draws them).</p>"
         )
-    return _chart(page, "chart-memory", "")
+    peaks = "".join(f'<p class="note">{escape(line)}</p>' for line in memory.peak_lines(page.data["memory"]))
+    return peaks + _chart(page, "chart-memory", "")
 
 
 def _compare(page: Page) -> str:

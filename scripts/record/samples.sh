@@ -36,6 +36,13 @@ env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 "$PYTHON" -c \
   'from nvbridge.annotate import _observer; assert _observer.load(), _observer.unavailable_reason()'
 record flops_cpu nvtx,osrt "$PYTHON" -m scripts.workloads.samples flops
 
+# memory_cpu.sqlite: scripts/workloads/memory.py's CNN (3 steps) under emit_nvtx(profile_memory=True),
+# observer backend: every allocation and free of torch's CPU allocator a `mem ...` mark in the
+# `nvbridge` NVTX domain (docs/annotate.md, "Memory").
+env -i PATH="$PATH" HOME="$TMP" LANG=C.UTF-8 "$PYTHON" -c \
+  'from nvbridge.annotate import _observer; assert _observer.load(), _observer.unavailable_reason()'
+record memory_cpu nvtx,osrt "$PYTHON" -m scripts.workloads.memory cnn nvbridge
+
 # nvtx_domains.sqlite: NVTX domains through the C API (scripts/record/nvtx_domains.c): a "cuBLAS" domain
 # with registered strings, an "NCCL" domain with inline text, beside default-domain ranges.
 record_nvtx_domains() {

@@ -3,18 +3,21 @@
 Usage::
 
     python -m scripts.workloads.memory WORKLOAD nvbridge [OUT.json]   # emit_nvtx(profile_memory=True)
-    python -m scripts.workloads.memory WORKLOAD ops [OUT.json]        # emit_nvtx(), no profile_memory
     python -m scripts.workloads.memory WORKLOAD torch OUT.json        # torch.profiler, no nvbridge
+    python -m scripts.workloads.memory WORKLOAD et OUT.json [nvbridge]  # the ops torch ran
 
 ``nvbridge``: the loop under ``emit_nvtx(profile_memory=True)`` (run it under nsys or the test
 collector), steps from ``nv.step()``; OUT.json (optional) says which backend ran and how many
-allocator events were marked; ``ops`` is the same without profile_memory (the op ranges
-to compare with). ``torch``: the same loop under ``torch.profiler.profile(
+allocator events were marked. ``torch``: the same loop under ``torch.profiler.profile(
 profile_memory=True)`` with nvbridge never imported, steps as ``record_function("ProfilerStep#N")``
 scopes opened at the top of each iteration (what ``nv.step()`` marks); OUT.json holds torch's
 ``key_averages()`` (name, count, self and total CPU memory), every memory event torch recorded
 (in time order: ts_ns, thread, device, bytes, total_allocated, total_reserved) and, per step, the
-highest ``Total Allocated`` among the step's memory events.
+highest ``Total Allocated`` among the step's memory events (``peaks`` per device,
+``peak_total_allocated`` the CPU's). ``et``: the aten ops the loop ran, counted by torch's
+ExecutionTraceObserver (a global RecordFunction observer of torch's own that needs no profiler
+state), alone or, with ``nvbridge``, inside ``emit_nvtx(profile_memory=True)``: OUT.json holds the
+op name counts and whether allocator events were being marked.
 
 Each workload builds its model, data and optimizer before recording starts (the allocations the
 oracle compares are the training steps'), runs STEPS iterations, and is deterministic (seeded,
@@ -29,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -221,9 +225,13 @@ def torch_memory(prof: torch.profiler.profile) -> dict[str, Any]:
             )
     events.sort(key=lambda e: e[0])
     for step in steps:
-        inside = [e[4] for e in events if step["start_ns"] <= e[0] <= step["end_ns"]]
+        inside = [e for e in events if step["start_ns"] <= e[0] <= step["end_ns"]]
         step["events"] = len(inside)
-        step["peak_total_allocated"] = max(inside, default=None)
+        peaks: dict[str, int] = {}
+        for e in inside:
+            peaks[e[2]] = max(peaks.get(e[2], e[4]), e[4])
+        step["peaks"] = peaks  # per device: the highest Total Allocated among the step's events
+        step["peak_total_allocated"] = peaks.get("cpu")
     return {"key_averages": rows, "events": events, "steps": sorted(steps, key=lambda s: s["step"])}
 
 
@@ -239,13 +247,13 @@ def run_torch(name: str) -> dict[str, Any]:
     return {"workload": name, **torch_memory(prof)}
 
 
-def run_nvbridge(name: str, profile_memory: bool = True) -> dict[str, Any]:
-    """The workload under emit_nvtx(profile_memory=...): the capture holds the marks."""
+def run_nvbridge(name: str) -> dict[str, Any]:
+    """The workload under emit_nvtx(profile_memory=True): the capture holds the marks."""
     import nvbridge
     from nvbridge.annotate import _observer
 
     training = build(name)
-    with nvbridge.emit_nvtx(profile_memory=profile_memory) as nv:
+    with nvbridge.emit_nvtx(profile_memory=True) as nv:
         training.run(nv.step)
         backend, recording = nv.active_backend, nv.memory_recording
     observer = _observer.load() if backend == "observer" else None
@@ -253,14 +261,42 @@ def run_nvbridge(name: str, profile_memory: bool = True) -> dict[str, Any]:
     return {"workload": name, "backend": backend, "memory_recording": recording, "events": events}
 
 
+def run_et(name: str, annotate: bool, trace: Path) -> dict[str, Any]:
+    """The aten ops of the loop by torch's ExecutionTraceObserver, with or without emit_nvtx."""
+    training = build(name)
+    observer = torch.profiler.ExecutionTraceObserver().register_callback(str(trace))
+    recording = None
+    with contextlib.ExitStack() as stack:
+        step: Callable[[], None] = lambda: None  # noqa: E731 - nv.step when annotated
+        if annotate:
+            import nvbridge
+
+            nv = stack.enter_context(nvbridge.emit_nvtx(profile_memory=True))
+            step = nv.step
+        observer.start()
+        training.run(step)
+        observer.stop()
+        recording = nv.memory_recording if annotate else None
+    observer.unregister_callback()
+    nodes = json.loads(trace.read_text())["nodes"]
+    ops = Counter(n["name"] for n in nodes if n["name"].startswith("aten::"))
+    return {"workload": name, "ops": dict(ops), "memory_recording": recording}
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in WORKLOADS or argv[1] not in ("nvbridge", "ops", "torch"):
-        print(f"usage: python -m scripts.workloads.memory {{{','.join(WORKLOADS)}}} {{nvbridge,ops,torch}} [OUT.json]")
+    if len(argv) < 2 or argv[0] not in WORKLOADS or argv[1] not in ("nvbridge", "torch", "et"):
+        names = ",".join(WORKLOADS)
+        print(f"usage: python -m scripts.workloads.memory {{{names}}} {{nvbridge,torch,et}} [OUT.json] [nvbridge]")
         return 2
-    if argv[1] == "torch" and len(argv) < 3:
-        print("the torch mode needs OUT.json")
+    if argv[1] in ("torch", "et") and len(argv) < 3:
+        print(f"the {argv[1]} mode needs OUT.json")
         return 2
-    facts = run_torch(argv[0]) if argv[1] == "torch" else run_nvbridge(argv[0], argv[1] == "nvbridge")
+    if argv[1] == "et":
+        facts = run_et(argv[0], argv[3:] == ["nvbridge"], Path(argv[2]).with_suffix(".trace.json"))
+    elif argv[1] == "torch":
+        facts = run_torch(argv[0])
+    else:
+        facts = run_nvbridge(argv[0])
     if len(argv) > 2:
         Path(argv[2]).write_text(json.dumps(facts))
     return 0
