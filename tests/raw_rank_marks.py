@@ -9,14 +9,15 @@ from tests.conftest import raw
 
 
 def marks(path: Path) -> dict[int, str]:
-    """pid -> text of its last mark in the ``nvbridge`` domain (none for a file without NVTX)."""
+    """pid -> text of its last rank mark in the ``nvbridge`` domain (none for a file without NVTX)."""
     if not raw(path, "SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'"):
         return {}
     rows = raw(
         path,
         "SELECT m.globalTid >> 24 & 16777215, m.text FROM NVTX_EVENTS m JOIN NVTX_EVENTS d "
         "ON d.eventType = 75 AND d.text = 'nvbridge' AND d.domainId = m.domainId "
-        "AND (d.globalTid >> 24) = (m.globalTid >> 24) WHERE m.eventType = 34 ORDER BY m.start",
+        "AND (d.globalTid >> 24) = (m.globalTid >> 24) WHERE m.eventType = 34 AND m.text LIKE 'rank %' "
+        "ORDER BY m.start",  # the domain's allocator marks (`mem ...`) are no rank marks
     )
     return {int(pid): str(text) for pid, text in rows}
 
