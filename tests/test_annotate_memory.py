@@ -78,6 +78,8 @@ def mem_events(marks: list[tuple[int, str, str]]) -> list[tuple[str, int, int, i
     out = []
     for _tid, domain, message in marks:
         assert domain == "nvbridge", (domain, message)
+        if message.startswith("rank "):
+            continue  # the process's rank mark, the domain's other mark (spec: `rank <rank> <world> <local>`)
         match = MARK.match(message)
         assert match is not None, message
         out.append((match["device"], int(match["bytes"]), int(match["alloc"]), int(match["reserved"])))
@@ -123,6 +125,8 @@ def test_marks_are_torchs_memory_events(injection: Path, workdir: Path, workload
     # A free names the address of a live block of the same size (the pairing memread relies on).
     live: dict[str, int] = {}
     for _tid, _domain, message in logged.marks:
+        if message.startswith("rank "):
+            continue  # the rank mark
         _, _device, address, size, _, _ = message.split(" ")
         if int(size) > 0:
             live[address] = int(size)

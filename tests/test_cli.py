@@ -31,10 +31,9 @@ def test_convert_prints_summary_and_writes_dataset(tmp_path: Path) -> None:
     assert out.startswith(f"Read {FSDP}: Nsight Systems 2026.2.1.210 (export schema 3.25.0)")
     assert "17,113 ops (NVTX ranges)" in out and "3,587 kernels" in out
     assert "16 of them because their launching API call is not in the capture" in out
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        f"{t}.parquet"
-        for t in ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices", "memory", "meta")
-    )
+    # two ranks in one report: their collectives matched too (docs/ranks.md)
+    tables = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices", "memory", "meta", "collectives")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(f"{t}.parquet" for t in tables)
     assert hashlib.sha256(src.read_bytes()).hexdigest() == before  # the input is never modified
 
 
@@ -151,7 +150,9 @@ def test_several_reports_partition_by_report(tmp_path: Path) -> None:
     code, out, err = run("convert", str(a), str(b), "-o", str(tmp_path / "ds"), "-q")
     assert code == 0, err
     parts = sorted(p.name for p in (tmp_path / "ds").iterdir())
-    assert parts == ["report=nsys-2026.2-pytorch2-fsdp-2gpu", "report=nvprof-2020-pytorch14-pyprof-lm"]
+    # beside the partitions, the collectives matched across ranks (the FSDP report's two) and their meta
+    partitions = ["report=nsys-2026.2-pytorch2-fsdp-2gpu", "report=nvprof-2020-pytorch14-pyprof-lm"]
+    assert parts == ["collectives.parquet", "ranks_meta.parquet", *partitions]
     duckdb = pytest.importorskip("duckdb")
     rows = duckdb.sql(
         f"SELECT report, count(*) FROM read_parquet('{tmp_path}/ds/*/ops.parquet', hive_partitioning = true) "

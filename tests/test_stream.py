@@ -346,7 +346,10 @@ def test_restarts_are_values_the_driver_follows(late: bool, tmp_path: Path, monk
     else:
         assert opened == [(False, 1, False), (True, 1, False)]
         assert seen == [True, False]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(f"{t}.parquet" for t in (*TABLES, "meta"))
+    # the two ranks' collectives too (their sink restarts with the others: one row per kernel)
+    expected = sorted(f"{t}.parquet" for t in (*TABLES, "meta", "collectives"))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == expected
+    assert pq.read_metadata(tmp_path / "out" / "collectives.parquet").num_rows == 62
     _assert_same(nvbridge.load(tmp_path / "out"), whole)
 
 

@@ -131,12 +131,14 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
 
 COMMON = {"op_name", "self_cpu_ns", "total_cpu_ns", "flops", "bytes", "compute_dtype", "flags", "start_ns", "end_ns"}
 COMMON |= {"process_id"}  # the ranks (nvbridge.dataset.ranks)
+# across its two ranks (nvbridge.analysis.stragglers): each range's time per rank and step
+ACROSS = {"step", "module_path", "self_gpu_ns", "time_self_gpu_ns"}
 NEEDED = {  # the ops columns of each summary mode (on a report whose ops record no model FLOPs)
-    "": {*COMMON, "self_gpu_ns", "total_gpu_ns"},
-    "--group-by shape": {*COMMON, "self_gpu_ns", "total_gpu_ns", "input_shapes"},
-    "--group-by module": {*COMMON, "self_gpu_ns", "total_gpu_ns", "module_path"},
-    "--group-by stack --stack-depth 2": {*COMMON, "self_gpu_ns", "total_gpu_ns", "stack"},
-    "--top-level": {*COMMON, "self_gpu_ns", "total_gpu_ns", "parent_id"},
+    "": {*COMMON, *ACROSS, "self_gpu_ns", "total_gpu_ns"},
+    "--group-by shape": {*COMMON, *ACROSS, "self_gpu_ns", "total_gpu_ns", "input_shapes"},
+    "--group-by module": {*COMMON, *ACROSS, "self_gpu_ns", "total_gpu_ns", "module_path"},
+    "--group-by stack --stack-depth 2": {*COMMON, *ACROSS, "self_gpu_ns", "total_gpu_ns", "stack"},
+    "--top-level": {*COMMON, *ACROSS, "self_gpu_ns", "total_gpu_ns", "parent_id"},
     "--device 1": {*COMMON, "op_id", "parent_id", "depth"},
     "--rank 1": {*COMMON, "self_gpu_ns", "total_gpu_ns"},
 }

@@ -16,6 +16,7 @@ from nvbridge.analysis.launches import Launches, merge_launches
 from nvbridge.analysis.memory import DevicePeak, memory_peaks
 from nvbridge.analysis.mfu import model_flops
 from nvbridge.analysis.op_table import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
+from nvbridge.analysis.rank_comm import AcrossRanks, across_ranks
 from nvbridge.analysis.ranks import RankFacts, StepSpread, step_spreads
 from nvbridge.analysis.streamed import ReportFigures, report_figures
 from nvbridge.conversion.memory import load_tables
@@ -41,6 +42,7 @@ class Summary:
     flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, mfu.model_flops)
     launches: Launches = field(default_factory=Launches)  # who launched the [no op] row's GPU time
     memory: tuple[tuple[str, DevicePeak], ...] = field(default=())  # (key, peak): the device, or "report: device"
+    across: AcrossRanks | None = None  # stragglers, exposed communication, clocks (several ranks)
 
     @property
     def several(self) -> bool:
@@ -100,6 +102,7 @@ def summarize(
     ops = open_at_end = 0
     launches: list[Launches] = []
     memory: list[tuple[str, DevicePeak]] = []
+    one: DatasetTables | None = None
     for source in sources:
         report = (
             source
@@ -127,6 +130,7 @@ def summarize(
         launches.append(figures.launches)
         where = f"{report.meta.get('source')}: " if len(sources) > 1 else ""
         memory += [(where + p.device, p) for p in memory_peaks(report, figures.processes, device)]
+        one = report if len(sources) == 1 else None  # its ranks are matched below
         del report
     _check_filter(path, device, rank, devices, ranks, parts)
     averages = parts[0] if len(parts) == 1 else merge_averages(parts)
@@ -143,7 +147,16 @@ def summarize(
         tuple(flops),
         merge_launches(launches),
         tuple(memory),
+        _across(path, one) if facts else None,
     )
+
+
+def _across(path: str | os.PathLike[str] | DatasetTables, one: DatasetTables | None) -> AcrossRanks | None:
+    """Across ranks: from the dataset's collectives table where it keeps one, else matched from
+    the one report's tables (a report file converted in memory)."""
+    if isinstance(path, DatasetTables) or not os.path.isdir(path):
+        return across_ranks(one) if one is not None else None
+    return across_ranks(path)
 
 
 def _rank_facts(report: DatasetTables, figures: ReportFigures, several_reports: bool) -> list[RankFacts]:

@@ -10,14 +10,35 @@ from pathlib import Path
 import click
 
 from nvbridge.cli._common import errors, shown, wrapped
+from nvbridge.cli.profile_ranks import profile_ranks
 from nvbridge.cli.summary import summary_cmd
+from nvbridge.conversion.launchers import find_launch
 from nvbridge.conversion.many import convert
 from nvbridge.conversion.record import REPORT_SUFFIXES, record
 from nvbridge.errors import ExportError
 from nvbridge.output import publish as outputs
 
+_COMMAND = "nvbridge.profile.command"
 
-@click.command("profile", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+
+class _SplitAtDashes(click.Command):
+    """Splits the arguments at the first ``--`` before click parses them: click drops a ``--``
+    that follows an unknown option (``--duration=60 -- python t.py`` reached us as
+    ``--duration=60 python t.py``, so nsys's options became the command's start)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[_COMMAND] = tuple(args[cut + 1 :])
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+@click.command(
+    "profile",
+    cls=_SplitAtDashes,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
 @click.option(
     "-o",
     "--output",
@@ -32,24 +53,46 @@ from nvbridge.output import publish as outputs
     default=None,
     help="Also keep the Nsight Systems report at this path (rep.nsys-rep; by default it is removed).",
 )
+@click.option(
+    "--one-report",
+    is_flag=True,
+    help="With a launcher (torchrun, srun, mpirun): one nsys session over the launcher and all its ranks "
+    "(one report, many processes) instead of one report per rank.",
+)
 @click.option("--limit", default=20, show_default=True, help="Rows of the summary table to print (-1: all).")
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def profile_cmd(
-    ctx: click.Context, output: Path, force: bool, keep_report: Path | None, limit: int, argv: tuple[str, ...]
+    ctx: click.Context,
+    output: Path,
+    force: bool,
+    keep_report: Path | None,
+    one_report: bool,
+    limit: int,
+    argv: tuple[str, ...],
 ) -> None:
     """Profile a command under Nsight Systems, convert the report and print its summary.
 
     \b
     nvbridge profile -o out -- python train.py --epochs 1
     nvbridge profile -o out --duration=60 -- python train.py   (nsys options before --)
+    nvbridge profile -o out -- torchrun --nproc-per-node 4 train.py   (one report per rank)
 
     Anything before `--` goes to `nsys profile`, after nvbridge's own trace flags (CUDA, NVTX,
-    cuBLAS, cuDNN, OS runtime; no CPU sampling), so it wins.
+    cuBLAS, cuDNN, OS runtime; no CPU sampling), so it wins. Under torchrun, srun or mpirun each
+    rank is recorded by its own nsys into rank<K>.nsys-rep and the dataset is partitioned by
+    report (report=rank<K>); --one-report records the launcher in one session instead.
     """
-    nsys_options, command = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else ((), argv)
+    nsys_options, command = (argv, ctx.meta[_COMMAND]) if _COMMAND in ctx.meta else ((), argv)
     with errors():
         outputs.check_destination(output, force, [])
+        launch = None if one_report else find_launch(command)
+        if launch is not None:
+            results = profile_ranks(launch, output, force, keep_report, nsys_options)
+            for result in results:
+                click.echo(shown(wrapped(result.describe(f"rank {result.info.rank} of `{shlex.join(command)}`"))))
+            ctx.invoke(summary_cmd, path=output, limit=limit)
+            return
         kept = None if keep_report is None else kept_path(keep_report)
         if kept is not None:
             outputs.check_file_destination(kept, force, "the report")

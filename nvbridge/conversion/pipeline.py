@@ -32,7 +32,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from nvbridge.conversion.result import OpsTally, Tallies
+from nvbridge.conversion.result import OpsTally, Tallies, with_marked_ranks
 from nvbridge.dataset.schema import conform
 from nvbridge.engine import Correlator, WindowRows, parse_names
 from nvbridge.errors import CorrelationError
@@ -133,6 +133,7 @@ def _attempt(
                 progress("writing", 0)
                 trim_heap()  # the windows' buffers: the last writes need less, and fresh
                 tables = {name: conform(name, t) for name, t in engine.finish(source.tail()).items()}
+                info = with_marked_ranks(info, tables.get("marks"))  # as the sinks write it
                 for sink in sinks:
                     sink.finish(tables)
             finally:

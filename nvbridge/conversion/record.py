@@ -2,7 +2,8 @@
 
 The recording uses the trace flags a PyTorch user wants (CUDA runtime and kernels, NVTX, cuBLAS,
 cuDNN, OS runtime above 0.1 ms; no CPU sampling, which costs and is not used). Whatever options
-the user passes to nsys come after ours, so they win.
+the user passes to nsys win: ours that they also set are left out (nsys refuses an option given
+twice), the rest of theirs come after ours.
 
 Some nsys installations (2022.4 from Debian) cannot find their own importer: they leave the raw
 capture (``.qdstrm``) and say "Importer error status: The importer binary and its dependencies
@@ -14,6 +15,7 @@ unless that import fails too.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, BinaryIO, cast
 
+from nvbridge.conversion.launchers import Launch
 from nvbridge.errors import InputError
 from nvbridge.readers.sources import import_stream
 
@@ -31,6 +34,16 @@ NSYS_OPTIONS = (
     "--osrt-threshold=100000",
     "--force-overwrite=true",
 )
+# the long and short names of each option in NSYS_OPTIONS: nsys (2022.4 at least) refuses an
+# option given twice ("Option '--trace' cannot be specified more than once"), so one the user
+# gives replaces ours
+_OPTION_NAMES = {
+    "--trace": ("--trace", "-t"),
+    "--sample": ("--sample", "-s"),
+    "--cpuctxsw": ("--cpuctxsw",),
+    "--osrt-threshold": ("--osrt-threshold",),
+    "--force-overwrite": ("--force-overwrite", "-f"),
+}
 INSTALL_HINT = "install Nsight Systems (on Debian: scripts/install_nsys.sh, or NVIDIA's installer) so `nsys` is on PATH"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # what nsys writes (.qdrep before 2021.4)
 # nsys's lines when it could not import the capture itself (nvbridge does it next)
@@ -45,6 +58,29 @@ def nsys_path() -> str:
     return found
 
 
+def nsys_options_with(user: Sequence[str]) -> list[str]:
+    """NSYS_OPTIONS but those the user's options set too, then the user's: theirs win. Our OS
+    runtime threshold goes too where their --trace leaves OS runtime out (nsys warns about it)."""
+    given = {name: _value(user, name) for name in _OPTION_NAMES}
+    trace = given["--trace"]
+    if trace is not None and "osrt" not in trace.split(","):
+        given["--osrt-threshold"] = ""
+    return [o for o in NSYS_OPTIONS if given[o.split("=")[0]] is None] + list(user)
+
+
+def _value(user: Sequence[str], name: str) -> str | None:
+    """The value ``user`` gives option ``name`` (long or short, ``=``, attached or next), or None."""
+    for i, arg in enumerate(user):
+        for spelled in _OPTION_NAMES[name]:
+            if arg == spelled:
+                return user[i + 1] if i + 1 < len(user) else ""
+            if arg.startswith(spelled + "="):
+                return arg[len(spelled) + 1 :]
+            if not spelled.startswith("--") and arg.startswith(spelled):
+                return arg[len(spelled) :]
+    return None
+
+
 def record(command: Sequence[str], report: Path, nsys_options: Sequence[str] = ()) -> Path:
     """Run ``command`` under ``nsys profile``, writing the report ``report``.nsys-rep (or .qdrep
     for an nsys before 2021.4); returns its path. Where nsys left only the raw capture
@@ -57,23 +93,70 @@ def record(command: Sequence[str], report: Path, nsys_options: Sequence[str] = (
     if not command:
         raise InputError("give the command to profile after --, e.g. nvbridge profile -- python train.py")
     nsys = nsys_path()
-    argv = [nsys, "profile", *NSYS_OPTIONS, *nsys_options, "--output", str(report), *command]
+    argv = [nsys, "profile", *nsys_options_with(nsys_options), "--output", str(report), *command]
     status, hidden = _run_relaying(argv)
-    for suffix in REPORT_SUFFIXES:
-        if report.with_suffix(suffix).is_file():
-            return report.with_suffix(suffix)
-    stream = report.with_suffix(".qdstrm")
-    if not stream.is_file():
+    found = _reports(nsys, [report], hidden)
+    if not found:
         _show(hidden)
         raise InputError(f"nsys profile recorded nothing (exit status {status}); run `{' '.join(argv)}` to see why.")
-    imported = report.with_suffix(".nsys-rep")
-    try:
-        import_stream(nsys, stream, imported, stream.name)
-    except InputError:
-        _show(hidden)  # what nsys said about its own attempt
-        raise
-    stream.unlink()
-    return imported
+    return found[0]
+
+
+def record_ranks(launch: Launch, folder: Path, nsys_options: Sequence[str] = ()) -> list[Path]:
+    """Run a launcher with nsys around each rank, each writing ``folder/rank<K>.nsys-rep`` (K
+    from the launcher's rank variable); returns the reports in rank order.
+
+    Raises:
+        InputError: as :func:`record`; or the launcher did not set its rank variable.
+    """
+    nsys = nsys_path()
+    argv = launch.wrapped(rank_shim(nsys, nsys_options, folder, launch.rank_variable))
+    status, hidden = _run_relaying(argv)
+    stems = sorted({p.stem for p in folder.iterdir() if p.suffix in (*REPORT_SUFFIXES, ".qdstrm")})
+    if "rank" in stems:  # the rank variable was not set
+        raise InputError(
+            f"{launch.kind} did not set {launch.rank_variable} in the ranks' environment; "
+            "pass --one-report to record the launcher in one nsys session."
+        )
+    found = _reports(nsys, [folder / s for s in stems], hidden)
+    if not found:
+        _show(hidden)
+        raise InputError(f"nsys profile recorded no rank (exit status {status}); run `{' '.join(argv)}` to see why.")
+    if status != 0:  # a rank that failed after recording: say so, convert what was recorded
+        sys.stderr.write(
+            f"nvbridge: {launch.kind} exited with status {status}; converting the {len(found)} report(s) recorded.\n"
+        )
+    return sorted(found, key=lambda p: (len(p.stem), p.stem))
+
+
+def rank_shim(nsys: str, nsys_options: Sequence[str], folder: Path, variable: str) -> list[str]:
+    """What each rank runs before its program: ``sh -c 'exec nsys profile ... --output
+    FOLDER/rank$VAR "$@"'``. The shell names the report, not nsys's ``%q{VAR}``: with the variable
+    unset, nsys 2022.4 never finishes (it hangs before writing the report); the shell writes
+    ``rank``, which :func:`record_ranks` refuses in one line."""
+    head = shlex.join([nsys, "profile", *nsys_options_with(nsys_options), "--output"])
+    script = f'exec {head} {shlex.quote(str(folder / "rank"))}"${{{variable}:-}}" "$@"'
+    return ["sh", "-c", script, "nsys"]
+
+
+def _reports(nsys: str, names: Sequence[Path], hidden: list[bytes]) -> list[Path]:
+    """The report of each name (``.nsys-rep``/``.qdrep``, or a ``.qdstrm`` imported); names
+    with neither are left out."""
+    out = []
+    for report in names:
+        done = next((report.with_suffix(s) for s in REPORT_SUFFIXES if report.with_suffix(s).is_file()), None)
+        stream = report.with_suffix(".qdstrm")
+        if done is None and stream.is_file():
+            done = report.with_suffix(".nsys-rep")
+            try:
+                import_stream(nsys, stream, done, stream.name)
+            except InputError:
+                _show(hidden)  # what nsys said about its own attempt
+                raise
+            stream.unlink()
+        if done is not None:
+            out.append(done)
+    return out
 
 
 def _run_relaying(argv: list[str]) -> tuple[int, list[bytes]]:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from nvbridge.conversion import pipeline
+from nvbridge.conversion.collectives import CollectivesSink
 from nvbridge.conversion.pipeline import Progress, Sink
 from nvbridge.conversion.result import ConversionResult, Tallies, with_rank
 from nvbridge.conversion.sinks import ParquetSink
@@ -93,7 +94,7 @@ def _convert_into(
 ) -> Tallies:
     """Convert the report into ``tmp`` (and ``trace``) through the one pipeline; the rank a file
     name spells counts where the capture recorded none."""
-    sinks: list[Sink] = [ParquetSink(tmp)]
+    sinks: list[Sink] = [ParquetSink(tmp), CollectivesSink(tmp)]  # a report of several ranks: its collectives
     if trace is not None:
         sinks.append(TraceSink(trace, force))
     opener = functools.partial(open_windows, database, pipeline.WINDOW_ROWS)

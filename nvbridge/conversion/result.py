@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from nvbridge.columns import np_col
 from nvbridge.output.names import plural
+from nvbridge.readers.nsys_rank_marks import rank_facts
 from nvbridge.readers.raw import SourceInfo
 
 
@@ -93,6 +94,18 @@ def with_rank(info: SourceInfo, source: str | os.PathLike[str]) -> SourceInfo:
     if info.rank is None and (rank := rank_from_name(str(source))) is not None:
         return dataclasses.replace(info, rank=rank)
     return info
+
+
+def with_marked_ranks(info: SourceInfo, marks: pa.Table | None) -> SourceInfo:
+    """``info`` with what emit_nvtx's rank marks say (nvbridge.readers.nsys_rank_marks): each
+    process's rank, the world size, and where one process marked, the report's rank (before the
+    recorded RANK and the file name's)."""
+    rank, world, processes = rank_facts(marks) if marks is not None else (None, None, None)
+    if processes is None:
+        return info
+    return dataclasses.replace(
+        info, rank=rank if rank is not None else info.rank, world_size=world, process_ranks=processes
+    )
 
 
 class OpsTally:

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from nvbridge._version import __version__
 from nvbridge.columns import np_col, set_column
+from nvbridge.conversion.result import with_marked_ranks
 from nvbridge.dataset.dictionaries import compact_table
 from nvbridge.engine import WindowRows
 from nvbridge.engine.memory import no_rows as memory_no_rows
@@ -60,9 +61,8 @@ class ParquetSink:
             self._frees = []
         for name, table in tables.items():
             parquet.write_table(table, self.directory / f"{name}.parquet")
-        parquet.write_meta(
-            self.directory, self._info, {**written, **{n: t.num_rows for n, t in tables.items()}}, __version__
-        )
+        info = with_marked_ranks(self._info, tables.get("marks"))  # the ranks the processes marked
+        parquet.write_meta(self.directory, info, {**written, **{n: t.num_rows for n, t in tables.items()}}, __version__)
 
     def _close(self) -> None:
         """Close every writer even when one fails (see TableWriter.close); the first failure is raised."""
@@ -146,6 +146,8 @@ class MemorySink:
             self._frees.append(rows.memory_frees)
 
     def finish(self, tables: dict[str, pa.Table]) -> None:
+        if self.info is not None:
+            self.info = with_marked_ranks(self.info, tables.get("marks"))  # the ranks the processes marked
         if not self._parts["memory"]:
             self._parts["memory"] = [memory_no_rows()[0]]
         whole = {name: _concat(parts) for name, parts in self._parts.items()}
