@@ -19,8 +19,10 @@ from click.testing import CliRunner
 
 import nvbridge
 from nvbridge.cli import cli
+from nvbridge.dataset.collectives_read import read_collectives
 from tests import raw_gpu
-from tests.conftest import SAMPLE_DB
+from tests.clock_shift import shift_clock, split_process
+from tests.conftest import SAMPLE_DB, real_db
 from tests.test_chrome import load_strict, ns, validate
 
 # rank -> (sample, offset added to its times on the aligned clock); rank 3's report holds two processes
@@ -258,3 +260,51 @@ def test_one_report_cut_by_rank_and_split_by_step(tmp_path: Path) -> None:
         assert len(got) == sum(1 for g in raw.gpu if g.end >= lo and g.start <= hi) > 0
     bad = CliRunner().invoke(cli, ["trace", str(path), "-o", str(tmp_path / "x.json"), "--ranks", "5"])
     assert bad.exit_code == 1 and "no rank 5 in the report (it has ranks 0, 1)" in bad.output
+
+
+FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
+
+
+@pytest.fixture(scope="module")
+def fsdp_split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[int, int]]:
+    """The FSDP export as one report per process, converted plain and with rank 1's clock moved
+    (session start 7.1 s later, every time 2.5 s later): nvbridge matches and aligns them."""
+    tmp = tmp_path_factory.mktemp("fsdp_split")
+    raw = raw_gpu.read(real_db(FSDP))
+    pids = sorted({g.pid for g in raw.gpu if g.nccl})
+    files = [split_process(real_db(FSDP), pid, tmp / f"rank{i}.sqlite") for i, pid in enumerate(pids)]
+    (tmp / "moved").mkdir()
+    moved = [files[0], shift_clock(files[1], tmp / "moved" / "rank1.sqlite", 7_123_456_789, 2_500_000_000)]
+    nvbridge.convert(files, tmp / "plain")
+    nvbridge.convert(moved, tmp / "moved_ds")
+    nccl = {rank: sum(1 for g in raw.gpu if g.nccl and g.pid == pid) for rank, pid in enumerate(pids)}
+    return tmp / "plain", tmp / "moved_ds", nccl
+
+
+def _first_gpu_gap(doc: dict[str, Any]) -> int:
+    starts = _gpu_starts(doc)
+    return starts[1][0] - starts[0][0]
+
+
+def test_fsdp_ranks_joined_on_the_recovered_clock(
+    fsdp_split: tuple[Path, Path, dict[int, int]], tmp_path: Path
+) -> None:
+    """Every matched collective of nvbridge's own table is joined (ranks - 1 flows each), every
+    NCCL kernel of each rank is in the trace (raw SQL), and the moved rank lands where the plain
+    one is, within 10 µs: the trace is on the clock the dataset recovered."""
+    plain, moved, nccl = fsdp_split
+    table = read_collectives(moved)
+    assert table is not None and table.num_rows
+    expected = _flows_expected(table, {0, 1})
+    docs = []
+    for ds, name in ((plain, "plain.json.gz"), (moved, "moved.json.gz")):
+        doc, said = _trace(ds, "-o", tmp_path / name)
+        counts = validate(doc)
+        assert counts["flows"]["collective"] == expected > 0 and f"{expected} collective" in said.replace(",", "")
+        rank_of = _rank_of_pid(doc)
+        got = Counter(
+            rank_of[e["pid"]] for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"].lower()
+        )
+        assert dict(got) == nccl
+        docs.append(doc)
+    assert abs(_first_gpu_gap(docs[1]) - _first_gpu_gap(docs[0])) <= 10_000

@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from nvbridge.annotate import _nvtx_lib, _observer
+from nvbridge.annotate import _nvtx_lib, _observer, _rank
 from nvbridge.annotate._backward import run_backward_with_ranges
 from nvbridge.annotate._modules import ModuleRanges
 from nvbridge.annotate._names import forward_name, step_name
@@ -214,6 +214,7 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         self._entered = True
         if not _nvtx_lib.collector_attached():
             return self  # nothing would record: stay free
+        _rank.mark_rank()  # which rank this process is, for a capture of many processes
         if _thread_annotated():
             # Another instance already annotates this thread (e.g. a decorated function called
             # inside a ``with`` block): a second mode (or a python mode under torch's native

@@ -10,6 +10,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from nvbridge.conversion.collectives import write_root
 from nvbridge.conversion.report import Progress, convert_one
 from nvbridge.conversion.result import ConversionResult
 from nvbridge.errors import ExportError
@@ -77,14 +78,19 @@ def convert(
         if force or not (out / f"report={stem}" / "meta.parquet").is_file()
     ]
     if scheduler is not None:
-        return _on_dask(scheduler, out, todo, force)
-    created = outputs.make_dir(out)
-    try:
-        return _locally(todo, force, jobs, progress)
-    except BaseException:
-        if created and not any(out.iterdir()):
-            out.rmdir()
-        raise
+        results = _on_dask(scheduler, out, todo, force)
+    else:
+        created = outputs.make_dir(out)
+        try:
+            results = _locally(todo, force, jobs, progress)
+        except BaseException:
+            if created and not any(out.iterdir()):
+                out.rmdir()
+            raise
+    # Across ranks: every report matched, the skipped ones too, once all are in place.
+    with outputs.writing(out, "the collectives table"):
+        write_root(out)
+    return results
 
 
 def check_inputs(sources: Sequence[Source], deep: bool = False) -> None:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from nvbridge.conversion import pipeline
+from nvbridge.conversion.collectives import write_inside
 from nvbridge.conversion.pipeline import Progress, Sink
 from nvbridge.conversion.result import ConversionResult, Tallies, with_rank
 from nvbridge.conversion.sinks import ParquetSink
@@ -72,6 +73,7 @@ def convert_one(
         with outputs.staging(out) as tmp, exported(source) as database:
             with outputs.writing(out, "the dataset"):
                 tallies = _convert_into(database, tmp, report, trace, force)
+                write_inside(tmp)  # a report of several ranks: its collectives matched
             outputs.publish(tmp, out, force)
         if trace is not None:
             with outputs.writing(trace.path, "the trace"):

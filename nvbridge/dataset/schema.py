@@ -82,6 +82,16 @@ DEVICES = pa.schema(
     ]
 )
 META = pa.schema([("key", STR), ("value", STR)])
+# Across ranks (nvbridge.dataset.collectives): at a many-report dataset's root, or inside the
+# dataset of one report of several processes; not one of every report's TABLES.
+COLLECTIVES = pa.schema(
+    [
+        *(("op", STR), ("comm", STR), ("seq", I64), ("rank", I64), ("report", STR), ("process_id", I64)),
+        *(("step", I64), ("bytes", I64), ("arrival_ns", I64), ("start_ns", I64), ("end_ns", I64)),
+        *(("wait_ns", I64), ("transfer_ns", I64), ("algbw_gbps", F64), ("busbw_gbps", F64), ("op_id", I64)),
+        *(("source", DICT_STR), ("matched", BOOL)),
+    ]
+)
 
 SCHEMAS: dict[str, pa.Schema] = {
     "ops": OPS,
@@ -91,6 +101,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "syncs": SYNCS,
     "threads": THREADS,
     "devices": DEVICES,
+    "collectives": COLLECTIVES,
 }
 # Tables whose columns a reader may list in another order (see SYNCS); the others are in file order.
 ANY_ORDER = frozenset({"syncs"})
@@ -116,6 +127,7 @@ CONTRACT: dict[str, tuple[str, ...]] = {
     "syncs": (),
     "threads": ("process_id", "thread_id"),
     "devices": ("device_id",),
+    "collectives": ("op", "comm", "seq", "rank", "step", "bytes", "arrival_ns", "wait_ns", "transfer_ns"),
 }
 
 

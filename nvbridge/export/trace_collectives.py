@@ -21,16 +21,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from nvbridge.columns import np_col
+from nvbridge.dataset import collectives_read
 from nvbridge.export.chrome_text import escape, join, meta_event, num, us
 from nvbridge.export.chrome_tracks import lanes
 
 if TYPE_CHECKING:
     from nvbridge.export.trace_many import Part
 
-COLLECTIVES_FILE = "collectives.parquet"
 TRACK_TID = 4_000_000_000  # tracks of collectives: above any thread id a writer draws, below 2**32
 LANES_PER_COMM = 64
 CATEGORY = "collective"
@@ -46,12 +45,11 @@ class Drawn:
 
 
 def read_collectives(root: Path) -> pa.Table | None:
-    """The dataset's collectives table (None where it has none)."""
-    path = root / COLLECTIVES_FILE
-    if not path.is_file():
+    """The dataset's collectives table, the columns drawn (None where it has none)."""
+    table = collectives_read.read_collectives(root)
+    if table is None:
         return None
-    have = pq.read_schema(path).names
-    return pq.read_table(path, columns=[c for c in (*COLUMNS, *MORE) if c in have])
+    return table.select([c for c in (*COLUMNS, *MORE) if c in table.column_names])
 
 
 def rows_of(table: pa.Table, parts: Sequence[Part]) -> tuple[pa.Table, np.ndarray]:

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from nvbridge.columns import np_col
 from nvbridge.dataset.check import is_partitioned, read_meta
+from nvbridge.dataset.collectives_read import root_meta
 from nvbridge.dataset.report import parse_rank, report_dirs
 from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import in_window
@@ -45,7 +45,6 @@ ID_COLUMNS = {
     "gpu_ops": ("gpu_op_id", "api_call_id", "op_id"),
 }
 ID_BASE = {"op_id": "ops", "fwd_op_id": "ops", "api_call_id": "api_calls", "gpu_op_id": "gpu_ops"}
-ROOT_META = "ranks_meta.parquet"
 ID_OF = {"ops": "op_id", "api_calls": "api_call_id", "gpu_ops": "gpu_op_id"}
 
 
@@ -73,22 +72,12 @@ class Part:
         return DEVICE_STRIDE * self.index
 
 
-def root_meta(root: Path) -> dict[str, str]:
-    """Keys the dataset's root holds about all its reports (``clock.<report>.offset_ns``...):
-    ``ranks_meta.parquet``, a key/value table beside the partitions ({} where absent)."""
-    path = root / ROOT_META
-    if not path.is_file():
-        return {}
-    t = pq.read_table(path)
-    return {str(k): str(v) for k, v in zip(t.column("key").to_pylist(), t.column("value").to_pylist()) if v is not None}
-
-
 def clock_offsets(root: Path, names: Sequence[str], metas: Sequence[dict[str, str | None]]) -> dict[str, int]:
     """Per report, what to add to its times to put them on the aligned clock: the dataset's
     ``clock.<report>.offset_ns`` (nvbridge's alignment) where recorded; otherwise, for reports
     whose times count from their session's start, the session starts' differences (hosts'
     wall clocks: exact only where they agree); otherwise 0."""
-    keys = root_meta(root)
+    keys = root_meta(root)  # nvbridge.dataset.clocks' offsets (aligned = report time + offset)
     got = {n: keys.get(f"clock.{n}.offset_ns") for n in names}
     if all(v is not None for v in got.values()):
         return {n: int(str(v)) for n, v in got.items()}

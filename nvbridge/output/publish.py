@@ -51,8 +51,11 @@ DATASET_FILES = frozenset(
         "syncs.parquet",
         "threads.parquet",
         "devices.parquet",
+        "collectives.parquet",  # a report of several ranks (nvbridge.dataset.collectives)
     }
 )
+# Files a many-report dataset holds at its root beside its report=<name> partitions.
+ROOT_FILES = frozenset({"collectives.parquet", "ranks_meta.parquet"})
 # In-flight names: .<dest>.nvbridge-staging.<host>.<pid>.<random>[<suffix>] (built, not yet in
 # place) and .<dest>.nvbridge-old.<host>.<pid>.<random> (a replaced dataset, removed once its
 # successor is in place).
@@ -111,7 +114,8 @@ def is_dataset(path: Path) -> bool:
         return False
     if (path / "meta.parquet").is_file():
         return _our_meta(path / "meta.parquet") and all(p.name in DATASET_FILES for p in entries)
-    return bool(entries) and all(p.name.startswith("report=") and p.is_dir() and is_dataset(p) for p in entries)
+    parts = [p for p in entries if p.name not in ROOT_FILES or not p.is_file()]
+    return bool(parts) and all(p.name.startswith("report=") and p.is_dir() and is_dataset(p) for p in parts)
 
 
 def _ours_in_flight(name: str) -> bool:

@@ -29,11 +29,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from nvbridge.analysis import spans
 from nvbridge.columns import np_col
 from nvbridge.dataset.check import read_meta
+from nvbridge.dataset.collectives_read import read_collectives, root_meta
 from nvbridge.dataset.report import DatasetTables, load, parse_rank, report_dirs
 from nvbridge.dataset.timeline import step_spans
 
@@ -139,10 +139,8 @@ def dataset_steps(root: Path) -> list[RankSteps]:
 
 
 def _collectives(root: Path) -> pa.Table | None:
-    path = root / "collectives.parquet"
-    if not path.is_file():
-        return None
-    return pq.read_table(path, columns=["report", "rank", "arrival_ns", "end_ns"])
+    table = read_collectives(root)
+    return None if table is None else table.select(["report", "rank", "arrival_ns", "end_ns"])
 
 
 def _own(table: pa.Table | None, name: str, rank: int, root: Path) -> tuple[np.ndarray, np.ndarray] | None:
@@ -154,17 +152,9 @@ def _own(table: pa.Table | None, name: str, rank: int, root: Path) -> tuple[np.n
         mine = np_col(table, "rank", fill=-1) == rank
     if not mine.any():
         return None
-    offset = int(_root_keys(root).get(f"clock.{name}.offset_ns", "0"))
+    offset = int(root_meta(root).get(f"clock.{name}.offset_ns") or 0)
     t = table.filter(pa.array(mine))
     return np_col(t, "arrival_ns") - offset, np_col(t, "end_ns") - offset
-
-
-def _root_keys(root: Path) -> dict[str, str]:
-    path = root / "ranks_meta.parquet"
-    if not path.is_file():
-        return {}
-    t = pq.read_table(path)
-    return {str(k): str(v) for k, v in zip(t.column("key").to_pylist(), t.column("value").to_pylist())}
 
 
 def longest_step(figures: list[RankSteps], step: int) -> int | None:

@@ -1,0 +1,135 @@
+"""The collectives of converted datasets: each report's read a row group at a time (only the
+communication ranges and NCCL kernels are kept), matched across ranks
+(nvbridge.dataset.collectives), and the files a dataset keeps them in.
+
+Where they live: a many-report dataset keeps ``collectives.parquet`` and its root meta
+(``ranks_meta.parquet``: key/value text, the clock and matching keys of docs/dataset.md) beside
+its ``report=...`` partitions; a report of several processes keeps ``collectives.parquet`` in
+its own dataset.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from nvbridge.dataset import collectives_scan as scan
+from nvbridge.dataset.collectives import Matched, ReportCollectives, build
+from nvbridge.dataset.dictionaries import compact_table
+from nvbridge.dataset.ranks import RankTally
+from nvbridge.dataset.report import DatasetTables, is_partitioned, load, report_dirs
+from nvbridge.errors import DamagedDataset
+
+FILE = "collectives.parquet"
+ROOT_META = "ranks_meta.parquet"
+
+
+def report_name(directory: Path) -> str:
+    """A partition's report name (``report=rank1`` -> ``rank1``)."""
+    return directory.name.split("=", 1)[1] if directory.name.startswith("report=") else directory.name
+
+
+def read_report(tables: DatasetTables, name: str) -> ReportCollectives:
+    """One report's collectives and its ranks, reading only what they need."""
+    tally = RankTally()
+    has = set(tables.column_names("ops"))
+    detail = [c for c in scan.OPS_DETAIL if c in has]
+    ranges: list[pa.Table] = []
+    for chunk in tables.chunks("ops", [*scan.OPS_COLUMNS, *detail]):
+        tally.add_ops(chunk)
+        ranges.append(scan.comm_rows(chunk))
+    kernels: list[pa.Table] = []
+    for chunk in tables.chunks("gpu_ops", scan.GPU_COLUMNS):
+        tally.add_gpu(chunk)
+        kernels.append(scan.nccl_kernels(chunk))
+    comm = pa.concat_tables(ranges) if ranges else pa.table({c: [] for c in scan.OPS_COLUMNS})
+    nccl = pa.concat_tables(kernels) if kernels else pa.table({c: [] for c in scan.GPU_COLUMNS})
+    launchers = _launchers(tables, scan.kernel_op_ids(nccl, comm.column("op_id").to_pylist()))
+    ranks = {r.process_id: r.rank for r in tally.result(tables.rank).ranks}
+    return ReportCollectives(name, tables.meta, ranks, scan.instances(comm, nccl, launchers))
+
+
+def _launchers(tables: DatasetTables, op_ids: set[int]) -> dict[int, tuple[int, int, int | None]]:
+    """(thread, start, step) of a few ops: the launchers of kernels that are no communication range."""
+    if not op_ids:
+        return {}
+    want = pa.array(sorted(op_ids), pa.int64())
+    out: dict[int, tuple[int, int, int | None]] = {}
+    for chunk in tables.chunks("ops", ["op_id", "thread_id", "start_ns", "step"]):
+        hit = chunk.filter(pc.is_in(chunk.column("op_id"), value_set=want))
+        cols = [hit.column(c).to_pylist() for c in ("op_id", "thread_id", "start_ns", "step")]
+        out.update({op: (t if t is not None else -1, s, st) for op, t, s, st in zip(*cols)})
+    return out
+
+
+def collectives_of(path: str | os.PathLike[str]) -> Matched:
+    """Match the collectives of a dataset: a partitioned one's reports in rank order, or one
+    report's processes."""
+    p = Path(os.fspath(path))
+    if is_partitioned(p):
+        reports = _global_ranks([read_report(load(d, streamed=True), report_name(d)) for d in report_dirs(p)])
+    else:
+        tables = load(p, streamed=True)
+        reports = [read_report(tables, Path(str(tables.meta.get("source") or p.name)).stem)]
+    return build(reports)
+
+
+def _global_ranks(reports: list[ReportCollectives]) -> list[ReportCollectives]:
+    """Ranks across reports: a one-process report's recorded rank; every other process (a report
+    of several, or one that recorded none) the next number no report recorded, in report order."""
+    recorded = {r.meta.get("rank") for r in reports if len(r.ranks) == 1 and r.meta.get("rank") not in (None, "")}
+    taken = {int(v) for v in recorded if v is not None and v.lstrip("-").isdigit()}
+    free = (n for n in range(1 << 30) if n not in taken)
+    out = []
+    for r in reports:
+        own = r.meta.get("rank")
+        if len(r.ranks) == 1 and own is not None and own.lstrip("-").isdigit():
+            out.append(r)
+            continue
+        ranks = {p: next(free) for p, _ in sorted(r.ranks.items(), key=lambda kv: kv[1])}
+        out.append(ReportCollectives(r.name, r.meta, ranks, r.found))
+    return out
+
+
+def several_processes(dataset: Path) -> bool:
+    """Whether a one-report dataset's threads belong to more than one process (cheap: one small table)."""
+    threads = pq.read_table(dataset / "threads.parquet", columns=["process_id"])
+    return len(set(threads.column("process_id").to_pylist())) > 1
+
+
+def several_ranks(matched: Matched) -> bool:
+    """Whether the collectives span more than one rank (else a dataset keeps no table)."""
+    t = matched.table
+    return t.num_rows > 0 and len(set(zip(t.column("report").to_pylist(), t.column("process_id").to_pylist()))) > 1
+
+
+def write(matched: Matched, directory: Path, root_meta: bool) -> None:
+    """``collectives.parquet`` (and, at a many-report root, ``ranks_meta.parquet``) into ``directory``."""
+    pq.write_table(compact_table(matched.table), directory / FILE, compression="zstd")
+    if root_meta:
+        meta = matched.meta()
+        pq.write_table(pa.table({"key": list(meta), "value": list(meta.values())}), directory / ROOT_META)
+
+
+def read_collectives(path: str | os.PathLike[str]) -> pa.Table | None:
+    """The collectives table a dataset keeps (root or inside), None where it keeps none."""
+    file = Path(os.fspath(path)) / FILE
+    if not file.is_file():
+        return None
+    try:
+        return pq.read_table(file)
+    except (OSError, pa.ArrowException) as exc:
+        raise DamagedDataset(f"{file} cannot be read ({exc}); convert the reports again with --force.") from exc
+
+
+def root_meta(path: str | os.PathLike[str]) -> dict[str, str | None]:
+    """A many-report dataset's root meta (clock offsets, residuals, matching counts); {} where none."""
+    file = Path(os.fspath(path)) / ROOT_META
+    if not file.is_file():
+        return {}
+    t = pq.read_table(file)
+    return dict(zip(t.column("key").to_pylist(), t.column("value").to_pylist()))

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Record torch.distributed (gloo, CPU) runs of scripts/workloads/dist.py under Nsight Systems.
+
+    python -m scripts.record.ranks_gloo [NAME ...]     # default: every recording below
+
+Each recording is a real ``torchrun --standalone`` run of 2 or 4 processes; nsys wraps each rank
+(one report per rank, named by ``RANK``) or, for the ``onefile`` one, one nsys session records
+the launcher and every rank in one report. Writes into sample_db/:
+
+- ``NAME.rank<K>.sqlite`` per rank (``NAME.sqlite`` for one session): ``nsys export --type
+  sqlite`` of the report, unmodified;
+- ``NAME.waits.json``: the workload's own clock (the oracle): per rank, per collective, the time
+  from entering ``all_reduce`` to leaving it, and the planted straggler's rank, step and sleep.
+
+The environment is cleared (``env -i``: PATH, HOME, LANG, PYTHONPATH to this checkout) so the
+user's variables stay out of the committed files; the emit_nvtx observer is built once first
+into a temporary cache, so the ranks do not each compile it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from scripts.paths import ROOT, SAMPLE_DB
+
+WORKLOAD = ROOT / "scripts" / "workloads" / "dist.py"
+IMPORTER = os.environ.get("NVBRIDGE_QDSTRM_IMPORTER", "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter")
+
+
+@dataclass(frozen=True)
+class Recording:
+    name: str
+    nproc: int
+    steps: int = 4
+    straggler: tuple[int, int, float] | None = None  # rank, step, sleep ms
+    one_session: bool = False
+
+    def workload_args(self, waits: Path) -> list[str]:
+        args = ["--steps", str(self.steps), "--waits", str(waits)]
+        if self.straggler is not None:
+            rank, step, ms = self.straggler
+            args += ["--straggler-rank", str(rank), "--straggler-step", str(step), "--sleep-ms", str(ms)]
+        return args
+
+
+RECORDINGS = {
+    r.name: r
+    for r in (
+        Recording("ranks_gloo2_cpu", 2),
+        Recording("ranks_gloo2_straggler_cpu", 2, straggler=(1, 2, 50.0)),
+        Recording("ranks_gloo4_straggler_cpu", 4, straggler=(2, 1, 50.0)),
+        Recording("ranks_gloo2_onefile_cpu", 2, straggler=(0, 2, 50.0), one_session=True),
+    )
+}
+NSYS_FLAGS = ["-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--osrt-threshold=100000", "-f", "true"]
+
+
+def clean_env(tmp: Path) -> dict[str, str]:
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(ROOT),
+        "NVBRIDGE_CACHE_DIR": str(tmp / "cache"),
+    }
+
+
+def launch_argv(rec: Recording, reports: Path, waits: Path) -> list[str]:
+    """torchrun with nsys around each rank (``--no-python``), or nsys around torchrun."""
+    torchrun = ["torchrun", "--standalone", f"--nproc-per-node={rec.nproc}"]
+    program = [sys.executable, "-u", str(WORKLOAD), *rec.workload_args(waits)]
+    if rec.one_session:
+        return ["nsys", "profile", *NSYS_FLAGS, "-o", str(reports / rec.name), *torchrun, *program[2:]]
+    return [*torchrun, "--no-python", "nsys", "profile", *NSYS_FLAGS, "-o", str(reports / "rank%q{RANK}"), *program]
+
+
+def record(rec: Recording, out: Path) -> list[Path]:
+    with tempfile.TemporaryDirectory(prefix="ranks_gloo-") as work:
+        tmp = Path(work)
+        env = clean_env(tmp)
+        build = "from nvbridge.annotate import _observer; assert _observer.load(), _observer.unavailable_reason()"
+        subprocess.run([sys.executable, "-c", build], env=env, check=True)
+        reports = tmp / "reports"
+        reports.mkdir()
+        waits = tmp / "waits"
+        subprocess.run(launch_argv(rec, reports, waits), env=env, check=True, cwd=tmp)
+        written = []
+        for stream in sorted(reports.glob("*.qdstrm")):
+            if not stream.with_suffix(".nsys-rep").is_file():
+                subprocess.run([IMPORTER, "-i", str(stream)], check=True, capture_output=True)
+        for rep in sorted(reports.glob("*.nsys-rep")):
+            dest = out / (f"{rec.name}.sqlite" if rec.one_session else f"{rec.name}.{rep.stem}.sqlite")
+            dest.unlink(missing_ok=True)
+            subprocess.run(
+                ["nsys", "export", "--type", "sqlite", "-o", str(dest), str(rep)], check=True, capture_output=True
+            )
+            written.append(dest)
+        ranks = [json.loads(p.read_text()) for p in sorted(tmp.glob("waits.rank*.json"))]
+        if len(ranks) != rec.nproc:
+            sys.exit(f"{rec.name}: {len(ranks)} of {rec.nproc} ranks wrote their waits")
+        oracle = out / f"{rec.name}.waits.json"
+        oracle.write_text(json.dumps({"recording": rec.name, "ranks": ranks}, indent=1) + "\n")
+        return [*written, oracle]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help=f"some of {', '.join(RECORDINGS)} (default: all)")
+    parser.add_argument("--out", type=Path, default=SAMPLE_DB)
+    args = parser.parse_args(argv)
+    unknown = set(args.names) - set(RECORDINGS)
+    if unknown:
+        parser.error(f"unknown recording {', '.join(sorted(unknown))}; choose from {', '.join(RECORDINGS)}")
+    if shutil.which("nsys") is None or shutil.which("torchrun") is None:
+        sys.exit("needs nsys and torchrun on PATH (scripts/install_nsys.sh; pip install torch)")
+    for name in args.names or RECORDINGS:
+        for path in record(RECORDINGS[name], args.out):
+            print(f"{path}: {path.stat().st_size:,} bytes")
+
+
+if __name__ == "__main__":
+    main()
