@@ -154,3 +154,26 @@ def test_cli_draws_and_names_the_straggler(many: tuple[Path, list[Path]], tmp_pa
     assert bad.exit_code == 1 and "no ProfilerStep#99 on any rank" in bad.output and not (tmp_path / "x.png").exists()
     roof = CliRunner().invoke(cli, ["plot", str(ds), "-o", str(tmp_path / "x.png"), "--roofline"])
     assert roof.exit_code == 2
+
+
+def test_the_rank_everyone_waited_for_is_the_straggler(many: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    """With matched collectives in step 1, the straggler is the rank that arrived last (charged
+    the others' waits), not the rank with the longest step; the other steps keep the longest."""
+    ds, sources = many
+    copy = tmp_path / "ds"
+    shutil.copytree(ds, copy)
+    figures = dataset_steps(copy)
+    longest = stragglers(figures)[1]
+    late = next(r for r in range(len(REPORTS)) if r != longest)
+    rows = []
+    for seq in range(2):
+        for rank in range(len(REPORTS)):
+            arrival = 1_000 * seq + (500 if rank == late else 0)
+            rows.append({"op": "allreduce", "comm": "gloo", "seq": seq, "rank": rank, "report": f"rank{rank}"})
+            rows[-1] |= {"step": 1, "arrival_ns": arrival, "end_ns": 1_000 * seq + 600, "matched": True}
+            rows[-1] |= {"wait_ns": (500 if rank != late else 0)}
+    pq.write_table(pa.Table.from_pylist(rows), copy / "collectives.parquet")
+    result = CliRunner().invoke(cli, ["plot", str(copy), "-o", str(tmp_path / "p.png")])
+    assert result.exit_code == 0, result.output
+    named = {int(k): int(v) for k, v in re.findall(r"step (\d+): rank (\d+)", result.output)}
+    assert named == {**stragglers(figures), 1: late} and longest != late

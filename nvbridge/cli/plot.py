@@ -17,7 +17,7 @@ from nvbridge.dataset.report import DatasetTables
 from nvbridge.output import publish as outputs
 from nvbridge.plot import picture as plot
 from nvbridge.plot import roofline as roof
-from nvbridge.plot.ranks import dataset_steps
+from nvbridge.plot.ranks import dataset_steps, summary_stragglers
 from nvbridge.plot.ranks_draw import render_ranks
 from nvbridge.plot.window import extent
 
@@ -68,7 +68,9 @@ def plot_cmd(
             )
         with errors():
             outputs.check_file_destination(plot.output_path(output), force, "the picture")
-            picture, steps, marked = render_ranks(dataset_steps(path), output, step=step, title=path.name)
+            figures = dataset_steps(path)
+            named = summary_stragglers(path, figures)
+            picture, steps, marked = render_ranks(figures, output, step=step, title=path.name, named=named)
         late = ", ".join(f"step {n}: rank {r}" for n, r in marked.items())
         click.echo(shown(f"Wrote {picture} ({len(steps)} steps; straggler {late})."))
         return

@@ -183,7 +183,8 @@ def _report_steps(source: Path | ReportTables, within: tuple[int, int] | None) -
 
 def _say_many(written: ManyTraces) -> None:
     for stats in written.files:
-        parts = ", ".join(f"{v:,} {k}" for k, v in {**stats.slices, **stats.flows}.items())
+        slices = [f"{v:,} {k}" for k, v in stats.slices.items()]
+        parts = ", ".join([*slices, *(f"{v:,} {k} flows" for k, v in stats.flows.items())])
         click.echo(shown(f"Wrote {stats.path}: {parts}."))
         left = written.left_out.get(stats.path.name)
         if left:

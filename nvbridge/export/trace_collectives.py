@@ -130,7 +130,7 @@ def draw_collectives(chosen: Chosen, parts: Sequence[Part], origin: int, first_i
     tid = TRACK_TID + code * LANES_PER_COMM + lane
     drawn.lines.append(_slices(rows, pid, tid, arrival, end, origin))
     drawn.lines.extend(_parts(rows, pid, tid, arrival, end, origin))
-    drawn.slices[CATEGORY] = rows.num_rows
+    drawn.slices["collectives"] = rows.num_rows
     flows = _flows(rows, code, pid, tid, arrival, end, origin, first_id)
     if flows is not None:
         drawn.lines.append(flows[0])

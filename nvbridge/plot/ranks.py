@@ -16,8 +16,9 @@ order, as advise's time categories do (nvbridge.analysis.dominant):
 Each category is the union of its intervals (overlapping streams count once), cut to each step
 (:func:`nvbridge.analysis.spans.clip_per_window`), read a row group at a time.
 
-The straggler of a step: the rank the dataset's ``ranks.steps`` names (nvbridge's cross-rank
-summary) where it has one, else the rank whose step is longest (:func:`stragglers`).
+The straggler of a step: the rank the others waited for most in the step's collectives
+(:func:`summary_stragglers`: nvbridge.analysis.stragglers, what ``summary``'s ``ranks.steps``
+names) where the dataset has matched collectives in it, else the rank whose step is longest.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.analysis import spans
+from nvbridge.analysis.stragglers import OpTimes
+from nvbridge.analysis.stragglers import stragglers as stragglers_of
 from nvbridge.columns import np_col
 from nvbridge.dataset.check import read_meta
 from nvbridge.dataset.collectives_read import read_collectives, root_meta
@@ -155,6 +158,18 @@ def _own(table: pa.Table | None, name: str, rank: int, root: Path) -> tuple[np.n
     offset = int(root_meta(root).get(f"clock.{name}.offset_ns") or 0)
     t = table.filter(pa.array(mine))
     return np_col(t, "arrival_ns") - offset, np_col(t, "end_ns") - offset
+
+
+def summary_stragglers(root: Path, figures: list[RankSteps]) -> dict[int, int]:
+    """Step -> the rank the others waited for most (nvbridge.analysis.stragglers, the summary's
+    ``ranks.steps[].slowest_rank``), by report, where the dataset has matched collectives."""
+    table = read_collectives(root)
+    if table is None or not table.num_rows:
+        return {}
+    report_of = dict(zip(table.column("rank").to_pylist(), table.column("report").to_pylist()))
+    mine = {f.report: f.rank for f in figures}
+    found = {s.step: mine.get(str(report_of.get(s.slowest_rank))) for s in stragglers_of(table, OpTimes())}
+    return {step: rank for step, rank in found.items() if rank is not None}
 
 
 def longest_step(figures: list[RankSteps], step: int) -> int | None:

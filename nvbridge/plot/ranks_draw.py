@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,16 +25,22 @@ STRAGGLER = "#c00000"
 
 
 def render_ranks(
-    figures: list[RankSteps], dest: str | os.PathLike[str], *, step: int | None = None, title: str = ""
+    figures: list[RankSteps],
+    dest: str | os.PathLike[str],
+    *,
+    step: int | None = None,
+    title: str = "",
+    named: Mapping[int, int] | None = None,
 ) -> tuple[Path, list[int], dict[int, int]]:
-    """Draw the steps' bars into ``dest``; returns the path, the steps drawn and their stragglers.
+    """Draw the steps' bars into ``dest``; returns the path, the steps drawn and their stragglers
+    (``named``: step -> rank the summary names, else the longest step: nvbridge.plot.ranks).
 
     Raises:
         MissingDependency: matplotlib is not installed.
         ExportError: another suffix, no steps (or not ``step``), an unwritable path.
     """
     path = output_path(dest)
-    marked = stragglers(figures)
+    marked = stragglers(figures, named)
     steps = sorted(marked) if step is None else [step]
     if not steps or (step is not None and step not in marked):
         have = ", ".join(str(s) for s in sorted(marked)) or "none"
