@@ -120,9 +120,12 @@ def choose(table: pa.Table | None, parts: Sequence[Part]) -> Chosen:
 def draw_collectives(chosen: Chosen, parts: Sequence[Part], origin: int, first_id: int) -> Drawn:
     """The slices, flows and track names of the chosen collectives."""
     drawn = Drawn()
-    rows, arrival, end = chosen.rows, chosen.arrival, chosen.end
+    rows = chosen.rows
     if not rows.num_rows:
         return drawn
+    # a collective a window cuts starts at the trace's origin (a trace holds no negative time)
+    arrival = np.maximum(chosen.arrival, origin)
+    end = np.maximum(chosen.end, arrival)
     pid = _pids(rows, chosen.part_of, parts)
     comm = pc.dictionary_encode(pc.fill_null(rows.column("comm").cast(pa.string()), "")).combine_chunks()
     code = np.asarray(comm.indices.to_numpy(zero_copy_only=False), np.int64)

@@ -13,9 +13,9 @@ Each count of ranks is converted by ``nvbridge.convert(..., scheduler=...)`` on 
 ``LocalCluster`` of ``--workers`` processes (one thread each, ``--memory-limit`` each: Dask pauses
 a worker past 80% of it and restarts it past 95%, so a conversion that needs more fails the run).
 The peak RSS of each worker is its ``ru_maxrss`` after the run. Then ``summary --json`` and
-``trace`` of the dataset run as children, each measured by scripts/bench/measure.py (wall, CPU,
-peak RSS): the summary reads the reports one at a time, so its memory should not grow with the
-number of ranks.
+``trace`` of the dataset run as children, each measured by /usr/bin/time (wall, CPU, peak RSS;
+not scripts/bench/measure.py, whose children start with this process's RSS): the summary reads
+the reports one at a time, so its memory should not grow with the number of ranks.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import argparse
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import nvbridge
-from scripts.bench.measure import nvbridge_run
 from scripts.paths import REAL_DB, ROOT
 
 FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
@@ -77,25 +77,47 @@ def tile(into: Path, ranks: int) -> list[Path]:
     return made
 
 
-def _peak_rss_mb() -> float:
+def _worker_usage() -> tuple[float, float]:
+    """(peak RSS MB, CPU s) of the process it runs in (a Dask worker)."""
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_maxrss / 1024, use.ru_utime + use.ru_stime
 
 
-def convert_on_dask(sources: list[Path], out: Path, workers: int, limit: str) -> tuple[float, list[float]]:
-    """Wall seconds of the conversion, and each worker's peak RSS in MB."""
+def measured(argv: list[str]) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MB) of ``python -m nvbridge ARGV``, through /usr/bin/time: a child
+    forked from this process would start with its RSS (Linux keeps ru_maxrss across exec), and
+    this one holds Dask and pyarrow; ``time`` is small."""
+    out = subprocess.run(
+        ["/usr/bin/time", "-f", "%e %U %S %M", sys.executable, "-m", "nvbridge", *argv],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+        timeout=1800,
+    )
+    wall, user, system, kb = out.stderr.strip().splitlines()[-1].split()
+    return float(wall), float(user) + float(system), int(kb) / 1024
+
+
+def convert_on_dask(
+    sources: list[Path], out: Path, workers: int, limit: str
+) -> tuple[float, list[tuple[float, float]]]:
+    """Wall seconds of the conversion, and each worker's (peak RSS MB, CPU s)."""
     from dask.distributed import Client, LocalCluster
 
     with LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, memory_limit=limit, dashboard_address=None
     ) as cluster:  # type: ignore[no-untyped-call]
         with Client(cluster) as client:  # type: ignore[no-untyped-call]
+            before = client.run(_worker_usage)  # the workers' start-up, taken off their CPU time
             start = time.perf_counter()
             nvbridge.convert(sources, out, scheduler=cluster.scheduler_address)
             wall = time.perf_counter() - start
-            peaks = client.run(_peak_rss_mb)
-    return wall, sorted(float(v) for v in peaks.values())
+            after = client.run(_worker_usage)
+    return wall, sorted((after[w][0], after[w][1] - before[w][1]) for w in after)
 
 
 def one_count(work: Path, ranks: int, workers: int, limit: str) -> None:
@@ -115,11 +137,7 @@ def one_count(work: Path, ranks: int, workers: int, limit: str) -> None:
             ["trace", str(out), "-o", str(work / f"two{ranks}.json.gz"), "--ranks", "0,1", "--force"],
         ),
     ):
-        measured = nvbridge_run(ROOT, argv, timeout=1800)
-        if measured is None:
-            print(f"  {name}: past 30 min")
-            continue
-        wall_s, cpu_s, rss = measured
+        wall_s, cpu_s, rss = measured(argv)
         print(f"  {name}: {wall_s:.1f} s wall, {cpu_s:.1f} s CPU, {rss:.0f} MB peak RSS")
     trace = work / f"all{ranks}.json.gz"
     if trace.exists():
