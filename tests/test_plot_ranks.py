@@ -177,3 +177,27 @@ def test_the_rank_everyone_waited_for_is_the_straggler(many: tuple[Path, list[Pa
     assert result.exit_code == 0, result.output
     named = {int(k): int(v) for k, v in re.findall(r"step (\d+): rank (\d+)", result.output)}
     assert named == {**stragglers(figures), 1: late} and longest != late
+
+
+def test_gloo_recording_names_the_planted_straggler(tmp_path: Path) -> None:
+    """torch.distributed (gloo), 4 ranks, one of which sleeps 50 ms in a named range in a known
+    step: the plot names it, and every other rank's communication in that step is its time inside
+    the step's collectives by the workload's own clock, within 5% of the sleep."""
+    import json
+
+    name = "ranks_gloo4_straggler_cpu"
+    nvbridge.convert([SAMPLE_DB / f"{name}.rank{k}.sqlite" for k in range(4)], tmp_path / "ds")
+    truth = json.loads((SAMPLE_DB / f"{name}.waits.json").read_text())["ranks"]
+    late, step, sleep_ns = truth[0]["straggler_rank"], truth[0]["straggler_step"], truth[0]["sleep_ms"] * 1e6
+    result = CliRunner().invoke(cli, ["plot", str(tmp_path / "ds"), "-o", str(tmp_path / "p.png")])
+    assert result.exit_code == 0, result.output
+    assert f"step {step}: rank {late}" in result.output
+    figures = {f.rank: f for f in dataset_steps(tmp_path / "ds")}
+    for r in truth:
+        if r["rank"] == late:
+            continue
+        inside = sum(c["inside_ns"] for c in r["collectives"] if c["step"] == step)
+        got = figures[r["rank"]].of(step)
+        assert got is not None and abs(got["communication"] - inside) <= 0.05 * sleep_ns, (r["rank"], got, inside)
+    slow = figures[late].of(step)
+    assert slow is not None and slow["compute"] >= sleep_ns  # the sleep is in a range of its own: compute
