@@ -332,3 +332,17 @@ def test_one_report_of_two_ranks_draws_its_collectives(tmp_path: Path) -> None:
         assert sum(1 for e in per["traceEvents"] if e.get("cat") == "collective" and "#" in e.get("name", "")) == len(
             rows
         )
+
+
+def test_start_end_cut_the_aligned_clock(many: tuple[Path, dict[int, raw_gpu.Raw], pa.Table], tmp_path: Path) -> None:
+    """--start/--end count from the first event of any rank on the aligned clock (raw SQL times
+    plus each rank's offset), and keep each rank's GPU ops overlapping the window."""
+    ds, raws, _ = many
+    aligned = {k: [(g.start + REPORTS[k][1], g.end + REPORTS[k][1]) for g in raw.gpu] for k, raw in raws.items()}
+    firsts = [min(x.start for x in [*raw.calls, *raw.gpu, *raw.ranges]) + REPORTS[k][1] for k, raw in raws.items()]
+    lo, hi = min(firsts) + 2_000_000_000, min(firsts) + 9_000_000_000
+    doc, _ = _trace(ds, "-o", tmp_path / "w.json", "--start", "2s", "--end", "9s")
+    validate(doc)
+    got = {k: len(v) for k, v in _gpu_starts(doc).items()}
+    want = {k: sum(1 for s, e in v if e >= lo and s <= hi) for k, v in aligned.items()}
+    assert got == {k: n for k, n in want.items() if n} and len(got) < len(REPORTS)

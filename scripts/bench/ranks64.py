@@ -124,10 +124,11 @@ def one_count(work: Path, ranks: int, workers: int, limit: str) -> None:
     sources = tile(work / f"in{ranks}", ranks)
     size = sum(p.stat().st_size for p in sources) / 1e6
     out = work / f"ds{ranks}"
-    wall, peaks = convert_on_dask(sources, out, workers, limit)
+    wall, usage = convert_on_dask(sources, out, workers, limit)
     print(
-        f"{ranks} ranks ({size:,.0f} MB of reports): convert on {workers} Dask workers {wall:.1f} s; "
-        f"worker peak RSS {', '.join(f'{p:.0f}' for p in peaks)} MB (limit {limit})"
+        f"{ranks} ranks ({size:,.0f} MB of reports): convert on {workers} Dask workers {wall:.1f} s wall; "
+        f"per worker peak RSS {', '.join(f'{p:.0f}' for p, _ in usage)} MB (limit {limit}), "
+        f"CPU {', '.join(f'{c:.1f}' for _, c in usage)} s"
     )
     for name, argv in (
         ("summary --json", ["summary", str(out), "--json"]),
