@@ -339,7 +339,10 @@ def test_start_end_cut_the_aligned_clock(many: tuple[Path, dict[int, raw_gpu.Raw
     plus each rank's offset), and keep each rank's GPU ops overlapping the window."""
     ds, raws, _ = many
     aligned = {k: [(g.start + REPORTS[k][1], g.end + REPORTS[k][1]) for g in raw.gpu] for k, raw in raws.items()}
-    firsts = [min(x.start for x in [*raw.calls, *raw.gpu, *raw.ranges]) + REPORTS[k][1] for k, raw in raws.items()]
+    firsts = [
+        min(t for xs in (raw.calls, raw.gpu, raw.ranges) for t in (x.start for x in xs)) + REPORTS[k][1]
+        for k, raw in raws.items()
+    ]
     lo, hi = min(firsts) + 2_000_000_000, min(firsts) + 9_000_000_000
     doc, _ = _trace(ds, "-o", tmp_path / "w.json", "--start", "2s", "--end", "9s")
     validate(doc)
