@@ -36,24 +36,6 @@ def step_path(dest: Path, step: int) -> Path:
     return dest.with_name(f"{dest.name[: -len(suffix)]}.step{step}{suffix}")
 
 
-def chosen(parts: list[Part], ranks: set[int] | None) -> list[Part]:
-    """The parts of these ranks (all where None).
-
-    Raises:
-        ExportError: a rank the dataset does not hold (naming those it does).
-    """
-    if ranks is None:
-        return parts
-    missing = ranks - {p.rank for p in parts}
-    if missing:
-        have = ", ".join(str(p.rank) for p in parts)
-        raise ExportError(
-            f"no rank {', '.join(str(r) for r in sorted(missing))} in the dataset (it has ranks {have}); "
-            "pass those to --ranks."
-        )
-    return [p for p in parts if p.rank in ranks]
-
-
 def set_windows(
     parts: list[Part], steps: tuple[int, int] | None, start_ns: int | None, end_ns: int | None
 ) -> list[int]:
@@ -109,8 +91,7 @@ def export_many(
     if split not in MANY_SPLITS:
         raise ExportError(f"split {split!r}: pass one of {', '.join(MANY_SPLITS)}.")
     check_suffix(dest)
-    every = open_parts(root)
-    parts = chosen(every, ranks)
+    parts, world_size = open_parts(root, ranks)
     if start != (None, None):
         origin = first_aligned_ns(parts)
         start = tuple(None if t is None else origin + t for t in start)  # type: ignore[assignment]
@@ -130,7 +111,7 @@ def export_many(
             if window is not None and len(left) == len(group):
                 raise ExportError(f"no rank has ProfilerStep#{window[0]}..#{window[1]}; choose steps the ranks ran.")
             raise ExportError(NOTHING_TO_TRACE if start == (None, None) else "nothing to trace in that window.")
-        out.files.append(write_many(group, root, path, len(every)))
+        out.files.append(write_many(group, root, path, world_size))
         if left:
             out.left_out[path.name] = left
     return out

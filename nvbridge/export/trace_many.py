@@ -89,26 +89,41 @@ def clock_offsets(root: Path, names: Sequence[str], metas: Sequence[dict[str, st
     return dict.fromkeys(names, 0)
 
 
-def open_parts(root: Path) -> list[Part]:
-    """The reports of a partitioned dataset in rank order, each with its rank (recorded, else its
-    position), clock offset and id bases."""
+def open_parts(root: Path, only: set[int] | None = None) -> tuple[list[Part], int]:
+    """The reports of a partitioned dataset in rank order (``only`` those ranks), each with its
+    rank (recorded, else its position), clock offset and id bases; and how many ranks it has.
+    Only the reports kept are opened (their ids numbered among themselves).
+
+    Raises:
+        ExportError: not a dataset of many reports; a rank of ``only`` it lacks (naming its ranks).
+    """
     if not is_partitioned(root):
         raise ExportError(f"{root} is not a dataset of many reports (no report=<name>/ partitions).")
     dirs = report_dirs(root)
     metas = [read_meta(d) for d in dirs]
     names = [d.name[len("report=") :] for d in dirs]
     offsets = clock_offsets(root, names, metas)
-    ranks = [parse_rank(m.get("rank")) for m in metas]
-    if any(r is None for r in ranks) or len(set(ranks)) != len(ranks):
+    found = [parse_rank(m.get("rank")) for m in metas]
+    ranks = [int(r or 0) for r in found]
+    if any(r is None for r in found) or len(set(found)) != len(found):
         ranks = list(range(len(dirs)))  # not all recorded, or repeated: their order stands for them
-    parts, bases = [], dict.fromkeys(EVENT_TABLES, 0)
-    for i, (d, name) in enumerate(zip(dirs, names)):
+    missing = (only or set()) - set(ranks)
+    if missing:
+        raise ExportError(
+            f"no rank {', '.join(str(r) for r in sorted(missing))} in the dataset (it has ranks "
+            f"{', '.join(str(r) for r in ranks)}); pass those to --ranks."
+        )
+    parts: list[Part] = []
+    bases = dict.fromkeys(EVENT_TABLES, 0)
+    for d, name, rank in zip(dirs, names, ranks):
+        if only is not None and rank not in only:
+            continue
         src = open_source(d)
         spans = {table: _id_span(src, table, column) for table, column in ID_OF.items()}
-        parts.append(Part(name, src, int(ranks[i] or 0), offsets[name], i, dict(bases), spans))
+        parts.append(Part(name, src, rank, offsets[name], len(parts), dict(bases), spans))
         for table in EVENT_TABLES:
             bases[table] += spans[table]
-    return parts
+    return parts, len(dirs)
 
 
 def id_totals(parts: Sequence[Part]) -> dict[str, int]:
