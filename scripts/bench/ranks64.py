@@ -21,6 +21,7 @@ the reports one at a time, so its memory should not grow with the number of rank
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import sqlite3
@@ -109,7 +110,12 @@ def convert_on_dask(
     from dask.distributed import Client, LocalCluster
 
     with LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, memory_limit=limit, dashboard_address=None
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=limit,
+        dashboard_address=None,
+        silence_logs=logging.CRITICAL,  # a worker's heartbeat racing the cluster's shutdown logs a traceback
     ) as cluster:  # type: ignore[no-untyped-call]
         with Client(cluster) as client:  # type: ignore[no-untyped-call]
             before = client.run(_worker_usage)  # the workers' start-up, taken off their CPU time
