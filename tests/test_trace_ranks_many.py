@@ -349,3 +349,43 @@ def test_start_end_cut_the_aligned_clock(many: tuple[Path, dict[int, raw_gpu.Raw
     got = {k: len(v) for k, v in _gpu_starts(doc).items()}
     want = {k: sum(1 for s, e in v if e >= lo and s <= hi) for k, v in aligned.items()}
     assert got == {k: n for k, n in want.items() if n} and len(got) < len(REPORTS)
+
+
+def test_auto_splits_a_run_too_large_for_a_browser_per_step(
+    many: tuple[Path, dict[int, raw_gpu.Raw], pa.Table], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds, raws, _ = many
+    from nvbridge.export import trace_cuts
+
+    rows = sum(len(r.gpu) + len(r.calls) for r in raws.values())  # fewer than the dataset's events (ranges too)
+    monkeypatch.setattr(trace_cuts, "AUTO_STEP_EVENTS", rows)
+    result = CliRunner().invoke(cli, ["trace", str(ds), "-o", str(tmp_path / "t.json")])
+    assert result.exit_code == 0, result.output
+    steps = sorted(set().union(*(_steps(r) for r in raws.values())))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"t.step{n}.json" for n in steps)
+    assert "too large for a browser: one trace per step" in result.output
+    monkeypatch.setattr(trace_cuts, "AUTO_STEP_EVENTS", 10**12)
+    whole = CliRunner().invoke(cli, ["trace", str(ds), "-o", str(tmp_path / "w.json")])
+    assert whole.exit_code == 0 and (tmp_path / "w.json").is_file()
+
+
+def test_a_split_that_fails_leaves_no_file(
+    many: tuple[Path, dict[int, raw_gpu.Raw], pa.Table], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files of a split are published together: a failure on the third leaves none of them."""
+    ds, _, _ = many
+    from nvbridge.export import trace_cuts
+
+    real, calls = trace_cuts.write_many, []
+
+    def failing(*args: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(*args)
+
+    monkeypatch.setattr(trace_cuts, "write_many", failing)
+    result = CliRunner().invoke(cli, ["trace", str(ds), "-o", str(tmp_path / "t.json"), "--split", "step"])
+    assert result.exit_code == 1 and "No space left on device" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert len(calls) == 3 and not list(tmp_path.iterdir())

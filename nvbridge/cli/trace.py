@@ -20,7 +20,7 @@ from nvbridge.export.trace import (
     first_event_ns,
     step_spans_in,
 )
-from nvbridge.export.trace_cuts import ManyTraces, export_many, step_path
+from nvbridge.export.trace_cuts import AUTO_STEP_EVENTS, ManyTraces, export_many, step_path
 from nvbridge.export.trace_source import open_source, plan
 
 
@@ -182,6 +182,12 @@ def _report_steps(source: Path | ReportTables, within: tuple[int, int] | None) -
 
 
 def _say_many(written: ManyTraces) -> None:
+    if written.auto_step:
+        click.echo(
+            f"note: the whole run is more than {AUTO_STEP_EVENTS:,} events, too large for a browser: one trace "
+            "per step; --split none writes one file.",
+            err=True,
+        )
     for stats in written.files:
         slices = [f"{v:,} {k}" for k, v in stats.slices.items()]
         parts = ", ".join([*slices, *(f"{v:,} {k} flows" for k, v in stats.flows.items())])

@@ -13,13 +13,18 @@ from pathlib import Path
 import numpy as np
 
 from nvbridge.errors import ExportError
-from nvbridge.export.chrome import TraceStats
+from nvbridge.export.chrome import TraceStats, TraceWriter
 from nvbridge.export.trace import NOTHING_TO_TRACE, check_destination, check_suffix, step_spans_in
 from nvbridge.export.trace_many import Part, open_parts, write_many
 from nvbridge.export.trace_ranks import rank_path
 from nvbridge.export.trace_source import plan
 
+__all__ = ["AUTO_STEP_EVENTS", "MANY_SPLITS", "ManyTraces", "export_many", "step_path", "write_many"]
+
 MANY_SPLITS = ("auto", "none", "rank", "step")
+# A whole run's events past which ``auto`` writes a file per step: at about 200 bytes of JSON an
+# event, 5M events are 1 GB, where browsers' trace viewers fail (Perfetto's UI: 1-2 GB).
+AUTO_STEP_EVENTS = 5_000_000
 
 
 @dataclass
@@ -28,6 +33,7 @@ class ManyTraces:
 
     files: list[TraceStats] = field(default_factory=list)
     left_out: dict[str, list[int]] = field(default_factory=dict)  # file name -> ranks
+    auto_step: bool = False  # split per step because one file would be too large
 
 
 def step_path(dest: Path, step: int) -> Path:
@@ -79,14 +85,15 @@ def export_many(
     """Write the trace(s) of a dataset of many reports.
 
     Args:
-        split: ``auto``/``none``: one file; ``rank``: ``NAME.rank<K>`` per rank; ``step``:
+        split: ``none``: one file; ``auto``: one file, or one per step where the whole run holds
+            more than :data:`AUTO_STEP_EVENTS` events and has steps; ``rank``: ``NAME.rank<K>`` per rank; ``step``:
             ``NAME.step<N>`` per ProfilerStep (those of ``steps`` where given).
         ranks: keep these ranks; steps: ``(first, last)`` ProfilerSteps, each rank's own.
         start: ``(start, end)`` ns from the first event on the aligned clock (not with steps).
 
     Raises:
         ExportError: an unknown rank, no such steps on any rank, nothing to trace, a file that
-            exists (without ``force``); files written before a failure stay (each is whole).
+            exists (without ``force``); no file is left (a split's files are published together).
     """
     if split not in MANY_SPLITS:
         raise ExportError(f"split {split!r}: pass one of {', '.join(MANY_SPLITS)}.")
@@ -96,6 +103,9 @@ def export_many(
         origin = first_aligned_ns(parts)
         start = tuple(None if t is None else origin + t for t in start)  # type: ignore[assignment]
     jobs: list[tuple[Path, list[Part], tuple[int, int] | None]]
+    auto_step = split == "auto" and steps is None and start == (None, None) and too_large(parts) and _has_steps(parts)
+    if auto_step:
+        split = "step"
     if split == "rank":
         jobs = [(rank_path(dest, p.rank), [p], steps) for p in parts]
     elif split == "step":
@@ -104,17 +114,39 @@ def export_many(
         jobs = [(dest, parts, steps)]
     for path, _, _ in jobs:
         check_destination(path, force)
-    out = ManyTraces()
-    for path, group, window in jobs:
-        left = set_windows(group, window, *start)
-        if not any(p.found is not None and p.found.kept_rows for p in group):
-            if window is not None and len(left) == len(group):
-                raise ExportError(f"no rank has ProfilerStep#{window[0]}..#{window[1]}; choose steps the ranks ran.")
-            raise ExportError(NOTHING_TO_TRACE if start == (None, None) else "nothing to trace in that window.")
-        out.files.append(write_many(group, root, path, world_size))
-        if left:
-            out.left_out[path.name] = left
+    out = ManyTraces(auto_step=auto_step)
+    written: list[TraceWriter] = []
+    try:
+        for path, group, window in jobs:
+            left = set_windows(group, window, *start)
+            if not any(p.found is not None and p.found.kept_rows for p in group):
+                if window is not None and len(left) == len(group):
+                    raise ExportError(f"no rank has ProfilerStep#{window[0]}..#{window[1]}; choose steps they ran.")
+                raise ExportError(NOTHING_TO_TRACE if start == (None, None) else "nothing to trace in that window.")
+            written.append(write_many(group, root, path, world_size))
+            if left:
+                out.left_out[path.name] = left
+        for writer in written:  # every file, or none
+            writer.publish()
+            out.files.append(writer.stats)
+    except BaseException as exc:
+        for writer in written:
+            writer.abort()
+        if isinstance(exc, OSError):  # disk full, permissions: nothing is left behind
+            raise ExportError(
+                f"cannot write {dest} ({exc.strerror or exc}); free some space or write it elsewhere."
+            ) from exc
+        raise
     return out
+
+
+def too_large(parts: list[Part]) -> bool:
+    """A whole trace of these reports holds more events than a browser loads (:data:`AUTO_STEP_EVENTS`)."""
+    return sum(p.source.rows(t) for p in parts for t in ("ops", "api_calls", "gpu_ops")) > AUTO_STEP_EVENTS
+
+
+def _has_steps(parts: list[Part]) -> bool:
+    return any(len(step_spans_in(p.source)[0]) for p in parts)
 
 
 def _steps_of(parts: list[Part], steps: tuple[int, int] | None) -> list[int]:

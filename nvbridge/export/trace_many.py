@@ -33,7 +33,7 @@ from nvbridge.dataset.report import parse_rank, report_dirs
 from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import in_window
 from nvbridge.errors import ExportError
-from nvbridge.export.chrome import TraceStats, TraceWriter
+from nvbridge.export.chrome import TraceWriter
 from nvbridge.export.trace_collectives import Drawn, choose, draw_collectives, read_collectives
 from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, open_source
 
@@ -201,9 +201,9 @@ def one_report_collectives(
     return draw_collectives(choose(table, [part]), [part], found.origin_ns, first_id)
 
 
-def write_many(parts: list[Part], root: Path, dest: Path, world_size: int) -> TraceStats:
-    """One file of the parts (their windows and plans set: nvbridge.export.trace_cuts), published
-    whole or not at all."""
+def write_many(parts: list[Part], root: Path, dest: Path, world_size: int) -> TraceWriter:
+    """One file of the parts (their windows and plans set: nvbridge.export.trace_cuts), closed
+    under its staging name: the caller publishes it (with the others of a split) or aborts it."""
     kept = [p for p in parts if p.found is not None and p.found.kept_rows]
     chosen = choose(read_collectives(root), kept)
     firsts = [p.found.origin_ns + p.offset_ns for p in kept if p.found is not None]
@@ -231,7 +231,8 @@ def write_many(parts: list[Part], root: Path, dest: Path, world_size: int) -> Tr
         # Flow ids above the writer's: ac2g = gpu_op_id + 1, fwdbwd = gpu rows + 1 + op_id.
         drawn = draw_collectives(chosen, kept, origin, totals["gpu_ops"] + totals["ops"] + 2)
         writer.extra(drawn.lines, drawn.slices, drawn.flows)
-        return writer.finish(pa.concat_tables([named_threads(p) for p in kept]), gpu_rows=totals["gpu_ops"])
+        writer.close(pa.concat_tables([named_threads(p) for p in kept]), gpu_rows=totals["gpu_ops"])
+        return writer
     except BaseException:
         writer.abort()
         raise
