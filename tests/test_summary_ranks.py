@@ -19,7 +19,7 @@ import nvbridge
 from nvbridge.analysis.mfu import mfu
 from nvbridge.cli import cli
 from nvbridge.gpu.peaks import resolve
-from tests import raw_by_time, raw_gpu
+from tests import raw_by_time, raw_gpu, raw_rank_marks
 from tests.conftest import SAMPLE_DB, raw, real_db
 
 FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
@@ -118,7 +118,7 @@ def test_each_rank_alone_is_the_raw_table_of_its_process(name: str) -> None:
     pids = raw_ranks(path)
     assert len(pids) == 2
     lanes = _lanes(path)
-    for rank, pid in enumerate(pids):
+    for rank, pid in raw_rank_marks.numbered(path, pids):  # a rank mark's rank, else in order
         got = _json("summary", str(path), "--rank", str(rank), "--json", "--limit", "-1", *PEAKS)
         assert _rows(got) == raw_table(path, {pid})
         for r in got["rows"]:  # averages of this rank alone
@@ -258,7 +258,7 @@ def test_every_rank_of_every_report_keeps_its_own(name: str) -> None:
     starts = {k: [r.start for r in v] for k, v in trees.items()}
     calls = data.call_of()
     lanes = _lanes(path)
-    for rank, pid in enumerate(pids):
+    for rank, pid in raw_rank_marks.numbered(path, pids):  # a rank mark's rank, else in order
         got = _json("summary", str(path), "--rank", str(rank), "--json", "--limit", "-1", *PEAKS)
         rows = {r["name"]: r for r in got["rows"]}
         no_op = rows.pop("[no op]", None)

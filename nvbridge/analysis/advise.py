@@ -328,6 +328,7 @@ def advise(
     min_share: float = 0.0,
     peak_tflops: float | None = None,
     peak_gbps: float | None = None,
+    skew: list[dict[int, int]] | None = None,
 ) -> list[Advice]:
     """Findings for a report, a dataset, or each report of a partitioned dataset (one at a time).
 
@@ -335,6 +336,8 @@ def advise(
         path: a profiler database, a dataset directory, or a directory of ``report=<name>/``.
         min_share: drop findings below this share of the GPU timeline (0.01: 1%).
         peak_tflops, peak_gbps: override the GPU table's peaks (below_roofline).
+        skew: per report of a partitioned dataset, the steps it held the others back in and by
+            how much (nvbridge.analysis.advise_ranks.report_skews); None: by step length.
 
     Raises:
         InputError, ExportError: as :func:`nvbridge.load`.
@@ -342,7 +345,7 @@ def advise(
     if not is_partitioned(path):
         return [advise_report(load_tables(path), min_share, None, peak_tflops, peak_gbps)]
     dirs = report_dirs(path)
-    skew = slowest_reports([step_times(load_tables(d, STEP_COLUMNS).ops) for d in dirs])
+    skew = skew or slowest_reports([step_times(load_tables(d, STEP_COLUMNS).ops) for d in dirs])
     return [advise_report(load_tables(d), min_share, skew[i], peak_tflops, peak_gbps) for i, d in enumerate(dirs)]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from nvbridge.analysis.across_text import across_json, steps_json
 from nvbridge.analysis.advise import Advice
 from nvbridge.analysis.diff import OP_SUMS, Diff
 from nvbridge.analysis.summarize import Summary
@@ -31,8 +32,9 @@ def summary_json(summary: Summary, rows: list[dict[str, Any]]) -> dict[str, Any]
                 }
                 for r in summary.ranks
             ],
-            "steps": [dataclasses.asdict(s) for s in summary.steps],
+            "steps": steps_json(summary.steps, summary.across),
             "summed": True,  # the rows add the ranks up
+            **across_json(summary.across),
         }
     gpu = [dict(dataclasses.asdict(d), several=summary.several) for d in summary.gpus]
     flops = dict(summary.flops) if summary.several else summary.flops[0][1] if summary.flops else None

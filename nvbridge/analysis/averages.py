@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from nvbridge.analysis.op_table import Grouping, KeyAverages, finish
 from nvbridge.columns import np_col, roll_up, sum_by
-from nvbridge.dataset.ranks import Ranks, ranks_of
+from nvbridge.dataset.ranks import Ranks, Recorded, ranks_of
 
 
 def gpu_time_by_op(ops: pa.Table, gpu_ops: pa.Table, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -63,7 +63,7 @@ def key_averages(
     device: int | None = None,
     unattributed: bool = False,
     rank: int | None = None,
-    recorded_rank: int | None = None,
+    recorded_rank: Recorded = None,
 ) -> KeyAverages:
     """Group ops like torch's ``EventList.key_averages``.
 
@@ -76,7 +76,7 @@ def key_averages(
         device: only the processes that ran GPU work on this device, and GPU time of it only.
         unattributed: add a ``[no op]`` row for GPU ops launched outside every op.
         rank: only this rank's processes (nvbridge.dataset.ranks).
-        recorded_rank: the rank the report's capture recorded (``Report.rank``).
+        recorded_rank: the rank(s) the report's capture recorded (``Report.recorded_ranks``).
     """
     if device is not None or rank is not None:
         ops, gpu_ops = selected(ops, gpu_ops, ranks_of(ops, gpu_ops, recorded_rank), device, rank)

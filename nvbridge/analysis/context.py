@@ -117,7 +117,7 @@ class Context:
     @cached_property
     def ranks(self) -> Ranks:
         """Which rank each process is (nvbridge.dataset.ranks: the rule summary's --rank uses)."""
-        return ranks_of(self.report.ops, self.report.gpu_ops, self.report.rank)
+        return ranks_of(self.report.ops, self.report.gpu_ops, self.report.recorded_ranks)
 
     def lane_label(self, lane: int) -> str:
         """``rank R GPU d`` for a lane of a report of several ranks, or of one whose rank was

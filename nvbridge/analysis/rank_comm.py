@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +20,7 @@ import pyarrow.compute as pc
 from nvbridge.analysis.stragglers import OpTimes, StepStraggler, add_report_ops, stragglers
 from nvbridge.columns import merged_intervals, np_col
 from nvbridge.dataset import collectives_read
-from nvbridge.dataset.collectives import unmatched_line
+from nvbridge.dataset.collectives import build, unmatched_line
 from nvbridge.dataset.report import DatasetTables, is_partitioned, load, report_dirs
 
 GPU_COLUMNS = ["kind", "name", "process_id", "start_ns", "end_ns"]
@@ -88,6 +87,7 @@ class AcrossRanks:
     meta: Mapping[str, str | None]
     collectives: int
     matched: int
+    rank_reports: Mapping[int, str] = field(default_factory=dict)  # rank -> its report (partition name)
 
     def notes(self) -> list[str]:
         out = []
@@ -102,32 +102,44 @@ class AcrossRanks:
         return out
 
 
-def across_ranks(path: str | os.PathLike[str]) -> AcrossRanks | None:
-    """The cross-rank answer of a dataset of several ranks, None where it has one rank."""
-    p = Path(os.fspath(path))
-    parts = report_dirs(p) if is_partitioned(p) else [p]
-    table = collectives_read.read_collectives(p)
-    meta = collectives_read.root_meta(p) if is_partitioned(p) else {}
-    if table is None:  # written before the table existed, or a report of one process
-        matched_now = collectives_read.collectives_of(p)
+def across_ranks(source: str | os.PathLike[str] | DatasetTables) -> AcrossRanks | None:
+    """The cross-rank answer of a dataset of several ranks (a partitioned dataset's path, or one
+    report's tables: a dataset or a report converted in memory), None where it has one rank."""
+    path = None if isinstance(source, DatasetTables) else source
+    partitioned = path is not None and is_partitioned(path)
+    if isinstance(source, DatasetTables):
+        parts: list[tuple[DatasetTables, str | None]] = [(source, None)]
+    elif partitioned:
+        parts = [(load(d, streamed=True), collectives_read.report_name(d)) for d in report_dirs(source)]
+    else:
+        parts = [(load(source, streamed=True), None)]
+    table = collectives_read.read_collectives(path) if path is not None and partitioned else None
+    meta = collectives_read.root_meta(path) if path is not None and partitioned else {}
+    if table is None:  # one report (its own table is cheap to match again), or written before the table existed
+        matched_now = (
+            collectives_read.collectives_of(path)
+            if path is not None and partitioned
+            else build([collectives_read.read_report(parts[0][0], "report")])
+        )
         if not collectives_read.several_ranks(matched_now):
             return None
-        table, meta = matched_now.table, dict(matched_now.meta())
+        table, meta = matched_now.table, dict(matched_now.meta()) if partitioned else {}
     times = OpTimes()
     comm: dict[int, int] = {}
     exposed: dict[int, int] = {}
-    for d in parts:
-        report = load(d, streamed=True)
-        name = collectives_read.report_name(d) if d != p else None
+    for report, name in parts:
         rows = table if name is None else table.filter(pc.equal(table.column("report"), name))
         rank_of = dict(zip(np_col(rows, "process_id").tolist(), np_col(rows, "rank").tolist()))
         add_report_ops(times, report, rank_of)
         offset = int(meta.get(f"clock.{name}.offset_ns") or 0) if name is not None else 0
         _exposed(report, rows, rank_of, offset, comm, exposed)
     overlap = {r: 100.0 * (comm[r] - exposed[r]) / comm[r] for r in comm if comm[r] > 0}
-    reliable = None if not is_partitioned(p) else meta.get("clock.reliable") == "true"
+    reliable = meta.get("clock.reliable") == "true" if partitioned else None
     matched = int(np.asarray(table.column("matched")).sum()) if table.num_rows else 0
-    return AcrossRanks(tuple(stragglers(table, times)), comm, exposed, overlap, reliable, meta, table.num_rows, matched)
+    rank_reports = dict(zip(np_col(table, "rank").tolist(), table.column("report").to_pylist()))
+    return AcrossRanks(
+        tuple(stragglers(table, times)), comm, exposed, overlap, reliable, meta, table.num_rows, matched, rank_reports
+    )
 
 
 def _exposed(

@@ -25,7 +25,7 @@ def report_ranks(report: DatasetTables) -> Ranks:
         tally.add_ops(chunk)
     for chunk in report.chunks("gpu_ops", RankTally.GPU_COLUMNS):
         tally.add_gpu(chunk)
-    return tally.result(report.rank)
+    return tally.result(report.recorded_ranks)
 
 
 @dataclass(frozen=True, slots=True)

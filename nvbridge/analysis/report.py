@@ -56,7 +56,7 @@ class Report(dataset.DatasetTables):
             device=device,
             unattributed=unattributed,
             rank=rank,
-            recorded_rank=self.rank,
+            recorded_rank=self.recorded_ranks,
         )
 
     def gpu_summary(self) -> list[GpuHeader]:

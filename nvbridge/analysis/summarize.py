@@ -15,6 +15,7 @@ from nvbridge.analysis.gpu import GpuHeader
 from nvbridge.analysis.launches import Launches, merge_launches
 from nvbridge.analysis.mfu import model_flops
 from nvbridge.analysis.op_table import NO_OP, SUMMARY_COLUMNS, Grouping, KeyAverages, merge_averages
+from nvbridge.analysis.rank_comm import AcrossRanks, across_ranks
 from nvbridge.analysis.ranks import RankFacts, StepSpread, step_spreads
 from nvbridge.analysis.streamed import ReportFigures, report_figures
 from nvbridge.conversion.memory import load_tables
@@ -39,6 +40,7 @@ class Summary:
     peaks: Peaks | None = None  # the GPU's (first report's device), with the user's overrides
     flops: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # (rank label, mfu.model_flops)
     launches: Launches = field(default_factory=Launches)  # who launched the [no op] row's GPU time
+    across: AcrossRanks | None = None  # stragglers, exposed communication, clocks (several ranks)
 
     @property
     def several(self) -> bool:
@@ -97,6 +99,7 @@ def summarize(
     ranks: set[int] = set()
     ops = open_at_end = 0
     launches: list[Launches] = []
+    one: DatasetTables | None = None
     for source in sources:
         report = (
             source
@@ -122,6 +125,7 @@ def summarize(
         ops += figures.ops
         open_at_end += figures.open_at_end
         launches.append(figures.launches)
+        one = report if len(sources) == 1 else None  # its ranks are matched below
         del report
     _check_filter(path, device, rank, devices, ranks, parts)
     averages = parts[0] if len(parts) == 1 else merge_averages(parts)
@@ -137,6 +141,7 @@ def summarize(
         peaks,
         tuple(flops),
         merge_launches(launches),
+        (across_ranks(one) if one is not None else across_ranks(path)) if facts else None,
     )
 
 

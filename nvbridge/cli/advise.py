@@ -10,9 +10,12 @@ import click
 
 from nvbridge.analysis import format_time
 from nvbridge.analysis.advise import Advice, Finding, advise
+from nvbridge.analysis.advise_ranks import ranks_advice, ranks_json, ranks_text, report_skews
 from nvbridge.analysis.as_json import advice_json
 from nvbridge.analysis.throughput import si
 from nvbridge.cli._common import errors
+from nvbridge.dataset.collectives_read import report_name
+from nvbridge.dataset.report import is_partitioned, report_dirs
 from nvbridge.output.names import plural
 
 WIDTH = 100
@@ -169,10 +172,17 @@ def advise_cmd(
 ) -> None:
     """Ranked findings: the op, module and step to change, the time at stake and a fix."""
     with errors():
-        results = advise(path, min_share / 100, peak_tflops, peak_gbps)
+        # a dataset of many reports: one answer, with the findings across its ranks; each report's
+        # rank_skew is the time the others waited for it (its steps as the straggler)
+        many = is_partitioned(path)
+        across, found = ranks_advice(path) if many else (None, [])
+        names = [report_name(d) for d in report_dirs(path)] if many else []
+        results = advise(path, min_share / 100, peak_tflops, peak_gbps, report_skews(across, names))
         if json_out:
-            click.echo(
-                json.dumps([advice_json(a) for a in results] if len(results) > 1 else advice_json(results[0]), indent=1)
-            )
+            reports = [advice_json(a) for a in results]
+            one = ranks_json(reports, across, found) if many else reports[0]
+            click.echo(json.dumps(one, indent=1))
             return
-        click.echo("\n\n".join(render(a, limit, step_lines) for a in results))
+        texts = [render(a, limit, step_lines) for a in results]
+        across_text = ranks_text(across, found)
+        click.echo("\n\n".join([*texts, across_text] if across_text else texts))

@@ -24,6 +24,7 @@ from nvbridge.analysis import (
     sort_column,
     summarize,
 )
+from nvbridge.analysis.across_text import lines as across_lines
 from nvbridge.analysis.as_json import summary_json
 from nvbridge.cli import kernels as kernel_cli
 from nvbridge.cli._common import errors, human_bytes, terminal_width, wrapped
@@ -56,12 +57,15 @@ def _rank_lines(summary: Summary) -> list[str]:
         busy = ", ".join(f"GPU {d} {format_time(ns / 1e3)}" for d, ns in r.gpu_busy_ns.items()) or "no GPU ops"
         name = r.label if r.label == str(r.source) else f"{r.label} ({r.source})"
         lines.append(f"  {name}: {plural(r.ops, 'op')}, {plural(r.kernels, 'kernel')}, busy {busy}")
+    held = {s.step for s in summary.across.steps} if summary.across is not None else set()
     for st in summary.steps:
+        if st.step in held:
+            continue  # named by who the others waited for (below), not by the longest step
         lines.append(
             f"  step {st.step}: slowest {st.slowest} {format_time(st.max_ns / 1e3)}, "
             f"spread {format_time(st.spread_ns / 1e3)} over {plural(st.ranks, 'rank')}"
         )
-    return lines
+    return lines + (across_lines(summary.across) if summary.across is not None else [])
 
 
 def _summed_line(summary: Summary) -> str:

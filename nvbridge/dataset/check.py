@@ -154,7 +154,7 @@ def read_meta_file(directory: Path) -> dict[str, str | None]:
     return meta
 
 
-_INTEGER_META = ("rank", "session_start_utc_ns", "capture_end_ns")
+_INTEGER_META = ("rank", "world_size", "session_start_utc_ns", "capture_end_ns")
 
 
 def _int64(text: str) -> bool:

@@ -27,6 +27,7 @@ import numpy as np
 
 MIN_COLLECTIVES = 5
 MAX_RESIDUAL_NS = 100_000  # 100 us: ends of one collective across hosts, network jitter included
+TIGHT_NS = 20_000  # ends this close (median absolute deviation) are a sync point on their own
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,8 @@ class ReportClock:
     offset_ns: int
     residual_ns: int | None  # None: nothing measured it
     source: str  # reference, collectives, session, epoch, none
-    collectives: int  # collectives the refinement used
+    collectives: int  # matched collectives that measured it
+    end_spread_ns: int | None = None  # median absolute deviation of end differences after alignment
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,7 @@ class Clocks:
             out[f"clock.{r.report}.residual_ns"] = "" if r.residual_ns is None else str(r.residual_ns)
             out[f"clock.{r.report}.source"] = r.source
             out[f"clock.{r.report}.collectives"] = str(r.collectives)
+            out[f"clock.{r.report}.end_spread_ns"] = "" if r.end_spread_ns is None else str(r.end_spread_ns)
         return out
 
 
@@ -75,7 +78,7 @@ def wall_base(meta: Mapping[str, str | None]) -> int | None:
 def align(
     names: Sequence[str],
     bases: Sequence[int | None],
-    ends: Sequence[Mapping[int, int]],
+    events: Sequence[Mapping[int, tuple[int, int]]],
     ref_residual: int | None = 0,
 ) -> Clocks:
     """Each report's offset to the first report's clock.
@@ -83,38 +86,57 @@ def align(
     Args:
         names: the reports, the reference first.
         bases: each report's :func:`wall_base`.
-        ends: per report, the end (its own clock) of each collective matched across ranks, by
-            match key; a report of several ranks gives its first rank's.
+        events: per report, (arrival, end) on its own clock of each collective matched across
+            ranks, by match key; a report of several ranks gives its first rank's.
         ref_residual: the reference's own residual (:func:`spread_within`, for a report of
             several ranks).
     """
-    ref_base = bases[0] if bases else None
-    out = [ReportClock(names[0], 0, ref_residual, "reference", 0)] if names else []
-    for name, base, mine in zip(names[1:], bases[1:], ends[1:]):
-        start = base - ref_base if base is not None and ref_base is not None else 0
-        first = "epoch" if base == 0 and ref_base == 0 else "session" if base is not None and ref_base else "none"
-        d = _deltas(ends[0], mine, start)
-        if len(d) >= 1:
-            shift = int(np.median(d))
-            out.append(ReportClock(name, start + shift, _spread(d - shift), "collectives", len(d)))
-        else:
-            out.append(ReportClock(name, start, None, first, 0))
-    reliable = all(
-        r.source == "reference" or (r.collectives >= MIN_COLLECTIVES and (r.residual_ns or 0) <= MAX_RESIDUAL_NS)
-        for r in out
-    )
-    return Clocks(tuple(out), reliable and bool(out))
+    if not names:
+        return Clocks((), False)
+    out = [ReportClock(names[0], 0, ref_residual, "reference", 0)]
+    for name, base, mine in zip(names[1:], bases[1:], events[1:]):
+        session = base - bases[0] if base is not None and bases[0] is not None else None
+        out.append(_one(name, session, events[0], mine, "epoch" if base == 0 == bases[0] else "session"))
+    reliable = all(_trusted(r) for r in out)
+    return Clocks(tuple(out), reliable)
 
 
-def _deltas(ref: Mapping[int, int], mine: Mapping[int, int], offset: int) -> np.ndarray:
-    """ref end - (own end + offset) over the collectives both have."""
+def _one(
+    name: str, session: int | None, ref: Mapping[int, tuple[int, int]], mine: Mapping[int, tuple[int, int]], kind: str
+) -> ReportClock:
+    """One report's offset: the median end difference where the ends are tight; else the
+    session starts' where every collective agrees with them (no rank ends a collective before
+    another arrived at it); else the median end difference kept within what causality allows."""
     keys = sorted(set(ref) & set(mine))
-    return np.array([ref[k] - mine[k] - offset for k in keys], np.int64)
+    if not keys:
+        return ReportClock(name, session or 0, None, kind if session is not None else "none", 0)
+    r_arr, r_end = np.array([ref[k] for k in keys], np.int64).T
+    m_arr, m_end = np.array([mine[k] for k in keys], np.int64).T
+    d = r_end - m_end
+    median = int(np.median(d))
+    lo, hi = int((r_arr - m_end).max()), int((r_end - m_arr).min())  # own + x ends after every arrival
+    if _mad(d, median) <= TIGHT_NS or session is None:
+        x, source = median, "collectives"
+    elif lo <= session <= hi:
+        x, source = session, kind
+    else:
+        x, source = (min(max(median, lo), hi) if lo <= hi else median), "collectives"
+    violation = max(0, lo - x, x - hi)
+    residual = _mad(d, x) if source == "collectives" and _mad(d, median) <= TIGHT_NS else violation
+    return ReportClock(name, x, residual, source, len(keys), _mad(d, x))
 
 
-def _spread(d: np.ndarray) -> int | None:
-    """Median absolute deviation of the end differences left after alignment."""
-    return int(np.median(np.abs(d - np.median(d)))) if len(d) else None
+def _mad(d: np.ndarray, center: int) -> int:
+    return int(np.median(np.abs(d - center)))
+
+
+def _trusted(r: ReportClock) -> bool:
+    if r.source == "reference":
+        return True
+    enough = r.collectives >= MIN_COLLECTIVES and r.residual_ns is not None and r.residual_ns <= MAX_RESIDUAL_NS
+    # ends spread wide and the session starts contradicted: the median is a guess
+    guessed = r.source == "collectives" and (r.end_spread_ns or 0) > MAX_RESIDUAL_NS
+    return enough and not guessed
 
 
 def spread_within(ends_by_process: Sequence[Mapping[int, int]]) -> int | None:
@@ -122,5 +144,6 @@ def spread_within(ends_by_process: Sequence[Mapping[int, int]]) -> int | None:
     difference between its first rank's ends and every other rank's."""
     if len(ends_by_process) < 2:
         return None
-    d = np.concatenate([_deltas(ends_by_process[0], e, 0) for e in ends_by_process[1:]])
-    return int(np.median(np.abs(d))) if len(d) else None
+    first = ends_by_process[0]
+    d = [first[k] - e[k] for e in ends_by_process[1:] for k in sorted(set(first) & set(e))]
+    return int(np.median(np.abs(np.array(d, np.int64)))) if d else None

@@ -7,8 +7,9 @@ Matching rules (docs/ranks.md):
   their communicator: ``seq`` 0, 1, ... NVTX does not record which process group a collective
   ran on, so the communicator is the backend (``nccl``, ``gloo``): every rank of a run issues a
   communicator's collectives in the same order (NCCL and gloo require it), so the k-th
-  collective of every rank is the same one.
-- A (comm, seq) is *matched* when every rank that used the communicator has it and all name the
+  collective of a communicator in a step (``ProfilerStep#N``, alike on every rank) is the same
+  one on every rank; matching within steps keeps one missed collective from shifting the rest.
+- A collective is *matched* when every rank that used the communicator has it and all name the
   same operation. Anything else is kept with ``matched`` false, counted and explained in the
   root meta (``collectives.unmatched.<reason>``): ``missing on some ranks`` (a capture started
   or stopped mid-run on one rank), ``operation differs`` (ranks disagree: subgroups sharing a
@@ -88,7 +89,7 @@ def build(reports: Sequence[ReportCollectives]) -> Matched:
         {
             "op": rows.column("op"),
             "comm": rows.column("comm"),
-            "seq": rows.column("seq"),
+            "seq": _shared_seq(rows, key),
             "rank": rows.column("rank"),
             "report": rows.column("report"),
             "process_id": rows.column("process_id"),
@@ -119,9 +120,10 @@ def _rows(reports: Sequence[ReportCollectives]) -> pa.Table:
         proc = np_col(t, "process_id")
         rank = np.array([r.ranks.get(p, -1) for p in proc.tolist()], np.int64)
         comm = t.column("backend")
-        seq = _sequence(proc, comm.to_pylist())
+        seq, slot = _sequence(proc, comm.to_pylist(), t.column("step").to_pylist())
         t = t.append_column("report", pa.array([r.name] * t.num_rows, pa.string()))
         t = t.append_column("rank", pa.array(rank)).append_column("comm", comm).append_column("seq", pa.array(seq))
+        t = t.append_column("slot", pa.array(slot))
         parts.append(t)
     if not parts:
         return _empty()
@@ -137,27 +139,58 @@ def _empty() -> pa.Table:
         .append_column("rank", pa.array([], pa.int64()))
         .append_column("comm", pa.array([], pa.string()))
         .append_column("seq", pa.array([], pa.int64()))
+        .append_column("slot", pa.array([], pa.int64()))
     )
 
 
-def _sequence(process: np.ndarray, comm: list[str]) -> np.ndarray:
-    """Issue order within (process, communicator); rows come in (process, issue) order."""
+def _sequence(process: np.ndarray, comm: list[str], step: list[int | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Issue order within (process, communicator), and within (process, communicator, step):
+    rows come in (process, issue) order."""
     seq = np.zeros(len(process), np.int64)
+    slot = np.zeros(len(process), np.int64)
     seen: dict[tuple[int, str], int] = {}
-    for i, (p, c) in enumerate(zip(process.tolist(), comm)):
+    in_step: dict[tuple[int, str, int | None], int] = {}
+    for i, (p, c, s) in enumerate(zip(process.tolist(), comm, step)):
         seq[i] = seen.get((p, c), 0)
         seen[(p, c)] = seq[i] + 1
-    return seq
+        slot[i] = in_step.get((p, c, s), 0)
+        in_step[(p, c, s)] = slot[i] + 1
+    return seq, slot
+
+
+def _shared_seq(rows: pa.Table, key: np.ndarray) -> np.ndarray:
+    """One number per collective of a communicator, the same on every rank: its keys in issue
+    order (the highest per-rank issue number among its rows: a rank that missed one collective
+    numbers the later ones one lower), numbered from 0 within the communicator."""
+    if not rows.num_rows:
+        return np.zeros(0, np.int64)
+    seq = np_col(rows, "seq")
+    top = np.full(int(key.max()) + 1, -1, np.int64)
+    np.maximum.at(top, key, seq)
+    comm = np.array(rows.column("comm").to_pylist())
+    out = np.zeros(len(seq), np.int64)
+    for c in np.unique(comm).tolist():
+        keys = np.unique(key[comm == c])
+        order = keys[np.lexsort((keys, top[keys]))]
+        position = np.empty(int(key.max()) + 1, np.int64)
+        position[order] = np.arange(len(order))
+        out[comm == c] = position[key[comm == c]]
+    return out
 
 
 def _match(rows: pa.Table) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """Per row: its (comm, seq) key id, whether it is matched; and unmatched rows by reason."""
     if not rows.num_rows:
         return np.zeros(0, np.int64), np.zeros(0, bool), {}
+    # Ranks number their steps alike (ProfilerStep#N), so a collective is the k-th of its
+    # communicator in its step on every rank: a capture that missed collectives on one rank
+    # (started or stopped mid-run) loses that step's matches, not every later one.
     comm = np.array(rows.column("comm").to_pylist())
-    seq = np_col(rows, "seq")
     _, comm_id = np.unique(comm, return_inverse=True)
-    _, key = np.unique(comm_id.astype(np.int64) * (int(seq.max()) + 1) + seq, return_inverse=True)
+    step = np_col(rows, "step", fill=-1) + 1
+    slot = np_col(rows, "slot")
+    code = (comm_id.astype(np.int64) * (int(step.max()) + 1) + step) * (int(slot.max()) + 1) + slot
+    _, key = np.unique(code, return_inverse=True)
     users = _ranks_per_comm(rows)  # ranks that used the row's communicator
     _, op_code = np.unique(np.array(rows.column("op").to_pylist()), return_inverse=True)
     lo, hi = np.full(int(key.max()) + 1, np.iinfo(np.int64).max), np.full(int(key.max()) + 1, -1)
@@ -185,23 +218,24 @@ def _match(rows: pa.Table) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
 def _clocks(
     reports: Sequence[ReportCollectives], rows: pa.Table, key: np.ndarray, matched: np.ndarray
 ) -> clocks.Clocks:
-    """Offsets from session starts, refined by matched collectives' ends (first process of each report)."""
-    names = [r.name for r in reports]
+    """Offsets from session starts and matched collectives (first process of each report)."""
     report = np.array(rows.column("report").to_pylist()) if rows.num_rows else np.zeros(0, str)
     proc = np_col(rows, "process_id") if rows.num_rows else np.zeros(0, np.int64)
     end = np_col(rows, "end_ns", fill=-1) if rows.num_rows else np.zeros(0, np.int64)
-    ends: list[dict[int, int]] = []
+    arrival = np_col(rows, "arrival_ns") if rows.num_rows else np.zeros(0, np.int64)
+    events: list[dict[int, tuple[int, int]]] = []
     ref_within: list[dict[int, int]] = []
     for i, r in enumerate(reports):
         mine = (report == r.name) & matched & (end >= 0)
         procs = sorted(set(proc[mine].tolist()), key=lambda p: (r.ranks.get(p, 1 << 30), p))
-        by_proc = [dict(zip(key[mine & (proc == p)].tolist(), end[mine & (proc == p)].tolist())) for p in procs]
-        ends.append(by_proc[0] if by_proc else {})
+        rows_of = [np.flatnonzero(mine & (proc == p)) for p in procs]
+        by_proc = [{int(key[j]): (int(arrival[j]), int(end[j])) for j in sel} for sel in rows_of]
+        events.append(by_proc[0] if by_proc else {})
         if i == 0:
-            ref_within = by_proc
+            ref_within = [{k: v[1] for k, v in e.items()} for e in by_proc]
     bases = [clocks.wall_base(r.meta) for r in reports]
     residual = clocks.spread_within(ref_within) if len(ref_within) > 1 else 0
-    return clocks.align(names, bases, ends, residual)
+    return clocks.align([r.name for r in reports], bases, events, residual)
 
 
 def _waits(

@@ -49,7 +49,7 @@ def read_report(tables: DatasetTables, name: str) -> ReportCollectives:
     comm = pa.concat_tables(ranges) if ranges else pa.table({c: [] for c in scan.OPS_COLUMNS})
     nccl = pa.concat_tables(kernels) if kernels else pa.table({c: [] for c in scan.GPU_COLUMNS})
     launchers = _launchers(tables, scan.kernel_op_ids(nccl, comm.column("op_id").to_pylist()))
-    ranks = {r.process_id: r.rank for r in tally.result(tables.rank).ranks}
+    ranks = {r.process_id: r.rank for r in tally.result(tables.recorded_ranks).ranks}
     return ReportCollectives(name, tables.meta, ranks, scan.instances(comm, nccl, launchers))
 
 

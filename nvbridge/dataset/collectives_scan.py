@@ -61,6 +61,7 @@ _OPS = {
     "gather": "gather",
     "scatter": "scatter",
 }
+_WORKER_BACKENDS = frozenset({"gloo", "ucc", "mpi"})
 _DROP = re.compile(r"(base|coalesced|tensor|into|_)")
 
 # bytes per element of torch's dtype words as nvbridge's names record them (and torch's own)
@@ -160,6 +161,7 @@ def instances(ranges: pa.Table, kernels: pa.Table, launchers: dict[int, tuple[in
             communication range itself (NCCL's ``ncclGroupEnd``, or a range of the user's).
     """
     groups, group_of_op = _range_groups(ranges)
+    groups, group_of_op = _pair_workers(groups, group_of_op)
     spans = _group_spans(groups)
     k_op = np_col(kernels, "op_id", fill=-1)
     k_start, k_end = np_col(kernels, "start_ns"), np_col(kernels, "end_ns")
@@ -182,6 +184,34 @@ def instances(ranges: pa.Table, kernels: pa.Table, launchers: dict[int, tuple[in
     rows = [g.row() for g in groups]
     table = pa.Table.from_pylist(rows, schema=INSTANCE) if rows else INSTANCE.empty_table()
     return Instances(table, len(k_op), ranges.num_rows)
+
+
+def _pair_workers(groups: list[_Group], group_of_op: dict[int, int]) -> tuple[list[_Group], dict[int, int]]:
+    """gloo (and ucc, mpi) run a collective on a worker thread: its ``gloo:all_reduce`` range is
+    no child of the ``c10d::allreduce_`` that issued it. Per process, the k-th such worker range
+    is the k-th issuing range without a backend range inside it (the backend runs them in issue
+    order); the pair is one collective."""
+    issuers: dict[int, list[int]] = {}
+    workers: dict[int, list[int]] = {}
+    for i, g in enumerate(groups):
+        torch = any(n.startswith("c10d::") for n in g.names)
+        backend = any(n.split(":", 1)[0] in _WORKER_BACKENDS for n in g.names)
+        if torch and not backend:
+            issuers.setdefault(g.process, []).append(i)
+        elif backend and not torch:
+            workers.setdefault(g.process, []).append(i)
+    merged: dict[int, int] = {}  # worker group -> issuer group
+    for proc, ws in workers.items():
+        for w, i in zip(sorted(ws, key=lambda j: groups[j].issue), issuers.get(proc, [])):
+            if groups[w].issue >= groups[i].issue:
+                groups[i].worker = (groups[w].issue, groups[w].range_end or groups[w].issue)
+                groups[i].names += groups[w].names
+                groups[i].backend = groups[w].backend
+                merged[w] = i
+    keep = [i for i in range(len(groups)) if i not in merged]
+    new_index = {old: new for new, old in enumerate(keep)}
+    ops = {op: new_index[merged.get(g, g)] for op, g in group_of_op.items()}
+    return [groups[i] for i in keep], ops
 
 
 def _group_spans(groups: list[_Group]) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -231,6 +261,7 @@ class _Group:
         self.last_kernel_end: int | None = None
         self.kernel_count = 0
         self.kernel_op: str | None = None
+        self.worker: tuple[int, int] | None = None  # the backend's range on its worker thread
 
     def add_kernel(self, start: int, end: int, name: str) -> None:
         self.first_kernel = start if self.first_kernel is None else min(self.first_kernel, start)
@@ -252,15 +283,16 @@ class _Group:
     def row(self) -> dict[str, object]:
         # A kernel's start is when the rank's GPU joins the collective: a CPU launch is no
         # arrival, the kernel waits in its stream behind the rank's earlier GPU work.
+        # A CPU backend's rank joins when it calls the collective; its worker runs it to the end.
         kernel = self.first_kernel is not None
-        start = self.first_kernel if kernel else self.issue
-        end = self.last_kernel_end if kernel else self.range_end
+        start = self.first_kernel if kernel else self.worker[0] if self.worker else self.issue
+        end = self.last_kernel_end if kernel else self.worker[1] if self.worker else self.range_end
         return {
             "process_id": self.process,
             "op": self.op(),
             "backend": self.backend or "c10d",
             "issue_ns": self.issue,
-            "arrival_ns": start,
+            "arrival_ns": start if kernel else self.issue,
             "start_ns": start,
             "end_ns": end,
             "bytes": self.bytes,

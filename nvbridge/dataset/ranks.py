@@ -5,8 +5,11 @@ A rank is a process that ran GPU work (GPU ops launched from it); in a report wi
 every process with NVTX ranges. A process with ranges but no GPU work beside ones that have it
 (a DataLoader worker process, a launcher) is no rank. Numbering, per report:
 
-1. A report of one such process takes the rank its capture recorded (``meta.rank``: torchrun's
-   ``RANK`` in the captured environment, or the file name's ``rank3``), else 0.
+0. A process that wrote emit_nvtx's rank mark (``rank <rank> <world> <local>``, domain
+   ``nvbridge``; ``meta.process_ranks``) is that rank, whatever else holds: the process said so.
+   Processes without one are numbered by the rules below with the numbers the marks left free.
+1. A report of one such process takes the rank its capture recorded (``meta.rank``: its rank
+   mark, torchrun's ``RANK`` in the captured environment, or the file name's ``rank3``), else 0.
 2. Several processes (torchrun, ``mp.spawn``, an MPI job under one ``nsys``) are numbered
    0, 1, ... in order of the lowest GPU each ran work on, then of process id. A node's
    processes each own a GPU in the usual setup (``torch.cuda.set_device(local_rank)``), so this
@@ -19,6 +22,7 @@ the process that used their device, where one did (nvbridge.dataset.timeline.own
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -26,6 +30,9 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
+
+# What a capture recorded of its ranks: one rank (meta.rank), or per process id (rank marks).
+Recorded = int | Mapping[int, int] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +74,14 @@ class Ranks:
         return out
 
 
-def rank_processes(op_processes: Iterable[int], gpu_work: Mapping[int, set[int]], recorded: int | None = None) -> Ranks:
+def rank_processes(op_processes: Iterable[int], gpu_work: Mapping[int, set[int]], recorded: Recorded = None) -> Ranks:
     """The ranks of a report.
 
     Args:
         op_processes: processes with NVTX ranges.
         gpu_work: per device, the processes that launched GPU ops on it (-1: unknown).
-        recorded: the rank the capture recorded (meta), for a report of one rank.
+        recorded: the rank the capture recorded (``meta.rank``), for a report of one rank; or
+            per process id the ranks the processes recorded (``meta.process_ranks``).
     """
     users = {d: tuple(sorted(p for p in ps if p >= 0)) for d, ps in gpu_work.items()}
     lowest: dict[int, int] = {}
@@ -81,14 +89,34 @@ def rank_processes(op_processes: Iterable[int], gpu_work: Mapping[int, set[int]]
         for p in users[d]:
             lowest.setdefault(p, d)
     procs = sorted(lowest, key=lambda p: (lowest[p], p)) if lowest else sorted(set(op_processes))
+    marked = dict(recorded) if isinstance(recorded, Mapping) else {}
+    marked = {p: r for p, r in marked.items() if p in set(op_processes) or p in lowest}
+    if len(marked) == 1 and len(procs) == 1 and procs[0] in marked:
+        marked, recorded = {}, marked[procs[0]]  # one rank: as a recorded meta.rank
+    procs = sorted(marked, key=lambda p: marked[p]) + [p for p in procs if p not in marked]
     devices = {p: tuple(sorted(d for d, ps in users.items() if p in ps)) for p in procs}
     ranks: tuple[ProcessRank, ...]
-    if len(procs) == 1 and recorded is not None:
+    if len(procs) == 1 and isinstance(recorded, int):
         ranks = (ProcessRank(procs[0], recorded, devices[procs[0]]),)
     else:
-        ranks = tuple(ProcessRank(p, i, devices[p]) for i, p in enumerate(procs))
+        free = (n for n in range(len(procs) + len(marked) + 1) if n not in set(marked.values()))
+        ranks = tuple(ProcessRank(p, marked[p] if p in marked else next(free), devices[p]) for p in procs)
     others = tuple(sorted(set(op_processes) - set(procs)))
     return Ranks(ranks, others, users)
+
+
+def recorded_ranks(meta: Mapping[str, str | None]) -> Recorded:
+    """What a report's meta recorded of its ranks: per process (``process_ranks``, from rank
+    marks) where it says so for more than one process, else ``rank`` (None: nothing)."""
+    text = meta.get("process_ranks")
+    try:
+        found = {int(p): int(r) for p, r in json.loads(text).items()} if text else {}
+    except (ValueError, TypeError, AttributeError):
+        found = {}
+    if len(found) > 1:
+        return found
+    value = meta.get("rank")
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
 class RankTally:
@@ -114,11 +142,11 @@ class RankTally:
         for d, p in zip((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist()):
             self.gpu_work.setdefault(d, set()).add(p if p != 0xFFFFFFFF else -1)
 
-    def result(self, recorded: int | None = None) -> Ranks:
+    def result(self, recorded: Recorded = None) -> Ranks:
         return rank_processes(self.op_processes - {-1}, self.gpu_work, recorded)
 
 
-def ranks_of(ops: pa.Table, gpu_ops: pa.Table, recorded: int | None = None) -> Ranks:
+def ranks_of(ops: pa.Table, gpu_ops: pa.Table, recorded: Recorded = None) -> Ranks:
     """The ranks of whole tables (a loaded report's)."""
     tally = RankTally()
     tally.add_ops(ops)

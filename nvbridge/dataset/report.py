@@ -15,6 +15,7 @@ from nvbridge.dataset.check import is_partitioned as is_partitioned  # part of t
 from nvbridge.dataset.check import read_meta as read_meta
 from nvbridge.dataset.events import EventIndex, FunctionEvent
 from nvbridge.dataset.files import Files, Window, read
+from nvbridge.dataset.ranks import recorded_ranks
 from nvbridge.dataset.schema import TABLES
 from nvbridge.errors import DamagedDataset, MissingDependency
 
@@ -46,6 +47,7 @@ class DatasetTables:
     def __init__(self, meta: dict[str, str | None], tables: Mapping[str, pa.Table], files: Files | None = None) -> None:
         self.meta = meta
         self.rank = parse_rank(meta.get("rank"))
+        self.recorded_ranks = recorded_ranks(meta)  # the rank, or each process's (rank marks)
         self._tables = dict(tables)
         self._files = files
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from nvbridge.readers._db import Database
 from nvbridge.readers.devices import clock_mhz, compute_capability, devices_table, gbps, sm_count
+from nvbridge.readers.nsys_rank_marks import rank_facts
 from nvbridge.readers.raw import SourceInfo
 from nvbridge.readers.validate import BadRows
 
@@ -36,10 +37,13 @@ def source_info(db: Database) -> SourceInfo:
     normalized = meta.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
     if normalized and capture_end is not None and start_utc is not None:
         capture_end += start_utc
+    marked, world_size, process_ranks = rank_facts(db)
     return SourceInfo(
         source=db.name,
         kind="nsys",
-        rank=_rank(db),
+        rank=marked if marked is not None else _rank(db),
+        world_size=world_size,
+        process_ranks=process_ranks,
         producer=meta.get("EXPORT_PRODUCT_NAME", "Nsight Systems").replace("NVIDIA ", ""),
         producer_version=meta.get("EXPORT_PRODUCT_VERSION"),
         schema_version=meta.get("EXPORT_SCHEMA_VERSION"),

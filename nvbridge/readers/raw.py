@@ -113,6 +113,11 @@ class SourceInfo:
     # torchrun's RANK: from the capture's recorded environment (only that variable is read)
     # or from the file name (``rank3``, ``rank_3``, ``%q{RANK}`` patterns such as ``..._3``).
     rank: int | None = None
+    # From emit_nvtx's rank marks (nvbridge.readers.nsys_rank_marks): the world size they agree
+    # on, and for every process that recorded one, its rank as JSON ``{"<pid>": rank}`` (a
+    # capture of several processes: one nsys session over torchrun or mp.spawn).
+    world_size: int | None = None
+    process_ranks: str | None = None
     # The profiler's own warnings and errors (nsys DIAGNOSTIC_EVENT, severity Warning or Error),
     # one per line, e.g. "No CUDA events collected. Does the process use CUDA?": what to show when
     # a capture holds nothing.
