@@ -192,6 +192,12 @@ def test_gloo_recording_names_the_planted_straggler(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["plot", str(tmp_path / "ds"), "-o", str(tmp_path / "p.png")])
     assert result.exit_code == 0, result.output
     assert f"step {step}: rank {late}" in result.output
+    summary = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds"), "--json"])
+    assert summary.exit_code == 0, summary.output
+    said = {int(k): int(v) for k, v in re.findall(r"step (\d+): rank (\d+)", result.output)}
+    assert said == {
+        s["step"]: s["slowest_rank"] for s in json.loads(summary.output)["ranks"]["steps"]
+    }  # as summary says
     figures = {f.rank: f for f in dataset_steps(tmp_path / "ds")}
     for r in truth:
         if r["rank"] == late:
