@@ -196,7 +196,7 @@ def test_gloo_recording_names_the_planted_straggler(tmp_path: Path) -> None:
     assert summary.exit_code == 0, summary.output
     said = {int(k): int(v) for k, v in re.findall(r"step (\d+): rank (\d+)", result.output)}
     assert said == {
-        s["step"]: s["slowest_rank"] for s in json.loads(summary.output)["ranks"]["steps"]
+        s["step"]: s["slowest_rank"] for s in json.loads(summary.stdout)["ranks"]["steps"]
     }  # as summary says
     figures = {f.rank: f for f in dataset_steps(tmp_path / "ds")}
     for r in truth:
