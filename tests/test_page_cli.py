@@ -50,8 +50,13 @@ def test_page_name_folder_and_existing_page(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "already exists; choose another file or pass --force" in result.output
     assert page.read_text("utf-8") == "mine"
     result = runner.invoke(cli, ["report", str(ADVISE), "-o", str(page), "--force"])
-    assert result.exit_code == 0, result.output
-    assert page.read_text("utf-8").startswith("<!DOCTYPE html>")
+    assert result.exit_code == 1 and "was not written by nvbridge; --force replaces only" in result.output
+    assert page.read_text("utf-8") == "mine"  # --force replaces only a page nvbridge wrote
+    page.unlink()
+    for force in ([], ["--force"]):  # written, then replaced
+        result = runner.invoke(cli, ["report", str(ADVISE), "-o", str(page), *force])
+        assert result.exit_code == 0, result.output
+        assert page.read_text("utf-8").startswith("<!DOCTYPE html>")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html"]  # no staging file left
 
 

@@ -117,8 +117,12 @@ def test_existing_picture_needs_force(tmp_path: Path) -> None:  # issue 14, find
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1 and "--force" in result.stderr and out.read_bytes() == b"keep me"
     result = CliRunner().invoke(cli, [*args, "--force"])
-    assert result.exit_code == 0, result.output
-    _check_png(out)
+    assert result.exit_code == 1 and "was not written by nvbridge" in result.stderr and out.read_bytes() == b"keep me"
+    out.unlink()
+    for force in ([], ["--force"]):  # drawn, then replaced: --force replaces only a picture nvbridge drew
+        result = CliRunner().invoke(cli, [*args, *force])
+        assert result.exit_code == 0, result.output
+        _check_png(out)
 
 
 def test_picture_title_counts_read_naturally() -> None:  # issue 14, finding 16

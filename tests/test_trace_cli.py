@@ -86,10 +86,15 @@ def test_existing_output_needs_force(dataset: Path, tmp_path: Path) -> None:
     assert code == 1
     _one_line_error(err, "already exists", "--force")
     assert out.read_text() == "keep me"
-    code, stdout, err = run(dataset, "-o", out, "--force")
-    assert code == 0, err
-    assert stdout.startswith(f"Wrote {out}: 210 ops")
-    assert sum(events(out)[1].values()) > 210
+    code, _, err = run(dataset, "-o", out, "--force")  # --force replaces only a trace nvbridge wrote
+    assert code == 1 and out.read_text() == "keep me"
+    _one_line_error(err, "was not written by nvbridge", "--force replaces only")
+    out.unlink()
+    for force in ((), ("--force",)):  # written, then replaced
+        code, stdout, err = run(dataset, "-o", out, *force)
+        assert code == 0, err
+        assert stdout.startswith(f"Wrote {out}: 210 ops")
+        assert sum(events(out)[1].values()) > 210
 
 
 def test_window_from_a_report_and_its_dataset_agree(dataset: Path, tmp_path: Path) -> None:

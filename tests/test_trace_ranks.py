@@ -158,6 +158,18 @@ def test_existing_and_stale_rank_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.rank1.json.gz"]  # rank 0's was not written either
     (tmp_path / "t.rank2.json.gz").write_bytes(b"an earlier run's")
     result = CliRunner().invoke(cli, ["trace", path, "-o", str(tmp_path / "t.json.gz"), "--force"])
+    assert result.exit_code == 1 and "t.rank1.json.gz was not written by nvbridge" in result.output
+    assert (tmp_path / "t.rank1.json.gz").read_bytes() == b"older"  # --force replaces only nvbridge's traces
+    ours = CliRunner().invoke(
+        cli, ["trace", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(tmp_path / "t.rank1.json.gz"), "--force"]
+    )
+    assert ours.exit_code == 1, ours.output  # still the foreign file
+    (tmp_path / "t.rank1.json.gz").unlink()
+    ours = CliRunner().invoke(
+        cli, ["trace", str(SAMPLE_DB / "cnn_cpu.sqlite"), "-o", str(tmp_path / "t.rank1.json.gz")]
+    )
+    assert ours.exit_code == 0, ours.output  # an earlier nvbridge trace at rank 1's name
+    result = CliRunner().invoke(cli, ["trace", path, "-o", str(tmp_path / "t.json.gz"), "--force"])
     assert result.exit_code == 0, result.output
     assert "t.rank2.json.gz beside them is not this report's" in result.output
     assert load_strict(tmp_path / "t.rank1.json.gz")["distributedInfo"] == {"rank": 1, "world_size": 2}

@@ -95,8 +95,7 @@ def report_name(command: tuple[str, ...]) -> str:
 def keep(report: Path, dest: Path, force: bool) -> Path:
     """Move the recorded report to ``dest`` (checked before the run; checked again, as the run
     may have taken hours and something else may have written there since)."""
-    if dest.exists() and not force:
-        raise ExportError(f"{dest} already exists; choose another file or pass --force to replace it.")
+    outputs.check_file_destination(dest, force, "the report")
     with outputs.writing(dest, "the report"):
         shutil.move(report, dest)
     return dest

@@ -38,6 +38,7 @@ from nvbridge.output.interrupts import exit_on_interrupt as exit_on_interrupt  #
 from nvbridge.output.names import NAME_MAX, printable, write_error
 from nvbridge.output.names import check_name as check_name  # part of this module's API
 from nvbridge.output.names import writing as writing  # part of this module's API
+from nvbridge.output.owned import written_by_nvbridge
 
 # Files a dataset directory holds (see export/parquet.py): anything else in a directory means it
 # is not ours to replace.
@@ -94,14 +95,20 @@ def check_parent(path: Path, what: str) -> None:
 
 
 def check_file_destination(path: Path, force: bool, what: str) -> None:
-    """A single output file (trace, picture, kept report): its folder exists, it is not a folder,
-    and an existing file is replaced only with ``force``."""
+    """A single output file (trace, picture, page, kept report): its folder exists, it is not a
+    folder, and an existing file is replaced only with ``force`` and only if nvbridge wrote it
+    (nvbridge.output.owned: a file of the right suffix is not enough)."""
     check_parent(path, what)
     shown = printable(str(path))
     if path.is_dir():
         raise ExportError(f"{shown} is a folder; give a file name for {what}.")
     if path.exists() and not force:
         raise ExportError(f"{shown} already exists; choose another file or pass --force to replace it.")
+    if path.exists() and not written_by_nvbridge(path):
+        raise ExportError(
+            f"{shown} was not written by nvbridge; --force replaces only nvbridge's own files: "
+            f"choose another file for {what} or remove this one yourself."
+        )
 
 
 def is_dataset(path: Path) -> bool:

@@ -13,6 +13,7 @@ from html import escape
 from importlib import resources
 from typing import Any
 
+from nvbridge.output.owned import HTML_MARK
 from nvbridge.page import tables
 from nvbridge.page.build import Page
 from nvbridge.page.bundle import safe_inline, script
@@ -213,7 +214,7 @@ def document(page: Page) -> str:
     if page.data["diff"] is not None:
         nav += '<a href="#compare">Compared with B</a>'
     return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">{HTML_MARK}'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>nvbridge report: {source}</title><style>{_asset('page.css')}</style></head>"
         f'<body><main class="nvbridge-page"><header><h1>nvbridge report: {source}</h1>'

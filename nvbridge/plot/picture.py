@@ -24,6 +24,7 @@ from nvbridge.dataset.timeline import step_window_of
 from nvbridge.errors import ExportError, MissingDependency
 from nvbridge.output import publish as outputs
 from nvbridge.output.names import write_error
+from nvbridge.output.owned import picture_metadata
 from nvbridge.plot.draw import Drawn, Lane, Window, decorate, draw_lanes, label_longest, title
 from nvbridge.plot.pixels import Pixels, decimate
 from nvbridge.plot.window import Extent, extent
@@ -193,7 +194,8 @@ def _save(fig: Any, path: Path, dpi: int) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as out:
-            fig.savefig(out, dpi=dpi, format=path.suffix[1:].lower())
+            fmt = path.suffix[1:].lower()
+            fig.savefig(out, dpi=dpi, format=fmt, metadata=picture_metadata(fmt))
         os.replace(tmp, path)
     except OSError as exc:
         raise write_error(path, "the picture", exc) from exc

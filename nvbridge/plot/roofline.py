@@ -23,6 +23,7 @@ from nvbridge.dataset.report import DatasetTables
 from nvbridge.engine.costs.flops import precision
 from nvbridge.errors import ExportError
 from nvbridge.gpu.peaks import Peaks, fmt
+from nvbridge.output.owned import picture_metadata
 
 COSTS = ["flops", "bytes", "compute_dtype"]  # the ops' cost columns a point sums
 # Roofs drawn when the report's ops use these precisions (and the GPU has a peak for them).
@@ -130,7 +131,7 @@ def draw(rows: pa.Table, output: Path, peaks: Peaks | None, label_top: int = 8) 
 
     fig = figure(rows, peaks, label_top)
     try:
-        fig.savefig(output, bbox_inches="tight")
+        fig.savefig(output, bbox_inches="tight", metadata=picture_metadata(Path(output).suffix[1:]))
     except OSError as exc:
         raise ExportError(f"cannot write {output}: {exc.strerror or exc}; choose another output path.") from exc
     finally:

@@ -152,6 +152,16 @@ def output_cases(sample: Path) -> list[Case]:
         (work / "in" / "notes.txt").write_text("mine")
         return Run(nvbridge("convert", inp, "-o", work / "in", "--force", "-q"), "error")
 
+    def force_foreign_file(command: str, name: str) -> Callable[[Path], Run]:
+        """--force onto a file nvbridge did not write (the user's, beside the input): refuse."""
+
+        def run(work: Path) -> Run:
+            inp = copy_to(sample, work)
+            (work / "in" / name).write_text("mine")
+            return Run(nvbridge(command, inp, "-o", work / "in" / name, "--force"), "error")
+
+        return run
+
     def trace_nodir(work: Path) -> Run:
         return Run(nvbridge("trace", copy_to(sample, work), "-o", work / "out" / "nodir" / "t.json"), "any")
 
@@ -166,6 +176,9 @@ def output_cases(sample: Path) -> list[Case]:
             ("chrome-nodir", chrome_nodir),
             ("existing-file", existing_file),
             ("force-on-foreign-dir", force_foreign),
+            ("force-on-foreign-trace", force_foreign_file("trace", "notes.json")),
+            ("force-on-foreign-picture", force_foreign_file("plot", "photo.png")),
+            ("force-on-foreign-page", force_foreign_file("report", "index.html")),
             ("trace-nodir", trace_nodir),
             ("onto-input", same_as_input),
         )
