@@ -389,3 +389,16 @@ def test_a_split_that_fails_leaves_no_file(
     assert result.exit_code == 1 and "No space left on device" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert len(calls) == 3 and not list(tmp_path.iterdir())
+
+
+def test_force_replaces_only_a_trace_nvbridge_wrote(
+    many: tuple[Path, dict[int, raw_gpu.Raw], pa.Table], tmp_path: Path
+) -> None:
+    ds, _, _ = many
+    _trace(ds, "-o", tmp_path / "t.json")  # ours: replaced with --force
+    _trace(ds, "-o", tmp_path / "t.json", "--ranks", "0")
+    foreign = tmp_path / "f.step0.json"
+    foreign.write_text('{"traceEvents": []}')
+    result = CliRunner().invoke(cli, ["trace", str(ds), "-o", str(tmp_path / "f.json"), "--split", "step", "--force"])
+    assert result.exit_code == 1 and foreign.read_text() == '{"traceEvents": []}'
+    assert not (tmp_path / "f.step1.json").exists()
