@@ -310,30 +310,6 @@ def test_fsdp_ranks_joined_on_the_recovered_clock(
     assert abs(_first_gpu_gap(docs[1]) - _first_gpu_gap(docs[0])) <= 10_000
 
 
-def test_one_report_of_two_ranks_draws_its_collectives(tmp_path: Path) -> None:
-    """The FSDP export as one dataset (one nsys session, two processes) keeps its collectives
-    inside: one file joins them (ranks - 1 flows each); a file per rank holds its own, unjoined."""
-    nvbridge.convert(real_db(FSDP), tmp_path / "ds")
-    table = read_collectives(tmp_path / "ds")
-    assert table is not None and table.num_rows
-    doc, said = _trace(tmp_path / "ds", "-o", tmp_path / "one.json", "--split", "none")
-    counts = validate(doc)
-    assert counts["flows"]["collective"] == _flows_expected(table, {0, 1}) > 0
-    mine = [e for e in doc["traceEvents"] if e.get("cat") == "collective" and e["ph"] == "X" and "#" in e["name"]]
-    for pid in set(table.column("process_id").to_pylist()):
-        assert sum(1 for e in mine if e["pid"] == pid) == table.column("process_id").to_pylist().count(pid)
-    result = CliRunner().invoke(cli, ["trace", str(tmp_path / "ds"), "-o", str(tmp_path / "r.json")])
-    assert result.exit_code == 0, result.output
-    for rank in (0, 1):
-        per = load_strict(tmp_path / f"r.rank{rank}.json")
-        got = validate(per)
-        rows = [r for r in table.to_pylist() if r["rank"] == rank]
-        assert got["flows"].get("collective", 0) == 0
-        assert sum(1 for e in per["traceEvents"] if e.get("cat") == "collective" and "#" in e.get("name", "")) == len(
-            rows
-        )
-
-
 def test_start_end_cut_the_aligned_clock(many: tuple[Path, dict[int, raw_gpu.Raw], pa.Table], tmp_path: Path) -> None:
     """--start/--end count from the first event of any rank on the aligned clock (raw SQL times
     plus each rank's offset), and keep each rank's GPU ops overlapping the window."""

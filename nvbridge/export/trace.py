@@ -25,7 +25,6 @@ from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import step_spans, step_window_of
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import SUFFIXES, TraceStats, TraceWriter
-from nvbridge.export.trace_many import one_report_collectives
 from nvbridge.export.trace_ranks import SPLITS, rank_path, stale_rank_files
 from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, first_event_ns, open_source, plan
 from nvbridge.output import publish as outputs
@@ -181,7 +180,7 @@ def export_chrome_traces(
     for target in targets:
         check_destination(target.path, force)
     try:
-        files = _write(src, found, targets, per_rank, staged, steps)
+        files = _write(src, found, targets, per_rank, staged)
     except OSError as exc:  # disk full, permissions: nothing is left behind
         raise ExportError(
             f"cannot write {path} ({exc.strerror or exc}); free some space or write it elsewhere."
@@ -192,12 +191,7 @@ def export_chrome_traces(
 
 
 def _write(
-    src: ReportTables,
-    found: Plan,
-    targets: list[_Target],
-    per_rank: bool,
-    staged: list[TraceWriter] | None,
-    steps: tuple[int, int] | None = None,
+    src: ReportTables, found: Plan, targets: list[_Target], per_rank: bool, staged: list[TraceWriter] | None
 ) -> list[TraceStats]:
     """One pass over the chunks, each fed to every target's writer; all published (or all left
     in ``staged``), or none."""
@@ -224,9 +218,6 @@ def _write(
                     chunk = with_owners(chunk, owners)
                 for feed in feeds:
                     feed[name](chunk)
-        for w, t in zip(writers, targets):  # the collectives the report keeps (several ranks, one file)
-            drawn = one_report_collectives(src, found, t.processes, steps)
-            w.extra(drawn.lines, drawn.slices, drawn.flows)
         stats = [w.close(src.table("threads"), gpu_rows=src.rows("gpu_ops")) for w in writers]
         if staged is not None:
             staged.extend(writers)

@@ -56,10 +56,11 @@ def rows_of(table: pa.Table, parts: Sequence[Part]) -> tuple[pa.Table, np.ndarra
     """The rows of the parts drawn and each row's part (by ``report``: the partition's name or
     the report's file; else by ``rank``): those of the steps drawn where the part is cut by
     steps and the row has one, else those overlapping the part's window."""
-    index = np.full(table.num_rows, -1, np.int64)
-    reports = pc.fill_null(table.column("report").cast(pa.string()), "").to_numpy(zero_copy_only=False)
-    for i, part in enumerate(parts):
-        index[np.isin(reports, [part.name, str(part.source.meta.get("source"))])] = i
+    # the report names (a few) mapped to parts, each row through its dictionary code
+    reports = pc.dictionary_encode(pc.fill_null(table.column("report").cast(pa.string()), "")).combine_chunks()
+    of_name = {n: i for i, p in enumerate(parts) for n in (p.name, str(p.source.meta.get("source")))}
+    lookup = np.array([of_name.get(n, -1) for n in reports.dictionary.to_pylist()] or [-1], np.int64)
+    index = lookup[np.asarray(reports.indices.to_numpy(zero_copy_only=False), np.int64)]
     if (index < 0).all():
         ranks = np_col(table, "rank", fill=-1)
         for i, part in enumerate(parts):

@@ -34,7 +34,7 @@ from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import in_window
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import TraceWriter
-from nvbridge.export.trace_collectives import Drawn, choose, draw_collectives, read_collectives
+from nvbridge.export.trace_collectives import choose, draw_collectives, read_collectives
 from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, open_source
 
 PID_STRIDE = 10_000_000  # above Linux's largest pid (pid_max <= 2**22)
@@ -62,15 +62,14 @@ class Part:
     window: tuple[int | None, int | None] = (None, None)  # in the report's own time
     steps: tuple[int, int] | None = None  # the ProfilerSteps the window is
     found: Plan | None = None
-    stacked: bool = True  # False: a report drawn alone, with its own process and GPU numbers
 
     @property
     def pid_base(self) -> int:
-        return PID_STRIDE * (self.index + 1) if self.stacked else 0
+        return PID_STRIDE * (self.index + 1)
 
     @property
     def device_base(self) -> int:
-        return DEVICE_STRIDE * self.index if self.stacked else 0
+        return DEVICE_STRIDE * self.index
 
 
 def clock_offsets(root: Path, names: Sequence[str], metas: Sequence[dict[str, str | None]]) -> dict[str, int]:
@@ -180,25 +179,6 @@ def named_devices(part: Part) -> pa.Table:
     return pa.table(
         {"device_id": pa.array(dev[ok] + part.device_base, pa.int64()), "name": pa.array(label, pa.string())}
     )
-
-
-def one_report_collectives(
-    src: ReportTables, found: Plan, processes: set[int] | None, steps: tuple[int, int] | None
-) -> Drawn:
-    """The collectives a report of several processes keeps inside its dataset, drawn into a trace
-    of that report (its own clock and numbers): those of ``processes``, within the window."""
-    directory = getattr(src, "directory", None)  # a dataset directory (a report in memory has none)
-    table = None if directory is None else read_collectives(directory)
-    if table is None:
-        return Drawn()
-    if processes is not None:
-        table = table.filter(pc.is_in(table.column("process_id"), value_set=pa.array(sorted(processes), pa.int64())))
-    name = Path(str(src.meta.get("source") or "")).stem
-    spans = {t: _id_span(src, t, c) for t, c in ID_OF.items()}
-    part = Part(name, src, 0, 0, 0, dict.fromkeys(EVENT_TABLES, 0), spans, (found.start_ns, found.end_ns), steps, found)
-    part.stacked = False
-    first_id = spans["gpu_ops"] + spans["ops"] + 2  # above the writer's ac2g and fwdbwd ids
-    return draw_collectives(choose(table, [part]), [part], found.origin_ns, first_id)
 
 
 def write_many(parts: list[Part], root: Path, dest: Path, world_size: int) -> TraceWriter:
