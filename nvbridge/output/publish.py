@@ -53,6 +53,7 @@ DATASET_FILES = frozenset(
         "threads.parquet",
         "devices.parquet",
         "collectives.parquet",  # a report of several ranks (nvbridge.dataset.collectives)
+        "memory.parquet",
     }
 )
 # Files a many-report dataset holds at its root beside its report=<name> partitions.
