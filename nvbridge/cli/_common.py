@@ -114,12 +114,12 @@ def window(start: str | None, end: str | None, origin: int) -> tuple[int | None,
 def steps(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
-    first, _, last = text.partition(":")
+    first, _, last = text.replace("-", ":", 1).partition(":") if ":" not in text else text.partition(":")
     try:
         return int(first), int(last or first)
     except ValueError:
         raise click.BadParameter(
-            f"{text!r} is not a step range; write it like 3:5 or 4", param_hint="--steps"
+            f"{text!r} is not a step range; write it like 3:5, 3-5 or 4", param_hint="--steps"
         ) from None
 
 

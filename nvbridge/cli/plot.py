@@ -12,11 +12,14 @@ import click
 from nvbridge.cli._common import errors, shown, window
 from nvbridge.conversion.many import convert
 from nvbridge.conversion.memory import load_tables
+from nvbridge.dataset.check import is_partitioned
 from nvbridge.dataset.report import DatasetTables
 from nvbridge.output import publish as outputs
 from nvbridge.plot import memory as memory_plot
 from nvbridge.plot import picture as plot
 from nvbridge.plot import roofline as roof
+from nvbridge.plot.ranks import dataset_steps, summary_stragglers
+from nvbridge.plot.ranks_draw import render_ranks
 from nvbridge.plot.window import extent
 
 
@@ -64,11 +67,30 @@ def plot_cmd(
     memory: bool = False,
     memory_blocks: bool = False,
 ) -> None:
-    """Draw one step or window as a timeline picture: host threads above GPU streams, idle GPU shaded."""
+    """Draw one step or window as a timeline picture: host threads above GPU streams, idle GPU shaded.
+
+    A dataset of many reports is drawn per step: a bar per rank (compute, communication, copies,
+    idle), the straggler marked.
+    """
     if sum((roofline, memory, memory_blocks)) > 1:
         raise click.BadParameter(
             "draw one picture: pick one of --roofline, --memory, --memory-blocks", param_hint="--memory"
         )
+    if is_partitioned(path):
+        if roofline or memory or memory_blocks or start or end:
+            raise click.BadParameter(
+                "a dataset of many reports is drawn per step and rank; drop --roofline/--memory/--start/--end "
+                "(--step N draws one step)",
+                param_hint="PATH",
+            )
+        with errors():
+            outputs.check_file_destination(plot.output_path(output), force, "the picture")
+            figures = dataset_steps(path)
+            named = summary_stragglers(path, figures)
+            picture, steps, marked = render_ranks(figures, output, step=step, title=path.name, named=named)
+        late = ", ".join(f"step {n}: rank {r}" for n, r in marked.items())
+        click.echo(shown(f"Wrote {picture} ({len(steps)} steps; straggler {late})."))
+        return
     if roofline and (step is not None or start or end):
         raise click.BadParameter(
             "the roofline covers the whole report; drop --step/--start/--end", param_hint="--roofline"

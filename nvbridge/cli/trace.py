@@ -9,8 +9,19 @@ import click
 from nvbridge.analysis import parse_time
 from nvbridge.cli._common import errors, shown, steps
 from nvbridge.conversion.memory import load_tables
+from nvbridge.dataset.check import is_partitioned
 from nvbridge.dataset.schema import ReportTables
-from nvbridge.export.trace import Traces, check_destination, check_suffix, export_chrome_traces, first_event_ns
+from nvbridge.errors import ExportError
+from nvbridge.export.trace import (
+    Traces,
+    check_destination,
+    check_suffix,
+    export_chrome_traces,
+    first_event_ns,
+    step_spans_in,
+)
+from nvbridge.export.trace_cuts import AUTO_STEP_EVENTS, ManyTraces, export_many, step_path
+from nvbridge.export.trace_source import open_source, plan
 
 
 def _window(source: Path | ReportTables, start: str | None, end: str | None) -> tuple[int | None, int | None]:
@@ -50,16 +61,19 @@ def _window(source: Path | ReportTables, start: str | None, end: str | None) -> 
     "--steps",
     "step_text",
     default=None,
-    help="Only ProfilerStep#A..#B, written A:B (or one step: A); not with --start/--end.",
+    help="Only ProfilerStep#A..#B, written A:B or A-B (or one step: A), each rank's own steps; not with --start/--end.",
 )
 @click.option("--process", "processes", type=int, multiple=True, help="Only this host process id (repeatable).")
+@click.option("--ranks", "rank_text", default=None, help="Only these ranks, e.g. 0,3 (a report's or a dataset's).")
 @click.option(
     "--split",
-    type=click.Choice(["auto", "rank", "none"]),
+    type=click.Choice(["auto", "rank", "none", "step"]),
     default="auto",
     show_default=True,
     help="rank: one trace per rank, NAME.rank<K>.json.gz (as torch.profiler writes them and Holistic Trace "
-    "Analysis reads them); none: one file; auto: per rank when the trace holds several ranks.",
+    "Analysis reads them); none: one file; step: one per ProfilerStep, NAME.step<N>.json.gz (a run of many "
+    "ranks too large for a browser); auto: per rank when a report holds several ranks, one file for a "
+    "dataset of many reports.",
 )
 @click.option("--force", is_flag=True, help="Replace the output file(s) if they exist.")
 def trace_cmd(
@@ -69,6 +83,7 @@ def trace_cmd(
     end: str | None,
     step_text: str | None,
     processes: tuple[int, ...],
+    rank_text: str | None,
     split: str,
     force: bool,
 ) -> None:
@@ -76,30 +91,112 @@ def trace_cmd(
     one per rank for a report of several ranks, as torch.profiler writes them.
 
     A dataset directory is streamed a row group at a time; a report is converted in memory first.
+    A dataset of many reports is one trace: each rank its own processes on the aligned clock,
+    each collective joined across its ranks by flows.
     """
     step_range = steps(step_text)
+    ranks = _ranks(rank_text)
     if step_range is not None and (start is not None or end is not None):
         raise click.UsageError("--steps and --start/--end both choose the window; pass one of them.")
     with errors():
         check_suffix(output)
         if split == "none":
             check_destination(output, force)
+    if is_partitioned(path):
+        if processes:
+            raise click.UsageError("a dataset of many reports is cut by rank: pass --ranks, not --process.")
+        with errors():
+            _say_many(
+                export_many(
+                    path, output, split=split, ranks=ranks, steps=step_range, start=_relative(start, end), force=force
+                )
+            )
+        return
     with errors():
         source: Path | ReportTables = path
         if not path.is_dir():
             source = load_tables(path)  # a report, converted in memory once (the window's origin, the trace)
         start_ns, end_ns = _window(source, start, end)
-        written = export_chrome_traces(
-            source,
-            output,
-            split=split,
-            start_ns=start_ns,
-            end_ns=end_ns,
-            steps=step_range,
-            processes=set(processes) or None,
-            force=force,
+        chosen = set(processes) | _rank_processes(source, ranks)
+        jobs = [(output, step_range)]
+        if split == "step":
+            jobs = [(step_path(output, n), (n, n)) for n in _report_steps(source, step_range)]
+            for dest, _ in jobs:
+                check_destination(dest, force)
+        for dest, window in jobs:
+            written = export_chrome_traces(
+                source,
+                dest,
+                split="none" if split == "step" else split,
+                start_ns=start_ns,
+                end_ns=end_ns,
+                steps=window,
+                processes=chosen or None,
+                force=force,
+            )
+            _say(written)
+
+
+def _ranks(text: str | None) -> set[int] | None:
+    if text is None:
+        return None
+    try:
+        return {int(t) for t in text.split(",") if t.strip()} or None
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a list of ranks; write it like 0,3", param_hint="--ranks") from None
+
+
+def _relative(start: str | None, end: str | None) -> tuple[int | None, int | None]:
+    """--start/--end as ns from the first event."""
+    try:
+        lo, hi = (None if t is None else round(parse_time(t) * 1e3) for t in (start, end))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--start/--end") from exc
+    if lo is not None and hi is not None and hi <= lo:
+        raise click.BadParameter(f"--end {end} is not later than --start {start}", param_hint="--start/--end")
+    return lo, hi
+
+
+def _rank_processes(source: Path | ReportTables, ranks: set[int] | None) -> set[int]:
+    """The host processes of these ranks of one report (nvbridge.export.trace_ranks' rule)."""
+    if ranks is None:
+        return set()
+    src = open_source(source)
+    of = plan(src, None, None, None).ranks(src.meta).of
+    missing = ranks - set(of.values())
+    if missing:
+        have = ", ".join(str(r) for r in sorted(set(of.values()))) or "none"
+        raise ExportError(
+            f"no rank {', '.join(map(str, sorted(missing)))} in the report (it has ranks {have}); "
+            "pass those to --ranks."
         )
-    _say(written)
+    return {p for p, r in of.items() if r in ranks}
+
+
+def _report_steps(source: Path | ReportTables, within: tuple[int, int] | None) -> list[int]:
+    n = sorted(set(step_spans_in(open_source(source))[0].tolist()))
+    got = [k for k in n if within is None or within[0] <= k <= within[1]]
+    if not got:
+        raise ExportError("--split step: the report has no ProfilerStep#N ranges (in that range); split by rank.")
+    return got
+
+
+def _say_many(written: ManyTraces) -> None:
+    if written.auto_step:
+        click.echo(
+            f"note: the whole run is more than {AUTO_STEP_EVENTS:,} events, too large for a browser: one trace "
+            "per step; --split none writes one file.",
+            err=True,
+        )
+    for stats in written.files:
+        slices = [f"{v:,} {k}" for k, v in stats.slices.items()]
+        parts = ", ".join([*slices, *(f"{v:,} {k} flows" for k, v in stats.flows.items())])
+        click.echo(shown(f"Wrote {stats.path}: {parts}."))
+        left = written.left_out.get(stats.path.name)
+        if left:
+            click.echo(
+                f"note: rank {', '.join(map(str, left))} ran none of these steps; not in {stats.path.name}.", err=True
+            )
 
 
 def _say(written: Traces) -> None:

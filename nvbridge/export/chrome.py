@@ -119,6 +119,7 @@ class TraceWriter:
         self._streams: set[tuple[int, int]] = set()
         self._unnested: list[pa.Table] = []  # ranges that cannot nest on their thread
         self._moved: list[pa.Table] = []  # GPU ops overlapping an earlier op of their stream
+        self._extra_flows: dict[str, int] = {}  # flows the caller drew (:meth:`extra`)
         self._tmp = outputs.staging_file(self.path)
         self._fh = io.BufferedWriter(
             _open_gzip(self._tmp) if self.path.suffix == ".gz" else io.FileIO(self._tmp, "wb"), buffer_size=1 << 20
@@ -237,8 +238,18 @@ class TraceWriter:
         except BaseException:
             self.abort()
             raise
-        self.stats.flows = dict(self._flows.counts)
+        self.stats.flows = {**self._flows.counts, **self._extra_flows}
         return self.stats
+
+    def extra(self, lines: list[pa.Array], slices: Mapping[str, int], flows: Mapping[str, int]) -> None:
+        """Events the caller built (a many-rank trace's collectives: nvbridge.export.trace_many),
+        counted with the writer's."""
+        for part in lines:
+            self._sink.lines(part)
+        for kind, n in slices.items():
+            _bump(self.stats.slices, kind, n)
+        for kind, n in flows.items():
+            _bump(self._extra_flows, kind, n)
 
     def publish(self) -> None:
         """Rename the closed file to its name."""

@@ -164,7 +164,7 @@ def export_chrome_traces(
     check_arguments(path, split, force, start_ns, end_ns, steps)
     src = open_source(source)
     if steps is not None:
-        start_ns, end_ns = _step_window(src, steps)
+        start_ns, end_ns = step_window_in(src, steps)
     found = plan(src, start_ns, end_ns, processes)
     _check_not_empty(found, start_ns, end_ns, processes)
     ranks = found.ranks(src.meta)
@@ -243,11 +243,21 @@ def with_owners(gpu: pa.Table, owners: Mapping[int, int]) -> pa.Table:
     return gpu.set_column(at, "process_id", pa.array(pid, pa.int64(), mask=pid < 0))
 
 
-def _step_window(src: ReportTables, steps: tuple[int, int]) -> tuple[int, int]:
+def step_spans_in(src: ReportTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(N, start_ns, end_ns) of the report's ``ProfilerStep#N`` ranges, read a chunk at a time."""
     parts = [step_spans(chunk) for chunk in src.chunks("ops", ["op_name", "start_ns", "end_ns"], (None, None))]
-    spans = tuple(np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(3))
+    n, start, end = (np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(3))
+    return n, start, end
+
+
+def step_window_in(src: ReportTables, steps: tuple[int, int]) -> tuple[int, int]:
+    """[start, end] of ProfilerStep#first..#last in a report's own time, read a chunk at a time.
+
+    Raises:
+        ExportError: the report has no such steps (naming those it has).
+    """
     try:
-        return step_window_of((spans[0], spans[1], spans[2]), *steps)
+        return step_window_of(step_spans_in(src), *steps)
     except ValueError as exc:
         raise ExportError(str(exc)) from exc
 
