@@ -32,7 +32,8 @@ def test_convert_prints_summary_and_writes_dataset(tmp_path: Path) -> None:
     assert "17,113 ops (NVTX ranges)" in out and "3,587 kernels" in out
     assert "16 of them because their launching API call is not in the capture" in out
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        f"{t}.parquet" for t in ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices", "meta")
+        f"{t}.parquet"
+        for t in ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices", "memory", "meta")
     )
     assert hashlib.sha256(src.read_bytes()).hexdigest() == before  # the input is never modified
 

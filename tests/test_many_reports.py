@@ -18,7 +18,7 @@ REPORTS = [
     "nvprof-2020-pytorch14-pyprof-lm.sqlite",
     "nsys-2024.6-nvfuser-cpp-nvtx.sqlite",
 ]
-TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
+TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices", "memory")
 
 
 def _tables(root: Path) -> dict[str, bytes]:

@@ -7,9 +7,11 @@ named in torch 2.x's grammar; ``range("label")`` adds your own; ``emit_nvtx().st
 
 from __future__ import annotations
 
+from nvbridge.annotate._memory import MemoryNotRecordedWarning
 from nvbridge.annotate._nvtx_lib import NvtxDroppedWarning
-from nvbridge.annotate._session import emit_nvtx, nvtx_range
+from nvbridge.annotate._range import nvtx_range
+from nvbridge.annotate._session import emit_nvtx
 
 range = nvtx_range  # noqa: A001 - public name mirrors nvtx.annotate / record_function usage
 
-__all__ = ["NvtxDroppedWarning", "emit_nvtx", "range"]
+__all__ = ["MemoryNotRecordedWarning", "NvtxDroppedWarning", "emit_nvtx", "range"]

@@ -29,6 +29,8 @@ import torch
 __all__ = ["Observer", "load", "unavailable_reason"]
 
 SOURCE = Path(__file__).with_name("_observer.cpp")
+# The allocator reporter of profile_memory (_memory.cpp), built into the same library.
+SOURCES = (SOURCE, Path(__file__).with_name("_memory.cpp"))
 _NVTX_HEADER = Path("nvtx3") / "nvToolsExt.h"
 # NDEBUG as torch's own build has it: without it, header-inlined RecordFunction accessors assert on
 # state that a release libtorch never sets (inputs() raises "Called inputs() outside RecordFunction
@@ -52,6 +54,13 @@ class Observer:
         self._stop = lib.nvbridge_observer_stop
         self._stop.argtypes = [ctypes.c_uint64]
         self._stop.restype = None
+        for name in ("start", "stop", "active"):
+            getattr(lib, f"nvbridge_memory_{name}").restype = ctypes.c_int
+        lib.nvbridge_memory_events.restype = ctypes.c_uint64
+        self.memory_start = lib.nvbridge_memory_start
+        self.memory_stop = lib.nvbridge_memory_stop
+        self.memory_active = lib.nvbridge_memory_active
+        self.memory_events = lib.nvbridge_memory_events
 
     def start(self, record_shapes: bool) -> int:
         """Observe this thread (and the autograd threads it hands work to); returns a handle."""
@@ -100,7 +109,9 @@ def cache_dir() -> Path:
 
 def build_key() -> str:
     """Short hash of everything the binary depends on."""
-    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest = hashlib.sha256()
+    for source in SOURCES:
+        digest.update(source.read_bytes())
     digest.update(f"{torch.__version__}|{sys.version}|{torch.compiled_with_cxx11_abi()}|{_CFLAGS}".encode())
     return digest.hexdigest()[:16]
 
@@ -144,7 +155,7 @@ def _build() -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     cpp_extension.load(
         name=name,
-        sources=[str(SOURCE)],
+        sources=[str(source) for source in SOURCES],
         extra_cflags=_CFLAGS,
         extra_include_paths=[str(include)],
         extra_ldflags=["-ldl"],

@@ -23,13 +23,13 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
-from nvbridge.annotate import _nvtx_lib, _observer, _rank
+from nvbridge.annotate import _memory, _nvtx_lib, _observer, _rank
 from nvbridge.annotate._backward import run_backward_with_ranges
 from nvbridge.annotate._modules import ModuleRanges
 from nvbridge.annotate._names import forward_name, step_name
 from nvbridge.annotate._ops import BackwardCallMode, OpDispatchMode, input_sizes, next_op_id
 
-__all__ = ["Backend", "emit_nvtx", "nvtx_range"]
+__all__ = ["Backend", "emit_nvtx"]
 
 Backend = Literal["auto", "observer", "python", "native"]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -167,6 +167,9 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
     Args:
         enabled: False makes this a true no-op.
         record_shapes: Add ``sizes = [[...], ...]`` (one entry per schema argument).
+        profile_memory: Mark every allocation and free of torch's allocators in the ``nvbridge``
+            NVTX domain (observer backend only; the others warn once and record none). See
+            docs/annotate.md, "Memory".
         modules: Add ``nn.Module: <path> (<Class>)`` ranges around module calls.
         backend: ``"observer"`` (a C++ RecordFunction observer built on first use: torch's
             exact op names plus the forward thread, every build), ``"python"`` (dispatch mode
@@ -186,6 +189,7 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         record_shapes: bool = False,
         modules: bool = True,
         backend: Backend = "auto",
+        profile_memory: bool = False,
     ) -> None:
         if backend not in ("auto", "observer", "python", "native"):
             raise ValueError(f"backend must be 'auto', 'observer', 'python' or 'native', not {backend!r}")
@@ -195,6 +199,8 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         self.record_shapes = record_shapes
         self.modules = modules
         self.backend: Backend = backend
+        self.profile_memory = profile_memory
+        self._memory: _memory.MemoryRecorder | None = None
         self.active_backend: str = "off"
         self._entered = False
         self._emitter = _nvtx_lib.NOOP
@@ -251,10 +257,15 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with emit_nvtx(self.enabled, self.record_shapes, self.modules, self.backend):
+            with emit_nvtx(self.enabled, self.record_shapes, self.modules, self.backend, self.profile_memory):
                 return func(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
+
+    @property
+    def memory_recording(self) -> bool:
+        """Allocator events of this thread are being marked now (profile_memory with the observer)."""
+        return self._memory is not None and self._memory.recording and not self._memory.suspended
 
     def step(self) -> None:
         """Close the previous ``ProfilerStep#N`` range and open the next one.
@@ -279,11 +290,17 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
                 raise ValueError(f"backend='observer' is unavailable: {_observer.unavailable_reason()}; use 'auto'")
             if observer is not None:
                 self._observer = (observer, observer.start(self.record_shapes))
+                if self.profile_memory:
+                    self._memory = _memory.MemoryRecorder(observer)
+                    self._memory.start()
                 _GLOBALS.thread_modes.observer = True
                 self.active_backend = "observer"
                 _GLOBALS.acquire(self.modules, False, self._emitter)
                 self._globals_held = True
                 return
+        if self.profile_memory:
+            why = _observer.unavailable_reason() or f"backend={self.backend!r}"
+            _memory.warn_not_recorded("backend", f"only the observer backend records allocator events ({why})")
         use_native = self.backend == "native" or (self.backend == "auto" and _native_available())
         if use_native:
             self._native_on = _enable_native(self.record_shapes)
@@ -322,6 +339,9 @@ class emit_nvtx:  # noqa: N801 - named like torch.autograd.profiler.emit_nvtx on
         if self._globals_held:
             self._globals_held = False
             _GLOBALS.release(self.modules, self._python_held)
+        if self._memory is not None:
+            self._memory.stop()
+            self._memory = None
         if self._observer is not None:
             observer, handle = self._observer
             self._observer = None
@@ -353,40 +373,3 @@ def _enable_native(record_shapes: bool) -> bool:
     except RuntimeError:
         return False
     return True
-
-
-class nvtx_range:  # noqa: N801 - used as nvbridge.annotate.range, like record_function
-    """A named NVTX range, as context manager or decorator (like ``torch.profiler.record_function``).
-
-    Costs one check when no collector is attached.
-
-    Args:
-        label: The range's message.
-    """
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self._pushed = False
-
-    def __enter__(self) -> nvtx_range:
-        if _nvtx_lib.collector_attached():
-            emitter = _nvtx_lib.load_emitter()
-            emitter.push(self.label)
-            self._pushed = True
-            self._pop = emitter.pop
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._pushed:
-            self._pushed = False
-            self._pop()
-
-    def __call__(self, func: F) -> F:
-        """Decorator form: the range wraps every call."""
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with nvtx_range(self.label):
-                return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]

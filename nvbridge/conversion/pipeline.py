@@ -121,7 +121,7 @@ def _attempt(
         with opened as source, worker_pool(1, "nvbridge-names") as names:
             progress("reading", 0)
             info = run.info(source.info)
-            engine = Correlator(info, source.capture_end_ns, source.syncs)
+            engine = Correlator(info, source.capture_end_ns, source.syncs, memory=source.has_memory)
             try:
                 for sink in sinks:
                     sink.start(source, info)
@@ -170,8 +170,9 @@ def _windows(
         del window, item, parsed  # the window's tables: only the rows made of them stay
         if isinstance(rows, Restart):
             return rows
-        for name in ("ops", "api_calls", "gpu_ops"):  # each as declared, before any sink takes it
-            conform(name, getattr(rows, name))
+        for name in ("ops", "api_calls", "gpu_ops", "memory"):  # each as declared, before any sink takes it
+            if getattr(rows, name) is not None:
+                conform(name, getattr(rows, name))
         done.ops.add(rows.ops)
         for sink in sinks:
             sink.rows(rows)

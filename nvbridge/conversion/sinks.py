@@ -4,20 +4,24 @@ Parquet files, or tables in memory (``nvbridge.load`` of a report)."""
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from nvbridge._version import __version__
-from nvbridge.columns import np_col
+from nvbridge.columns import np_col, set_column
 from nvbridge.conversion.result import with_marked_ranks
 from nvbridge.dataset.dictionaries import compact_table
 from nvbridge.engine import WindowRows
+from nvbridge.engine.memory import no_rows as memory_no_rows
 from nvbridge.export import parquet
 from nvbridge.readers.raw import SourceInfo, WindowSource
 
 # The tables written as windows finish them; the others come whole at the end.
-STREAMED = ("ops", "api_calls", "gpu_ops")
+STREAMED = ("ops", "api_calls", "gpu_ops", "memory")
 
 
 class ParquetSink:
@@ -28,16 +32,20 @@ class ParquetSink:
         self.directory = directory
         self._out: dict[str, _Grouped] = {}
         self._info: SourceInfo | None = None
+        self._frees: list[pa.Table] = []
 
     def start(self, source: WindowSource, info: SourceInfo) -> None:
         self._info = info
         # Windows' rows regrouped into row groups of ROW_GROUP_ROWS: a row group per window cost
         # 2-7 ms of encoder set-up each (a compressor and a dictionary per column chunk).
         self._out = {name: _Grouped(self.directory / f"{name}.parquet") for name in STREAMED}
+        self._frees = []
 
     def rows(self, rows: WindowRows) -> None:
         for name in STREAMED:
-            self._out[name].write([getattr(rows, name)])
+            self._out[name].write([t] if (t := _rows(rows, name)) is not None else [])
+        if rows.memory_frees is not None and rows.memory_frees.num_rows:
+            self._frees.append(rows.memory_frees)
 
     def finish(self, tables: dict[str, pa.Table]) -> None:
         assert self._info is not None, "finish before start"
@@ -48,6 +56,9 @@ class ParquetSink:
         finally:
             self._close()
         written = {name: writer.rows for name, writer in writers.items()}  # once every write is done
+        if self._frees:
+            write_frees(self.directory / "memory.parquet", pa.concat_tables(self._frees))
+            self._frees = []
         for name, table in tables.items():
             parquet.write_table(table, self.directory / f"{name}.parquet")
         info = with_marked_ranks(self._info, tables.get("marks"))  # the ranks the processes marked
@@ -119,21 +130,30 @@ class MemorySink:
     def __init__(self) -> None:
         self.info: SourceInfo | None = None
         self._parts: dict[str, list[pa.Table]] = {}
+        self._frees: list[pa.Table] = []
         self.tables: dict[str, pa.Table] = {}
 
     def start(self, source: WindowSource, info: SourceInfo) -> None:
         self.info = info
         self._parts = {name: [] for name in STREAMED}
+        self._frees = []
 
     def rows(self, rows: WindowRows) -> None:
         for name in STREAMED:
-            self._parts[name].append(getattr(rows, name))
+            if (table := _rows(rows, name)) is not None:
+                self._parts[name].append(table)
+        if rows.memory_frees is not None and rows.memory_frees.num_rows:
+            self._frees.append(rows.memory_frees)
 
     def finish(self, tables: dict[str, pa.Table]) -> None:
         if self.info is not None:
             self.info = with_marked_ranks(self.info, tables.get("marks"))  # the ranks the processes marked
+        if not self._parts["memory"]:
+            self._parts["memory"] = [memory_no_rows()[0]]
         whole = {name: _concat(parts) for name, parts in self._parts.items()}
-        self._parts = {}
+        if self._frees:
+            whole["memory"] = with_frees(whole["memory"], pa.concat_tables(self._frees), 0)
+        self._parts, self._frees = {}, []
         # A range open across windows comes out with the window where it closes, after ops
         # with higher ids: back in op_id order, as a dataset is read (nvbridge.dataset.files.read).
         op_id = np_col(whole["ops"], "op_id")
@@ -142,7 +162,43 @@ class MemorySink:
         self.tables = {name: compact_table(t) for name, t in {**whole, **tables}.items()}
 
     def abort(self) -> None:
-        self._parts, self.tables = {}, {}
+        self._parts, self.tables, self._frees = {}, {}, []
+
+
+def _rows(rows: WindowRows, name: str) -> pa.Table | None:
+    """A window's table ``name`` (the memory rows: also where the engine made none)."""
+    table: pa.Table | None = getattr(rows, name)
+    return memory_no_rows()[0] if table is None and name == "memory" else table
+
+
+def with_frees(memory: pa.Table, frees: pa.Table, offset: int) -> pa.Table:
+    """Memory rows ``offset``.. with ``free_ns`` set on the allocations freed in later windows
+    (``frees``: nvbridge.engine.memory.FREES, sorted by row, possibly beyond these rows)."""
+    rows, free_ns = np_col(frees, "row"), np_col(frees, "free_ns")
+    lo, hi = np.searchsorted(rows, [offset, offset + memory.num_rows])
+    if hi == lo:
+        return memory
+    values = np_col(memory, "free_ns", fill=-1).copy()
+    values[rows[lo:hi] - offset] = free_ns[lo:hi]
+    return set_column(memory, "free_ns", pa.array(values, mask=values < 0))
+
+
+def write_frees(path: Path, frees: pa.Table) -> None:
+    """Rewrite the memory table at ``path`` with the frees of later windows in its allocations'
+    ``free_ns``, a row group at a time (the file as written, then replaced)."""
+    frees = frees.sort_by([("row", "ascending")])
+    staged = path.with_name(f".{path.name}.frees")
+    writer = parquet.TableWriter(staged)
+    try:
+        source = pq.ParquetFile(path)
+        offset = 0
+        for i in range(source.metadata.num_row_groups):
+            group = source.read_row_group(i)
+            writer.write(with_frees(group, frees, offset))
+            offset += group.num_rows
+    finally:
+        writer.close()
+    os.replace(staged, path)
 
 
 def _concat(parts: list[pa.Table]) -> pa.Table:

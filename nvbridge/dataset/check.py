@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from nvbridge.dataset.schema import CONTRACT, DATASET_SCHEMA_VERSION, SCHEMAS
+from nvbridge.dataset.schema import CONTRACT, DATASET_SCHEMA_VERSION, OPTIONAL, SCHEMAS
 from nvbridge.errors import DamagedDataset, ExportError
 from nvbridge.output.names import check_name
 
@@ -37,6 +37,8 @@ def check_files(directory: Path, tables: Sequence[str], columns: Mapping[str, Se
     """Every table file there, readable as Parquet, with the columns to be read."""
     for name in tables:
         path = directory / f"{name}.parquet"
+        if name in OPTIONAL and not path.exists():
+            continue  # written by an nvbridge older than the table: read without rows
         if not path.is_file():
             raise DamagedDataset(f"{path} is missing; {fix(directory)}.")
         try:

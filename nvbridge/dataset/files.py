@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from nvbridge.columns import np_col
 from nvbridge.dataset.check import TIMED, bad_intervals, bad_rows, check_intervals, fix, read_meta_file
 from nvbridge.dataset.dictionaries import compact_table
-from nvbridge.dataset.schema import TABLES
+from nvbridge.dataset.schema import OPTIONAL, SCHEMAS, TABLES
 from nvbridge.errors import DamagedDataset
 
 Window = tuple[int | None, int | None]  # [start_ns, end_ns]; None: open on that side
@@ -39,17 +39,23 @@ class Files:
                 self._files[name] = pq.ParquetFile(self.directory / f"{name}.parquet")
         return self._files[name]
 
+    def absent(self, name: str) -> bool:
+        """A table the dataset predates (schema.OPTIONAL): read as the declared table, no rows."""
+        return absent(self.directory, name)
+
     def _reading(self, name: str) -> ReadErrors:
         return ReadErrors(self.directory, name)
 
     def rows(self, name: str) -> int:
-        return int(self._file(name).metadata.num_rows)
+        return 0 if self.absent(name) else int(self._file(name).metadata.num_rows)
 
     def column_names(self, name: str) -> list[str]:
-        return list(self._file(name).schema_arrow.names)
+        return list(SCHEMAS[name].names) if self.absent(name) else list(self._file(name).schema_arrow.names)
 
     def first_starts(self, name: str) -> list[int | None]:
         """Per row group, its least ``start_ns`` as its statistics record it (None: unknown)."""
+        if self.absent(name):
+            return []
         pf = self._file(name)
         if "start_ns" not in pf.schema_arrow.names:
             return [None] * pf.metadata.num_row_groups
@@ -62,6 +68,8 @@ class Files:
 
     def nulls(self, name: str, column: str) -> int | None:
         """Nulls in ``column`` of table ``name``, from the row groups' statistics (None: unknown)."""
+        if self.absent(name):
+            return 0
         pf = self._file(name)
         index = pf.schema_arrow.names.index(column)
         total = 0
@@ -76,6 +84,8 @@ class Files:
         """Table ``name`` whole, with the columns ``load`` was asked for (checked as
         ``dataset.load`` checks it)."""
         wanted = list(self.columns[name]) if name in self.columns else None
+        if self.absent(name):
+            return SCHEMAS[name].empty_table().select(wanted or SCHEMAS[name].names)
         if name == "ops" and wanted is not None and "op_id" not in wanted:
             wanted = ["op_id", *wanted]
         with self._reading(name):
@@ -93,6 +103,9 @@ class Files:
         """Table ``name`` a row group at a time, in file order, with only ``columns``. Row
         groups whose statistics show no row overlapping ``window`` are skipped unread (and so
         unchecked: pass a window only for a table already read whole once)."""
+        if self.absent(name):
+            yield SCHEMAS[name].empty_table().select(list(columns))
+            return
         pf = self._file(name)
         checked = name in TIMED and {"start_ns", "end_ns"} <= set(columns)
         if not pf.metadata.num_row_groups:  # an empty table: one empty part, so readers see its columns
@@ -114,6 +127,11 @@ class Files:
             with self._reading(name):
                 bad += bad_intervals(pf.read_row_group(i, columns=["start_ns", "end_ns"]))
         raise bad_rows(self.directory, name, bad)
+
+
+def absent(directory: Path, name: str) -> bool:
+    """Table ``name`` is one the dataset predates (schema.OPTIONAL) and has no file of."""
+    return name in OPTIONAL and not (directory / f"{name}.parquet").exists()
 
 
 def outside_window(row_group: pq.RowGroupMetaData, window: Window) -> bool:
@@ -169,7 +187,9 @@ def read(
     # Compacted as read: a dataset written before dictionaries were compacted holds the export's
     # whole string table in them.
     tables = {
-        name: compact_table(
+        name: SCHEMAS[name].empty_table().select(list(wanted.get(name, SCHEMAS[name].names)))
+        if absent(directory, name)
+        else compact_table(
             pq.read_table(directory / f"{name}.parquet", columns=list(wanted[name]) if name in wanted else None)
         )
         for name in TABLES

@@ -36,8 +36,8 @@ class DatasetTables:
     a time) or held from a conversion in memory; one implementation of the protocol
     :class:`nvbridge.dataset.schema.ReportTables` (``nvbridge.Report`` adds torch's answers).
 
-    Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads`` and
-    ``devices`` are Arrow tables (columns in docs/dataset.md); ``meta`` is the key/value
+    Attributes ``ops``, ``gpu_ops``, ``api_calls``, ``marks``, ``syncs``, ``threads``,
+    ``devices`` and ``memory`` are Arrow tables (columns in docs/dataset.md); ``meta`` is the key/value
     description of the source, ``rank`` its distributed rank where one was recorded.
     ``df(name)`` gives a table as a pandas DataFrame. A report opened with
     ``load(..., streamed=True)`` reads a table when it is first asked for, and ``chunks``
@@ -89,6 +89,11 @@ class DatasetTables:
     @property
     def devices(self) -> pa.Table:
         return self.table("devices")
+
+    @property
+    def memory(self) -> pa.Table:
+        """The allocator events (docs/dataset.md; no rows where the report has none)."""
+        return self.table("memory")
 
     def rows(self, name: str) -> int:
         """Rows of table ``name``, without reading it."""

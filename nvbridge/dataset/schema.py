@@ -28,7 +28,7 @@ I64, F64, STR, BOOL = pa.int64(), pa.float64(), pa.string(), pa.bool_()
 DATASET_SCHEMA_VERSION = "1"
 
 # Every table of a dataset, in the order meta counts them.
-TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices")
+TABLES = ("ops", "gpu_ops", "api_calls", "marks", "syncs", "threads", "devices", "memory")
 
 OPS = pa.schema(
     [
@@ -45,6 +45,9 @@ OPS = pa.schema(
         *(("flops", I64), ("bytes", I64), ("compute_dtype", STR), ("dtype_assumed", BOOL), ("dtype_inferred", BOOL)),
         *(("module_path", STR), ("fwd_op_id", I64), ("step", I64), ("stack", pa.list_(STR))),
         *(("achieved_tflops", F64), ("achieved_gbps", F64), ("intensity", F64)),
+        # memory (nvbridge.engine.memory; null where the report has no memory events)
+        *(("self_cpu_memory_usage", I64), ("cpu_memory_usage", I64), ("self_cuda_memory_usage", I64)),
+        *(("cuda_memory_usage", I64), ("cpu_memory_peak", I64), ("cuda_memory_peak", I64)),
     ]
 )
 GPU_OPS = pa.schema(
@@ -81,6 +84,14 @@ DEVICES = pa.schema(
         *(("compute_capability", STR), ("chip", STR)),
     ]
 )
+# One row per allocator event, in time order (nvbridge.engine.memory, docs/memory.md).
+MEMORY = pa.schema(
+    [
+        *(("ts_ns", I64), ("process_id", I64), ("thread_id", I64), ("device", DICT_STR), ("device_id", I64)),
+        *(("address", I64), ("bytes", I64), ("total_allocated", I64), ("total_reserved", I64), ("op_id", I64)),
+        *(("step", I64), ("alloc_ns", I64), ("free_ns", I64), ("source", DICT_STR)),
+    ]
+)
 META = pa.schema([("key", STR), ("value", STR)])
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -91,7 +102,10 @@ SCHEMAS: dict[str, pa.Schema] = {
     "syncs": SYNCS,
     "threads": THREADS,
     "devices": DEVICES,
+    "memory": MEMORY,
 }
+# Tables a dataset written by an older nvbridge lacks: read as the declared table without rows.
+OPTIONAL = frozenset({"memory"})
 # Tables whose columns a reader may list in another order (see SYNCS); the others are in file order.
 ANY_ORDER = frozenset({"syncs"})
 
@@ -116,6 +130,7 @@ CONTRACT: dict[str, tuple[str, ...]] = {
     "syncs": (),
     "threads": ("process_id", "thread_id"),
     "devices": ("device_id",),
+    "memory": ("ts_ns", "device", "bytes", "total_allocated", "total_reserved", "op_id"),
 }
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col, take_sorted
-from nvbridge.engine import semantics
+from nvbridge.engine import memory, semantics
 from nvbridge.engine import window as steps
 from nvbridge.engine.activity import ProcessKeys
 
@@ -42,7 +42,7 @@ class Carried:
         return cls(
             take_sorted(rows.raw, carry).combine_chunks(),
             rows.op_id[carry],
-            {name: sums.values[name][carry] for name in steps.SUMS},
+            {name: values[carry] for name, values in sums.values.items()},  # memory's too, if any
             sums.gpu_first[carry],
             sums.gpu_last[carry],
             take_sorted(state, carry).combine_chunks(),
@@ -56,6 +56,8 @@ class Carried:
         k = len(self.op_id)
         for name in steps.SUMS:
             sums.values[name][:k] += self.sums[name]
+        if memory.USAGE[0] in self.sums:
+            memory.compose(sums.values, self.sums, k)
         sums.gpu_first[:k] = np.minimum(sums.gpu_first[:k], self.gpu_first)
         sums.gpu_last[:k] = np.maximum(sums.gpu_last[:k], self.gpu_last)
         codes[:k] = np.minimum(codes[:k], self.kernel_dtype)

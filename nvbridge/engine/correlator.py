@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from nvbridge.columns import np_col, take_sorted
 from nvbridge.engine import by_time, invariants, names, semantics
+from nvbridge.engine import memory as memory_steps
 from nvbridge.engine import window as steps
 from nvbridge.engine.activity import ActivityTally, Correlated, GpuBuffer, ProcessKeys, Reorder, api_rows
 from nvbridge.engine.carry import Calls, Carried, one_chunk_each, start_order
@@ -63,8 +64,12 @@ class Correlator:
             backward links (:data:`nvbridge.engine.forward_links.FORWARD_HORIZON_ROWS`).
     """
 
-    def __init__(self, info: SourceInfo, capture_end: int, syncs: pa.Table, horizons: int = 1) -> None:
+    def __init__(
+        self, info: SourceInfo, capture_end: int, syncs: pa.Table, horizons: int = 1, *, memory: bool = False
+    ) -> None:
         self.info = info
+        # None: the report has no memory events (the ops' memory columns are null).
+        self._memory = memory_steps.Tracker() if memory else None
         self.capture_end = capture_end
         self.syncs = syncs
         self._keys = ProcessKeys()
@@ -121,7 +126,9 @@ class Correlator:
         # The calls in start order (ties in table order), as index arrays: the table itself
         # stays as it came, its rows put back in id order on the way out.
         calls = Calls(api, start_order(np_col(api, "start_ns"), np_col(api, "api_call_id")), self._keys)
-        tree = steps.build_tree(rows, calls.start, calls.end, calls.by_start("thread_key"), self.capture_end)
+        events = window.memory if window.memory is not None and window.memory.num_rows else None
+        a_key = calls.by_start("thread_key")
+        tree, m_local = memory_steps.build_tree(rows, calls.start, calls.end, a_key, events, self.capture_end)
         if self._gpu.orphans.has(calls.key).any():
             return Restart("an API call starts after the GPU op it launched")
         a_op = through(rows.op_id, tree.api_local)
@@ -140,6 +147,8 @@ class Correlator:
         self._match_syncs(calls.key, calls.id)
         self._put_api(api, calls, a_op, np.bincount(g_call, minlength=len(calls.id)))
         sums = self._sums(rows, tree, g_rows, g_call, calls)
+        if self._memory is not None:
+            sums.values.update(self._memory.sums(tree, m_local, events))
         codes = self._kernel_dtypes(rows, tree, g_rows, g_local)
         named = parsed.result() if isinstance(parsed, Future) else parsed
         named = named.cast(names.PARSED_SCHEMA) if order is None else named.take(order).cast(names.PARSED_SCHEMA)
@@ -151,6 +160,9 @@ class Correlator:
         released = self._gpu.release(cut)
         if released is not None:
             self.tally.gpu(released)
+        memory, frees = (
+            memory_steps.no_rows() if self._memory is None else self._memory.rows(rows.op_id, m_local, events)
+        )
         api_ready = self._api_out.ready()
         if cut is None:
             self._api_out.check_empty()  # every id handed on: none missing
@@ -158,6 +170,8 @@ class Correlator:
             out,
             api_ready if api_ready is not None else self.no_api_calls(),
             released if released is not None else self.no_gpu_ops(),
+            memory,
+            frees,
         )
 
     def _put_api(self, api: pa.Table, calls: Calls, a_op: np.ndarray, count: np.ndarray) -> None:
@@ -308,6 +322,10 @@ class Correlator:
         # Every column over the whole window, then the emitted rows as slices of their runs:
         # no column is copied.
         out = steps.ops_table(rows, tree, sums, self_cpu, parent_id, pid, self._end_thread_mask, torch_cols)
+        for column, values in memory_steps.ops_columns(s if self._memory is not None else None, n).items():
+            out = out.append_column(column, values)
+        if self._memory is not None:
+            self._memory.emitted(s, emit, torch_cols["step"])
         if len(emit) < n:
             out = take_sorted(out, emit)
         self._self_gpu_sum += int(s["self_gpu"][emit].sum())
@@ -325,6 +343,8 @@ class Correlator:
             raise CorrelationError("the last window never came")
         self._emitted.check_complete(self._next_id)
         invariants.check_sums(self._self_gpu_sum, self._time_gpu_sum, self.tally)
+        if self._memory is not None:
+            self._memory.check()
         self._forward = semantics.ForwardIndex(self._forward_horizon)
         self._emitted = invariants.EmittedIds()
         return other_tables(self.syncs, self.sync_api, self._gpu.devices, tail)

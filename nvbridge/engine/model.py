@@ -29,13 +29,19 @@ class Model:
     syncs: pa.Table
     threads: pa.Table
     devices: pa.Table
+    memory: pa.Table
 
 
 @dataclass(frozen=True, slots=True)
 class WindowRows:
     """What the engine makes of one window: the ops rows final now, and the api_calls and
-    gpu_ops rows that continue those handed on before, in id order (each may have no rows)."""
+    gpu_ops rows that continue those handed on before, in id order (each may have no rows); the
+    window's memory rows (in time order) and ``memory_frees``: allocations of earlier windows
+    freed in this one (their memory row and free time, nvbridge.engine.memory.FREES), which the
+    sinks write into those rows' ``free_ns``."""
 
     ops: pa.Table
     api_calls: pa.Table
     gpu_ops: pa.Table
+    memory: pa.Table | None = None
+    memory_frees: pa.Table | None = None

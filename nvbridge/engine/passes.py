@@ -7,6 +7,7 @@ engine over a report read whole, for callers that want the correlated tables and
 from __future__ import annotations
 
 from nvbridge.engine.correlator import Correlator
+from nvbridge.engine.memory import no_rows as memory_rows
 from nvbridge.engine.model import Model
 from nvbridge.errors import CorrelationError
 from nvbridge.readers.raw import RawProfile, Restart
@@ -23,7 +24,7 @@ def correlate(profile: RawProfile) -> Model:
         The model whose tables become the Parquet dataset.
     """
     source = OneWindow(profile)
-    engine = Correlator(source.info, source.capture_end_ns, source.syncs)
+    engine = Correlator(source.info, source.capture_end_ns, source.syncs, memory=source.has_memory)
     try:
         (window,) = source.windows()
         assert not isinstance(window, Restart), "a report read whole is one window"
@@ -33,4 +34,5 @@ def correlate(profile: RawProfile) -> Model:
         tables = engine.finish(source.tail())
     finally:
         engine.close()
-    return Model(profile.info, rows.ops, gpu_ops=rows.gpu_ops, api_calls=rows.api_calls, **tables)
+    memory = rows.memory if rows.memory is not None else memory_rows()[0]
+    return Model(profile.info, rows.ops, gpu_ops=rows.gpu_ops, api_calls=rows.api_calls, memory=memory, **tables)

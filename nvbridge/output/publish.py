@@ -52,6 +52,7 @@ DATASET_FILES = frozenset(
         "syncs.parquet",
         "threads.parquet",
         "devices.parquet",
+        "memory.parquet",
     }
 )
 # In-flight names: .<dest>.nvbridge-staging.<host>.<pid>.<random>[<suffix>] (built, not yet in

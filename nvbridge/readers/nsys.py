@@ -9,8 +9,10 @@ absent optional column its default. Names are resolved through ``StringIds`` in 
 
 from __future__ import annotations
 
+from nvbridge.readers import memory_nsys
 from nvbridge.readers._db import Database
 from nvbridge.readers._pages import RowFilter
+from nvbridge.readers.memory_marks import split_memory
 from nvbridge.readers.nsys_info import device_table, source_info
 from nvbridge.readers.nsys_ranges import normalize_ranges, nvtx_others
 from nvbridge.readers.nsys_tables import (
@@ -76,7 +78,11 @@ def read(db: Database) -> RawProfile:
         gpu = gpu_ops(raw, strings)
         syncs = normalize_syncs(raw["sync"], sync_type_labels(db))
         marks, thread_names, domains = nvtx_others(raw["nvtx_other"], strings)
+        marks, memory = split_memory(marks)
+        if not memory.num_rows:  # nvbridge's marks win over nsys' own events (nvbridge.readers.memory_nsys)
+            memory = memory_nsys.read_events(db)
         ranges = normalize_ranges(raw["nvtx"], strings, domains)
     threads = thread_table(db, strings, ranges, api, thread_names)
     rows = sum(t.num_rows for t in (ranges, marks, api, gpu, syncs))
-    return RawProfile(info, ranges, marks, api, gpu, syncs, threads, device_table(db), rows)
+    rows += memory.num_rows
+    return RawProfile(info, ranges, marks, api, gpu, syncs, threads, device_table(db), rows, memory)

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from nvbridge.columns import np_col, set_column
+from nvbridge.columns import DICT_STR, np_col, set_column
 from nvbridge.readers._db import Database
 from nvbridge.readers._pages import RowFilter
+from nvbridge.readers.memory_marks import DOMAIN, PREFIX, MemoryQueue, split_memory
 from nvbridge.readers.nsys_ranges import domain_names, normalize_ranges, nvtx_others
 from nvbridge.readers.nsys_tables import (
     NVTX,
@@ -38,6 +39,8 @@ from nvbridge.readers.slabs import Slab, plan
 # rows are estimated from its chunks' spans, and a wrong estimate (rows stored out of order spread
 # over chunks) held 80 MB more at 10M with slabs of a whole window.
 SLAB_SHARE = 2
+# Candidate allocator marks parsed to tell whether a report has memory events.
+HAS_MEMORY_PROBE = 64
 # A condition no row meets: a read of it gives the table's columns, typed, without rows.
 NO_ROWS = "1 = 0"
 
@@ -75,6 +78,8 @@ class NvtxParts:
         self._marks: list[pa.Table] = []
         self._thread_names: list[pa.Table] = []
         self._thread_keys: list[np.ndarray] = []
+        # nvbridge's allocator marks, split from the marks as parts come, taken by the windows.
+        self.memory = MemoryQueue()
         self.present = db.has("NVTX_EVENTS")
         if self.present:
             db.require("NVTX_EVENTS", NVTX)  # a required column missing: MissingTable, before any query
@@ -103,6 +108,29 @@ class NvtxParts:
             f"SELECT start FROM NVTX_EVENTS WHERE eventType IN {RANGE_TYPES} ORDER BY rowid DESC LIMIT 1"
         )
         return int(last[0][0]) if last and last[0][0] is not None else None
+
+    def has_memory(self) -> bool:
+        """Whether any mark is one of nvbridge's allocator events, before the first window (the
+        ops' memory columns are null without). A recording makes its first allocation as it
+        starts, so the scan stops early where there are some; the candidates found are parsed
+        as the windows will parse them (a malformed one is no event)."""
+        if not self.present or not {"domainId", "text"} <= set(self.db.columns("NVTX_EVENTS")):
+            return False  # marks outside every domain, or none with text: none of ours
+        found = self.db.scalar_rows(
+            f"SELECT text FROM NVTX_EVENTS WHERE eventType = {NVTX_MARK} AND domainId != 0 "
+            f"AND substr(text, 1, {len(PREFIX)}) = '{PREFIX}' LIMIT {HAS_MEMORY_PROBE}"
+        )
+        texts = [str(text) for (text,) in found]
+        probe = pa.table(
+            {
+                "ts_ns": pa.array([0] * len(texts), pa.int64()),
+                "name": pa.array(texts, pa.string()),
+                "domain": pa.array([DOMAIN] * len(texts), pa.string()),
+                "process_id": pa.array([0] * len(texts), pa.int64()),
+                "thread_id": pa.array([0] * len(texts), pa.int64()),
+            }
+        )
+        return bool(split_memory(probe)[1].num_rows)
 
     def _plan_slabs(self) -> None:
         """Slabs in start order from one grouped scan; domain names first, as a slab may hold
@@ -172,6 +200,9 @@ class NvtxParts:
             if part.others is not None and not self._others(part.others):
                 yield Restart("a domain is named after ranges of it")
                 return
+            if self.memory.out_of_order:
+                yield Restart("memory events are not in time order across windows")
+                return
             ranges = part.ranges
             domain_id = np_col(ranges, "domain_id")
             if (domain_id != 0).any():
@@ -191,10 +222,12 @@ class NvtxParts:
     def _others(self, ev: pa.Table) -> bool:
         """Keep a part's marks, thread names and domain names; False where a domain is named
         after ranges of it went out."""
-        marks, thread_names, domains = nvtx_others(ev, self._strings.result())
+        marks, thread_names, domains = nvtx_others(ev, self._strings.result(), self._domains)
         if set(domains) & self._unnamed:
             return False
         self._domains.update(domains)
+        marks, memory = split_memory(marks)
+        self.memory.put(memory)
         self._marks.append(marks)
         self._thread_names.append(thread_names)
         return True
@@ -203,7 +236,9 @@ class NvtxParts:
         """The marks (once :meth:`parts` is exhausted)."""
         if not self._marks:
             self._others(self.db.read_table("NVTX_EVENTS", NVTX, NO_ROWS))  # no rows: the empty table
-        return pa.concat_tables(self._marks)
+        # A part whose marks are all in the default domain has plain null domains, one naming
+        # a domain dictionary-encoded ones: one type for all (concat refused the mix).
+        return pa.concat_tables([set_column(m, "domain", m.column("domain").cast(DICT_STR)) for m in self._marks])
 
     def thread_names(self) -> pa.Table:
         """The names NVTX gave threads (once :meth:`parts` is exhausted)."""

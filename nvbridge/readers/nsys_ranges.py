@@ -50,12 +50,16 @@ def _text(ev: pa.Table, strings: pa.Table) -> pa.ChunkedArray:
     return pc.coalesce(text, resolved.cast(pa.string()))
 
 
-def nvtx_others(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, dict[tuple[int, int], str]]:
-    """Mark, thread-name and domain-creation rows -> (marks, thread names, domain names).
+def nvtx_others(
+    ev: pa.Table, strings: pa.Table, known: dict[tuple[int, int], str] | None = None
+) -> tuple[pa.Table, pa.Table, dict[tuple[int, int], str]]:
+    """Mark, thread-name and domain-creation rows -> (marks, with their ``thread_key``; thread
+    names; domain names).
 
     Domain names come from NvtxDomainCreate rows and are scoped per process (NVIDIA's reports
     join on domainId and the pid bits). Windowed exports may lack them: then the domain is
-    reported by id.
+    reported by id. ``known``: the domains named by earlier rows (a streamed read's earlier
+    parts), which name these marks too.
     """
     no_nulls("NVTX_EVENTS", ev, _NVTX_RAW, ["event_type", "global_tid"])
     etype = np_col(ev, "event_type")
@@ -75,9 +79,12 @@ def nvtx_others(ev: pa.Table, strings: pa.Table) -> tuple[pa.Table, pa.Table, di
         {
             "ts_ns": ev.column("start_ns").filter(msel),
             "name": text.filter(msel),
-            "domain": domain_names(pid[is_mark], domain_id[is_mark], domains),
+            "domain": domain_names(pid[is_mark], domain_id[is_mark], {**(known or {}), **domains}),
             "process_id": pa.array(pid[is_mark]),
             "thread_id": pa.array(gtid[is_mark] & TID_BITS),
+            # The thread as the ranges key it: nvbridge's memory marks are attributed by it
+            # (nvbridge.readers.memory_marks.split_memory drops it from the marks table).
+            "thread_key": pa.array(gtid[is_mark]),
         }
     )
     is_tname = etype == NVTX_THREAD_NAME

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
+from nvbridge.readers import memory_nsys
 from nvbridge.readers._db import Database
 from nvbridge.readers.activity import LATE_NS, Part, SlabTable, first_start
 from nvbridge.readers.nsys_info import device_table, source_info
@@ -81,6 +82,13 @@ class NsysWindows:
             times += [int(stats.hi.max())] if stats is not None and len(stats.hi) else []
             times += [stats.latest] if stats is not None and stats.latest is not None else []
         self.capture_end_ns = capture_end(self.info, max(times, default=0))
+        # nvbridge's allocator marks win over Nsight Systems' device-memory events where a report
+        # has both (nvbridge.readers.memory_nsys); those, few (one per driver allocation), are
+        # read whole and handed to the windows by time like the marks.
+        self.has_memory = self.nvtx.has_memory()
+        if not self.has_memory and memory_nsys.has_events(db):
+            self.nvtx.memory.put(memory_nsys.read_events(db))
+            self.has_memory = True
         self._api_threads: list[np.ndarray] = []
         self._handed = 0  # API calls handed on
 
@@ -102,7 +110,7 @@ class NsysWindows:
 
     def windows(self) -> Iterator[Window | Restart]:
         """The report's windows, in start order (:func:`nvbridge.readers.windows.cut_windows`)."""
-        return cut_windows(self.nvtx.parts(), self, self.capture_end_ns, lambda: self.rows_read)
+        return cut_windows(self.nvtx.parts(), self, self.capture_end_ns, lambda: self.rows_read, self.nvtx.memory.take)
 
     def bounds(self) -> list[int]:
         """Where the API call and GPU op slabs meet: where a window may be cut."""

@@ -146,6 +146,9 @@ class RawProfile:
     threads: pa.Table
     devices: pa.Table
     rows_read: int = field(default=0)
+    # nvbridge's allocator events (nvbridge.readers.memory_marks.MEMORY_EVENTS) in time order;
+    # None: not split from ``marks`` yet (the window source does it).
+    memory: pa.Table | None = None
 
 
 def capture_end(info: SourceInfo, hi: int) -> int:
@@ -165,6 +168,8 @@ class Window:
     ``table_index`` and ``rowid``, which order equal starts), at least every one starting before
     the window's horizon, past ``cut`` and its calls' ends (a GPU op starts after its launch).
     ``cut`` None: the last window. ``rows_read``: the rows the reader had read by then.
+    ``memory``: the allocator events (nvbridge.readers.memory_marks.MEMORY_EVENTS) at times before
+    ``cut`` not in an earlier window, in time order (None: none).
     """
 
     ranges: pa.Table
@@ -172,6 +177,7 @@ class Window:
     gpu_ops: pa.Table
     cut: int | None
     rows_read: int = 0
+    memory: pa.Table | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,11 +216,15 @@ class TraceFacts:
 
 class WindowSource(Protocol):
     """A report read as windows (nvbridge.readers.open_windows): what it is, its syncs (whole: a
-    few per step) and where never-closed ranges end, then its windows, then its tail."""
+    few per step), where never-closed ranges end and whether it has memory events, then its
+    windows, then its tail."""
 
     info: SourceInfo
     syncs: pa.Table
     capture_end_ns: int
+    # Whether the report holds memory events at all (the ops' memory columns are null if not),
+    # known before the first window.
+    has_memory: bool
 
     def windows(self) -> Iterator[Window | Restart]: ...
 

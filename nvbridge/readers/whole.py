@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
+from nvbridge.readers.memory_marks import split_memory
 from nvbridge.readers.raw import RawProfile, Restart, Tail, TraceFacts, Window, capture_end
 
 
@@ -30,7 +31,10 @@ class OneWindow:
         hi = int(max((int(t.max()) for t in times if len(t)), default=0))
         self.capture_end_ns = capture_end(profile.info, hi)
         self._profile: RawProfile | None = profile
-        self._tail = Tail(profile.marks, profile.threads, profile.devices)
+        marks, memory = (profile.marks, profile.memory) if profile.memory is not None else split_memory(profile.marks)
+        self._memory: pa.Table | None = memory
+        self.has_memory = bool(memory.num_rows)
+        self._tail = Tail(marks, profile.threads, profile.devices)
         self.rows_read = profile.rows_read
 
     def windows(self) -> Iterator[Window | Restart]:
@@ -38,7 +42,12 @@ class OneWindow:
         if profile is None:
             return _Once(None)
         api, gpu = whole_activity(profile.api_calls, profile.gpu_ops)
-        return _Once(Window(profile.ranges, api, gpu, None, profile.rows_read))
+        memory, self._memory = self._memory, None
+        if memory is not None and memory.num_rows > 1:  # time order, ties as recorded
+            ts = np_col(memory, "ts_ns")
+            if (np.diff(ts) < 0).any():
+                memory = memory.take(pa.array(np.argsort(ts, kind="stable")))
+        return _Once(Window(profile.ranges, api, gpu, None, profile.rows_read, memory))
 
     def tail(self) -> Tail:
         return self._tail

@@ -48,10 +48,13 @@ def cut_windows(
     activity: Activity,
     capture_end: int,
     rows_read: Callable[[], int],
+    memory: Callable[[int | None], pa.Table | None] | None = None,
 ) -> Iterator[Window | Restart]:
     """``parts`` of ranges, each starting at or after every earlier part's cut, as windows; the
-    last window has cut None. A Restart (from ``parts``, or found here) ends the windows."""
-    cuts = _Cuts(activity, rows_read)
+    last window has cut None. A Restart (from ``parts``, or found here) ends the windows.
+    ``memory``: the allocator events before a cut (None: all) not taken before, read as the
+    parts were (nvbridge.readers.memory_marks.MemoryQueue.take)."""
+    cuts = _Cuts(activity, rows_read, memory)
     held: pa.Table | None = None
     for part in parts:
         if isinstance(part, Restart):
@@ -90,8 +93,11 @@ def cut_windows(
 class _Cuts:
     """The cuts made so far, and the slab bounds a window may be cut at before its own cut."""
 
-    def __init__(self, activity: Activity, rows_read: Callable[[], int]) -> None:
+    def __init__(
+        self, activity: Activity, rows_read: Callable[[], int], memory: Callable[[int | None], pa.Table | None] | None
+    ) -> None:
         self._activity = activity
+        self._memory = memory
         self._rows_read = rows_read
         self._bounds: np.ndarray | None = None
         self.last: int | None = None
@@ -99,7 +105,8 @@ class _Cuts:
     def window(self, ranges: pa.Table, cut: int | None) -> Window:
         api, gpu = self._activity.take(cut)
         self.last = cut
-        return Window(ranges, api, gpu, cut, self._rows_read())
+        memory = self._memory(cut) if self._memory is not None else None
+        return Window(ranges, api, gpu, cut, self._rows_read(), memory)
 
     def before(
         self, ranges: pa.Table, start: np.ndarray, cut: int | None
