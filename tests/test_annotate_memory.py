@@ -66,7 +66,7 @@ def run_logged(injection: Path, workdir: Path, tag: str, code: str, *args: str) 
     marks, pushes = [], []
     for line in log.read_text().splitlines() if log.exists() else []:
         _ns, tid, event, domain, message = line.split("\t", 4)
-        if event == "mark":
+        if event == "mark" and not message.startswith("rank "):  # not the process's rank mark (docs/ranks.md)
             marks.append((int(tid), domain, message))
         elif event == "push":
             pushes.append(message)
