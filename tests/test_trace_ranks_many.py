@@ -20,9 +20,10 @@ from click.testing import CliRunner
 import nvbridge
 from nvbridge.cli import cli
 from nvbridge.dataset.collectives_read import read_collectives
+from scripts.record.shift_clock import shift
 from tests import raw_gpu
-from tests.clock_shift import shift_clock, split_process
 from tests.conftest import SAMPLE_DB, real_db
+from tests.split_report import split_process
 from tests.test_chrome import load_strict, ns, validate
 
 # rank -> (sample, offset added to its times on the aligned clock); rank 3's report holds two processes
@@ -268,13 +269,14 @@ FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
 @pytest.fixture(scope="module")
 def fsdp_split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[int, int]]:
     """The FSDP export as one report per process, converted plain and with rank 1's clock moved
-    (session start 7.1 s later, every time 2.5 s later): nvbridge matches and aligns them."""
+    (every time 7.1 s later, by scripts/record/shift_clock.py): nvbridge matches and aligns them."""
     tmp = tmp_path_factory.mktemp("fsdp_split")
     raw = raw_gpu.read(real_db(FSDP))
     pids = sorted({g.pid for g in raw.gpu if g.nccl})
     files = [split_process(real_db(FSDP), pid, tmp / f"rank{i}.sqlite") for i, pid in enumerate(pids)]
     (tmp / "moved").mkdir()
-    moved = [files[0], shift_clock(files[1], tmp / "moved" / "rank1.sqlite", 7_123_456_789, 2_500_000_000)]
+    shift(files[1], tmp / "moved" / "rank1.sqlite", 7_123_456_789, "events")  # scripts/record/shift_clock.py
+    moved = [files[0], tmp / "moved" / "rank1.sqlite"]
     nvbridge.convert(files, tmp / "plain")
     nvbridge.convert(moved, tmp / "moved_ds")
     nccl = {rank: sum(1 for g in raw.gpu if g.nccl and g.pid == pid) for rank, pid in enumerate(pids)}
