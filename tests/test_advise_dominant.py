@@ -44,7 +44,8 @@ def test_dominant_category_matches_raw_interval_arithmetic(name: str) -> None:
     r = raw_gpu.read(path)
     advice = _advice(path)
     if not r.gpu:
-        assert advice["span_ns"] == 0 and not advice["findings"]
+        # no GPU, no time findings (a memory finding, about bytes, may stand: docs/memory.md)
+        assert advice["span_ns"] == 0 and not [f for f in advice["findings"] if f["kind"] != "memory_peak"]
         return
     want = raw_waits.categories(r)
     top = advice["dominant"]

@@ -29,8 +29,9 @@ IMPORTER = Path(os.environ.get("QDSTRM_IMPORTER", "/usr/lib/nsight-systems/host-
 
 MARKS_SQL = """
 SELECT e.text, e.globalTid FROM NVTX_EVENTS e
-JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = e.domainId AND d.text = 'nvbridge'
-WHERE e.eventType = 34 ORDER BY e.start
+WHERE e.eventType = 34
+  AND e.domainId IN (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'nvbridge')
+ORDER BY e.start
 """
 
 
@@ -40,6 +41,8 @@ def exported_marks(db: Path) -> list[tuple[str, int, int, int]]:
     rows = con.execute(MARKS_SQL).fetchall()
     out = []
     for text, _tid in rows:
+        if text.startswith("rank "):  # the process's rank mark (nvbridge.annotate._rank), no allocator event
+            continue
         kind, device, address, size, allocated, reserved = text.split(" ")
         assert kind == "mem" and int(address) > 0, text
         out.append((device, int(size), int(allocated), int(reserved)))
