@@ -30,6 +30,10 @@ def _command(name: str, out: Path) -> list[str]:
         return ["report", str(ADVISE), "-o", str(out)]
     if name.endswith((".json", ".json.gz")):
         return ["trace", str(CNN), "-o", str(out)]
+    if name.startswith("memory"):
+        return ["plot", str(SAMPLE_DB / "memory_cpu.sqlite"), "-o", str(out), "--memory"]
+    if name.startswith("blocks"):
+        return ["plot", str(SAMPLE_DB / "memory_cpu.sqlite"), "-o", str(out), "--memory-blocks"]
     if name.startswith("roofline"):
         return ["plot", str(real_db("nvprof-2020-pytorch14-pyprof-lm.sqlite")), "-o", str(out), "--roofline"]
     return ["plot", str(CNN), "-o", str(out), "--step", "0"]
@@ -58,6 +62,7 @@ def _foreign(name: str) -> bytes:
 
 
 NAMES = ["page.html", "t.json", "t.json.gz", "p.png", "p.svg", "p.pdf", "roofline.png", "roofline.pdf"]
+NAMES += ["memory.png", "memory.svg", "blocks.pdf"]
 
 
 @pytest.mark.parametrize("name", NAMES)
