@@ -21,11 +21,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="emit_nvtx needs torch (pip install 'nvbridge[torch]')")
 
 from tests.conftest import require_nsys  # noqa: E402
+from tests.nsys_recorded import record  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_db" / "memory_cpu.sqlite"
 SAMPLE_TORCH = "2.13.0"  # the torch that recorded the sample (sample_db/README.md): its allocations
-IMPORTER = Path(os.environ.get("QDSTRM_IMPORTER", "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"))
 
 MARKS_SQL = """
 SELECT e.text, e.globalTid FROM NVTX_EVENTS e
@@ -95,17 +95,7 @@ def test_nsys_records_the_marks(tmp_path: Path) -> None:
 
     if _observer.load() is None:
         pytest.skip(f"observer unavailable: {_observer.unavailable_reason()}")
-    rep = tmp_path / "views"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    env["NVBRIDGE_CACHE_DIR"] = os.environ.get("NVBRIDGE_CACHE_DIR", str(tmp_path / "cache"))
-    nsys = ["nsys", "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-f", "true", "-o", str(rep)]
-    argv = [*nsys, sys.executable, "-m", "scripts.workloads.memory", "views", "nvbridge"]
-    subprocess.run(argv, env=env, capture_output=True, timeout=600, cwd=ROOT)
-    if not rep.with_suffix(".nsys-rep").exists():
-        subprocess.run([str(IMPORTER), "-i", str(rep.with_suffix(".qdstrm"))], capture_output=True, check=True)
-    db = tmp_path / "views.sqlite"
-    export = ["nsys", "export", "--type", "sqlite", "-o", str(db), str(rep.with_suffix(".nsys-rep"))]
-    subprocess.run(export, capture_output=True, check=True, timeout=300)
+    db = record(tmp_path, "scripts.workloads.memory", "views", "nvbridge")  # tests/nsys_recorded.py
     ours = exported_marks(db)
     assert len(ours) >= 100
     assert ours == torch_events("views", tmp_path / "views.json")

@@ -14,10 +14,8 @@ nsys 2022.4 often cannot find its importer and leaves only a ``.qdstrm``; Qdstrm
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
-import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ pytest.importorskip("torch", reason="emit_nvtx needs torch (pip install 'nvbridg
 import nvbridge  # noqa: E402
 from nvbridge.annotate import _nvtx_lib  # noqa: E402
 from tests.conftest import require_nsys  # noqa: E402
+from tests.nsys_recorded import record_command  # noqa: E402
 from tests.nvtx_inject.nvtx_log import (
     NET_MODULE_RANGES,  # noqa: E402
     profiler_ops,  # noqa: E402
@@ -39,7 +38,6 @@ from tests.nvtx_inject.nvtx_log import (
 pytestmark = pytest.mark.nsys
 
 ROOT = Path(__file__).resolve().parent.parent
-IMPORTER = Path(os.environ.get("QDSTRM_IMPORTER", "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"))
 
 OP = re.compile(r"^(?P<op>[a-z_]+::\w+)(?:, seq = (?P<seq>\d+))?, op_id = (?P<op_id>\d+)$")
 BACKWARD = re.compile(r"^(?P<node>\w+), stashed seq = (?P<seq>\d+), fwd_tid = (?P<tid>\d+)$")
@@ -107,38 +105,17 @@ class Recording:
         return [r for r in self.rows if r.text.startswith(prefix)]
 
 
-def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=180, **kwargs)
-
-
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Recording:
     """Profile the workload once under nsys, import, export to SQLite, read NVTX_EVENTS."""
-    nsys = require_nsys()
+    require_nsys()
     if _nvtx_lib._ctypes_emitter() is None and _nvtx_lib._nvtx_package_emitter() is None:
         pytest.skip("no NVTX library to emit through: pip install nvidia-nvtx-cu12 (or nvtx==0.2.11)")
     work = tmp_path_factory.mktemp("nsys")
     script, facts_path, rep = work / "workload.py", work / "facts.json", work / "rep"
     script.write_text(WORKLOAD)
-    env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    profiled = _run(
-        [nsys, "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-f", "true",
-         "-o", str(rep), sys.executable, str(script), str(facts_path)],
-        env=env, cwd=work,
-    )  # fmt: skip
+    db, profiled = record_command(rep, [sys.executable, str(script), str(facts_path)], work)
     assert facts_path.exists(), f"workload failed under nsys:\n{profiled.stdout}\n{profiled.stderr}"
-    nsys_rep = rep.with_suffix(".nsys-rep")
-    if not nsys_rep.exists():  # 2022.4: "The importer binary and its dependencies were not found."
-        qdstrm = rep.with_suffix(".qdstrm")
-        assert qdstrm.exists(), f"nsys left neither .nsys-rep nor .qdstrm:\n{profiled.stderr}"
-        if not IMPORTER.is_file():
-            pytest.fail(f"nsys did not import {qdstrm.name} and {IMPORTER} is missing (set QDSTRM_IMPORTER)")
-        imported = _run([str(IMPORTER), "-i", str(qdstrm)], cwd=work)
-        assert nsys_rep.exists(), f"QdstrmImporter failed:\n{imported.stdout}\n{imported.stderr}"
-    db = work / "rep.sqlite"
-    exported = _run([nsys, "export", "--type", "sqlite", "-o", str(db), str(nsys_rep)], cwd=work)
-    assert db.exists(), f"nsys export failed:\n{exported.stdout}\n{exported.stderr}"
 
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from nvbridge.cli import cli
-from tests.memory_recorded import ROOT, record
+from tests.nsys_recorded import ROOT, record
 
 pytest.importorskip("torch", reason="the workloads need torch")
 pytestmark = pytest.mark.nsys

@@ -16,7 +16,7 @@ import pytest
 import nvbridge
 from nvbridge.analysis.memory_categories import CATEGORIES, OPS_COLUMNS, categorize
 from tests.memory_fake import FLOAT, mlp_adam
-from tests.memory_recorded import record
+from tests.nsys_recorded import record
 
 
 def _peak(memory: pa.Table) -> int:

@@ -23,13 +23,18 @@ def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
 
 def record(work: Path, name: str, *args: str) -> Path:
     """``python -m <name> <args>`` from the repository root under nsys; the exported database."""
+    return record_command(work / name.rsplit(".", 1)[-1], [sys.executable, "-m", name, *args], ROOT)[0]
+
+
+def record_command(rep: Path, command: list[str], cwd: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """``command`` under ``nsys profile -t nvtx`` into ``rep``, imported and exported: the
+    database ``rep.sqlite`` and nsys's run (its output says why a workload failed)."""
     nsys = require_nsys()
-    rep = work / name.rsplit(".", 1)[-1]
     env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     argv = [nsys, "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-f", "true", "-o", str(rep)]
     for _ in range(2):  # one more try: nsys 2022.4 sometimes leaves nothing when other captures run at once
-        profiled = _run([*argv, sys.executable, "-m", name, *args], env=env, cwd=ROOT)
+        profiled = _run([*argv, *command], env=env, cwd=cwd)
         if rep.with_suffix(".nsys-rep").exists() or rep.with_suffix(".qdstrm").exists():
             break
     nsys_rep = rep.with_suffix(".nsys-rep")
@@ -38,9 +43,9 @@ def record(work: Path, name: str, *args: str) -> Path:
         assert qdstrm.exists(), f"nsys left neither .nsys-rep nor .qdstrm:\n{profiled.stdout}\n{profiled.stderr}"
         if not IMPORTER.is_file():
             pytest.fail(f"nsys did not import {qdstrm.name} and {IMPORTER} is missing (set QDSTRM_IMPORTER)")
-        imported = _run([str(IMPORTER), "-i", str(qdstrm)], cwd=work)
+        imported = _run([str(IMPORTER), "-i", str(qdstrm)], cwd=rep.parent)
         assert nsys_rep.exists(), f"QdstrmImporter failed:\n{imported.stdout}\n{imported.stderr}"
     db = rep.with_suffix(".sqlite")
-    exported = _run([nsys, "export", "--type", "sqlite", "-f", "true", "-o", str(db), str(nsys_rep)], cwd=work)
+    exported = _run([nsys, "export", "--type", "sqlite", "-f", "true", "-o", str(db), str(nsys_rep)], cwd=rep.parent)
     assert db.exists(), f"nsys export failed:\n{exported.stdout}\n{exported.stderr}"
-    return db
+    return db, profiled
