@@ -23,31 +23,8 @@ REPORTS = ["diff_base_cpu+synthetic_gpu.sqlite", "ranks_cpu+synthetic_gpu.sqlite
 
 
 def _union_in(intervals: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
-    """The union of intervals cut to [lo, hi], by a plain loop."""
-    out: list[tuple[int, int]] = []
-    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals):
-        if e <= s:
-            continue
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
-
-
-def _minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """a without b, one nanosecond boundary at a time (plain loops)."""
-    out = []
-    for s, e in a:
-        cuts = [(max(s, bs), min(e, be)) for bs, be in b if bs < e and be > s]
-        at = s
-        for cs, ce in sorted(cuts):
-            if cs > at:
-                out.append((at, cs))
-            at = max(at, ce)
-        if at < e:
-            out.append((at, e))
-    return out
+    """The union of intervals cut to [lo, hi] (tests/raw_gpu.py's plain loops)."""
+    return raw_gpu.union([(max(s, lo), min(e, hi)) for s, e in intervals])
 
 
 def _length(x: list[tuple[int, int]]) -> int:
@@ -74,8 +51,8 @@ def _raw_figures(path: Path) -> dict[int, dict[str, int]]:
                 [(r.start, r.end) for r in raw.ranges if not r.name.startswith("ProfilerStep#")], lo, hi
             )
             comm_all, copies_all = [], []
-        comm = _minus(comm_all, compute)
-        copies = _minus(_minus(copies_all, compute), comm)
+        comm = raw_gpu.subtract(comm_all, compute)
+        copies = raw_gpu.subtract(raw_gpu.subtract(copies_all, compute), comm)
         figures = {"compute": _length(compute), "communication": _length(comm), "copies": _length(copies)}
         out[n] = figures | {"idle": (hi - lo) - sum(figures.values())}
     return out
