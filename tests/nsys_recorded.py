@@ -4,10 +4,12 @@ does: nsys 2022.4 often leaves only a ``.qdstrm``, which QdstrmImporter imports,
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,3 +51,25 @@ def record_command(rep: Path, command: list[str], cwd: Path) -> tuple[Path, subp
     exported = _run([nsys, "export", "--type", "sqlite", "-f", "true", "-o", str(db), str(nsys_rep)], cwd=rep.parent)
     assert db.exists(), f"nsys export failed:\n{exported.stdout}\n{exported.stderr}"
     return db, profiled
+
+
+_MEMORY_RUNS: dict[str, tuple[Path, dict[str, Any]]] = {}
+
+
+def memory_run(workload: str, factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """scripts/workloads/memory.py's ``workload`` recorded under nsys with
+    emit_nvtx(profile_memory=True) (the database), and torch.profiler(profile_memory=True)'s
+    figures of the same workload run in another interpreter, nvbridge never imported. Recorded
+    once per test session: several test modules compare against the same pair."""
+    if workload not in _MEMORY_RUNS:
+        work = factory.mktemp(f"memory_{workload}")
+        db = record(work, "scripts.workloads.memory", workload, "nvbridge", str(work / "nvbridge.json"))
+        facts = work / "torch.json"
+        env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+        plain = _run(
+            [sys.executable, "-m", "scripts.workloads.memory", workload, "torch", str(facts)], cwd=ROOT, env=env
+        )
+        assert facts.exists(), f"the torch run failed:\n{plain.stdout}\n{plain.stderr[-2000:]}"
+        _MEMORY_RUNS[workload] = db, json.loads(facts.read_text())
+    return _MEMORY_RUNS[workload]

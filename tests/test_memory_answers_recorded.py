@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from nvbridge.cli import cli
-from tests.nsys_recorded import ROOT, record
+from tests.nsys_recorded import memory_run
 
 pytest.importorskip("torch", reason="the workloads need torch")
 pytestmark = pytest.mark.nsys
@@ -29,15 +27,7 @@ WORKLOADS = ("cnn", "adam", "transformer")
 @pytest.fixture(scope="module", params=WORKLOADS)
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """(the nsys database of the annotated run, torch.profiler's figures of the plain run)."""
-    work = tmp_path_factory.mktemp(request.param)
-    db = record(work, "scripts.workloads.memory", request.param, "nvbridge")
-    out = work / "torch.json"
-    plain = subprocess.run(
-        [sys.executable, "-m", "scripts.workloads.memory", request.param, "torch", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert plain.returncode == 0, plain.stderr[-2000:]
-    return db, json.loads(out.read_text())
+    return memory_run(str(request.param), tmp_path_factory)
 
 
 def _raw_totals(db: Path) -> list[int]:

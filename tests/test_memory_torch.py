@@ -6,23 +6,17 @@ step's peak allocated equals the highest Total Allocated among torch's memory ev
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
 import pytest
 
 import nvbridge
-from tests.conftest import ROOT, require_nsys
+from tests.nsys_recorded import memory_run
 
 WORKLOADS = ["cnn", "transformer", "rnn", "checkpoint", "views", "adam"]
-IMPORTER = Path(os.environ.get("QDSTRM_IMPORTER", "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"))
 # torch.profiler groups its steps' record_function scopes under one name.
 STEPS = "ProfilerStep*"
 
@@ -33,39 +27,10 @@ class Pair:
     report: Any  # nvbridge.load of the recording
 
 
-def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
-
-
-def _record(workload: str, work: Path) -> Path:
-    """The workload under ``nsys profile -t nvtx`` with emit_nvtx(profile_memory=True), as SQLite."""
-    nsys, rep = require_nsys(), work / workload
-    module = ["-m", "scripts.workloads.memory", workload, "nvbridge", str(work / f"{workload}.nvbridge.json")]
-    profiled = _run(
-        [nsys, "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-f", "true", "-o", str(rep),
-         sys.executable, *module],
-        ROOT,
-    )  # fmt: skip
-    nsys_rep = rep.with_suffix(".nsys-rep")
-    if not nsys_rep.exists():  # 2022.4 often leaves the .qdstrm for its importer
-        assert rep.with_suffix(".qdstrm").exists(), f"nsys recorded nothing:\n{profiled.stdout}\n{profiled.stderr}"
-        _run([str(IMPORTER), "-i", str(rep.with_suffix(".qdstrm"))], work)
-    db = rep.with_suffix(".sqlite")
-    exported = _run([nsys, "export", "--type", "sqlite", "-f", "true", "-o", str(db), str(nsys_rep)], work)
-    assert db.exists(), f"nsys export failed:\n{exported.stdout}\n{exported.stderr}"
-    return db
-
-
 @pytest.fixture(scope="module", params=WORKLOADS)
 def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Pair:
-    workload = str(request.param)
-    work = tmp_path_factory.mktemp(workload)
-    facts = work / f"{workload}.torch.json"
-    ran = _run([sys.executable, "-m", "scripts.workloads.memory", workload, "torch", str(facts)], ROOT)
-    assert facts.exists(), f"the torch run failed:\n{ran.stdout}\n{ran.stderr}"
-    return Pair(json.loads(facts.read_text()), nvbridge.load(_record(workload, work)))
+    db, facts = memory_run(str(request.param), tmp_path_factory)
+    return Pair(facts, nvbridge.load(db))
 
 
 def _as_torch_sees_them(ops: list[dict[str, Any]], recorded: set[str]) -> dict[int, int]:
