@@ -15,6 +15,8 @@ import pytest
 import nvbridge
 from nvbridge.engine import correlate
 from nvbridge.readers import read_profile
+from nvbridge.readers._db import Database
+from nvbridge.readers.memory_nsys import read_events
 from scripts.record.synthetic_memory import generate
 from tests.conftest import SAMPLE_DB
 
@@ -103,3 +105,39 @@ def test_nvbridge_marks_win_over_nsys_events(export: Path, tmp_path: Path) -> No
     nvbridge.convert(both, tmp_path / "out")
     for report in (nvbridge.load(both), nvbridge.load(tmp_path / "out")):
         assert report.memory.column("source").to_pylist() == ["nvbridge"]
+
+
+def test_each_event_takes_the_thread_of_its_call_in_its_own_process(tmp_path: Path) -> None:
+    """Two processes reuse correlation ids (each counts its own), one event names no call and one
+    has none: the thread is the call's with that id in the event's process, as SQL finds it."""
+    path = tmp_path / "two_processes.sqlite"
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME(start INT, end INT, globalTid INT, correlationId INT);
+        CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS(start INT, globalPid INT, deviceId INT, address INT,
+            bytes INT, memKind INT, memoryOperationType INT, correlationId INT);
+        CREATE TABLE ENUM_CUDA_MEM_KIND(id INT, name TEXT, label TEXT);
+        CREATE TABLE ENUM_CUDA_DEV_MEM_EVENT_OPER(id INT, name TEXT, label TEXT);
+        INSERT INTO ENUM_CUDA_MEM_KIND VALUES (5, 'K', 'Device');
+        INSERT INTO ENUM_CUDA_DEV_MEM_EVENT_OPER VALUES (3, 'A', 'Allocation'), (4, 'D', 'Deallocation');
+        """
+    )
+    a, b = 11 << 24, 12 << 24
+    calls = [(10 * i, 10 * i + 5, (a if i % 2 else b) | (100 + i % 3), i // 2) for i in range(40)]
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)", calls)
+    events: list[tuple[int | None, ...]] = [
+        (10 * i + 1, a if i % 3 else b, i % 2, 4096 * (i // 2), 64, 5, 3 + i % 2, i // 2) for i in range(30)
+    ]
+    events += [(500, a, 0, 8, 64, 5, 3, 999), (501, b, 1, 16, 64, 5, 3, None)]
+    con.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?, ?)", events)
+    con.commit()
+    con.close()
+    want = _sql(path, DEVICE_EVENTS + " ORDER BY m.start, m.rowid")
+    with Database(path) as db:
+        memory = read_events(db)
+    assert memory.column("thread_id").to_pylist() == [None if r[4] is None else r[4] & 0xFFFFFF for r in want]
+    assert memory.column("process_id").to_pylist() == [
+        r[0] >> 24 for r in _sql(path, "SELECT globalPid FROM CUDA_GPU_MEMORY_USAGE_EVENTS ORDER BY start, rowid")
+    ]
+    assert sum(r[4] is not None for r in want) == 30  # the check sees both processes' threads

@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from nvbridge.columns import dense_ids
+from nvbridge.columns import dense_ids, np_col
+from nvbridge.readers._column import ROWID, Column
 from nvbridge.readers._db import Database
 from nvbridge.readers.memory_marks import MEMORY_EVENTS, no_events
 from nvbridge.readers.nsys_tables import TID_BITS, process_ids
@@ -58,27 +59,61 @@ def read_events(db: Database) -> pa.Table:
     free = [k for k, label in opers.items() if label.lower() == "deallocation"]
     if not device_kinds or not (alloc or free):
         return no_events()  # codes this export does not name: nothing to read them by
-    thread = "NULL"
-    if "correlationId" in db.columns(TABLE) and db.has(RUNTIME):
-        thread = "(SELECT r.globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = m.correlationId"
-        thread += " AND (r.globalTid >> 24) = (m.globalPid >> 24) LIMIT 1)"
-    rows = db.scalar_rows(
-        f"SELECT m.start, m.globalPid, m.deviceId, m.address, m.bytes, m.memoryOperationType IN "
-        f"({', '.join(map(str, free or [-1]))}), {thread} FROM {TABLE} m "
-        f"WHERE m.memKind IN ({', '.join(map(str, device_kinds))}) "
-        f"AND m.memoryOperationType IN ({', '.join(map(str, alloc + free))}) ORDER BY m.start, m.rowid"
+    where = (
+        f"memKind IN ({', '.join(map(str, device_kinds))}) "
+        f"AND memoryOperationType IN ({', '.join(map(str, alloc + free))})"
     )
-    return _events(rows)
+    m = db.read_table(TABLE, _EVENT_COLUMNS, where)
+    order = np.lexsort((np_col(m, "rowid"), np_col(m, "start")))
+    m = m.take(pa.array(order))
+    is_free = np.isin(np_col(m, "oper"), np.asarray(free or [-1], np.int64))
+    return _events(m, is_free, _threads(db, m))
 
 
-def _events(rows: list[tuple[object, ...]]) -> pa.Table:
-    """SQL rows (start, globalPid, deviceId, address, bytes, is_free, globalTid) -> MEMORY_EVENTS."""
-    if not rows:
+_EVENT_COLUMNS = [
+    Column("start", "start", required=True),
+    Column("globalPid", "globalPid", required=True),
+    Column("deviceId", "deviceId", required=True),
+    Column("address", "address", required=True),
+    Column("bytes", "bytes", required=True),
+    Column("oper", "memoryOperationType", required=True),
+    Column("correlationId", "correlationId"),
+    Column("rowid", ROWID),
+]
+
+
+def _threads(db: Database, m: pa.Table) -> np.ndarray:
+    """Each event's thread (globalTid, -1: unknown): its runtime call's, the call with its
+    correlationId in its process. One filtered read and a sorted lookup: a correlated subquery
+    per event scans the runtime table once per event (minutes at 100k events, 1M calls)."""
+    out = np.full(m.num_rows, -1, np.int64)
+    if not m.num_rows or not db.has(RUNTIME) or "correlationId" not in db.columns(TABLE):
+        return out
+    calls = db.read_table(
+        RUNTIME,
+        [Column("globalTid", "globalTid"), Column("correlationId", "correlationId")],
+        f"correlationId IN (SELECT correlationId FROM {TABLE} WHERE correlationId IS NOT NULL)",
+    )
+    if not calls.num_rows:
+        return out
+    tid, corr = np_col(calls, "globalTid", fill=-1), np_col(calls, "correlationId", fill=-1)
+    keys = (process_ids(tid) << 32) | (corr & 0xFFFFFFFF)
+    order = np.argsort(keys, kind="stable")  # the first call of a key, as LIMIT 1 in rowid order
+    keys, tid = keys[order], tid[order]
+    want_corr = np_col(m, "correlationId", fill=-1)
+    want = (process_ids(np_col(m, "globalPid", fill=0)) << 32) | (want_corr & 0xFFFFFFFF)
+    at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+    found = (want_corr >= 0) & (keys[at] == want)
+    out[found] = tid[at[found]]
+    return out
+
+
+def _events(m: pa.Table, is_free: np.ndarray, gtid: np.ndarray) -> pa.Table:
+    """The table's rows (time order), which are frees, their threads -> MEMORY_EVENTS."""
+    if not m.num_rows:
         return no_events()
-    cols = list(zip(*rows, strict=True))
-    ts, gpid, device, address, size = (np.asarray(c, np.int64) for c in cols[:5])
-    is_free = np.asarray(cols[5], bool)
-    gtid = np.asarray([-1 if t is None else t for t in cols[6]], np.int64)
+    ts, gpid, device = np_col(m, "start"), np_col(m, "globalPid", fill=0), np_col(m, "deviceId", fill=0)
+    address, size = np_col(m, "address"), np_col(m, "bytes")
     signed = np.where(is_free, -np.abs(size), np.abs(size))
     pid = process_ids(gpid)
     # The allocator's view after each event: the running sum per process and device.
@@ -89,14 +124,15 @@ def _events(rows: list[tuple[object, ...]]) -> pa.Table:
     starts = np.r_[True, group[order][1:] != group[order][:-1]]
     base = np.maximum.accumulate(np.where(starts, np.arange(len(ts)), 0))
     running[order] = sums - (sums[base] - signed[order][base])
-    text = pa.array([f"cuda:{d}" for d in device.tolist()], pa.string())
+    names, codes = np.unique(device, return_inverse=True)  # a name per device, not per row
+    text = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array([f"cuda:{d}" for d in names]))
     return pa.table(
         {
             "ts_ns": pa.array(ts),
             "process_id": pa.array(pid),
             "thread_id": pa.array(gtid & TID_BITS, mask=gtid < 0),  # null: the call is not in the capture
             "thread_key": pa.array(gtid),
-            "device": text.dictionary_encode(),
+            "device": text,
             "device_id": pa.array(device),
             "address": pa.array(address),
             "bytes": pa.array(signed),
