@@ -6,6 +6,7 @@ is converted."""
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,12 +35,13 @@ class CollectivesSink:
         self._tally = RankTally()
         self._ranges: list[pa.Table] = []
         self._kernels: list[pa.Table] = []
-        self._payloads: pa.Table | None = None
+        self._payloads: Future[pa.Table] | None = None
 
     def start(self, source: WindowSource, info: SourceInfo) -> None:
         self._info = info
         self._start()
-        # NCCL's NVTX payloads, where the export holds them: a filtered read of its few rows
+        # NCCL's NVTX payloads, where the export holds them: a filtered read of their few rows,
+        # one SQL pass over NVTX_EVENTS beside the conversion's reads
         self._payloads = nccl_payloads.of_source(source)
 
     def rows(self, rows: WindowRows) -> None:
@@ -54,10 +56,11 @@ class CollectivesSink:
         assert self._info is not None, "finish before start"
         meta = _meta(self._info)
         ranges = pa.concat_tables(self._ranges) if self._ranges else None
+        payloads = self._payloads.result() if self._payloads is not None else None
         linked = None
-        if ranges is not None and self._payloads is not None and self._payloads.num_rows:
+        if ranges is not None and payloads is not None and payloads.num_rows:
             # kept beside the report's tables: a many-report root matches them again from there
-            linked = nccl_bytes.link(ranges, self._payloads)
+            linked = nccl_bytes.link(ranges, payloads)
             nccl_bytes.write(linked, self.directory)
         ranks = self._tally.result(recorded_ranks(meta)).ranks
         if len(ranks) < 2 or ranges is None or not self._kernels:

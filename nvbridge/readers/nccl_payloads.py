@@ -24,6 +24,7 @@ NVTX_EVENTS, so they are read with one SQL query filtered by domain and name.
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,13 +126,22 @@ def build_schemas(
     return {k: Schema(sizes[k], f) for k, f in fields.items() if f}
 
 
-def of_source(source: WindowSource) -> pa.Table:
-    """The decoded payloads of a streamed Nsight Systems export (its database still open);
-    none for a report read whole (nvprof, a database URL), whose reader keeps no database."""
-    if isinstance(source, NsysWindows):
-        with source.db.translate_errors():
-            return read(source.db).table
-    return PAYLOADS.empty_table()
+def of_source(source: WindowSource) -> Future[pa.Table]:
+    """The decoded payloads of a streamed Nsight Systems export, read on its database's reader
+    threads while the conversion goes on (the database stays open until its sinks finish); none
+    for a report read whole (nvprof, a database URL), whose reader keeps no database."""
+    if not isinstance(source, NsysWindows):
+        done: Future[pa.Table] = Future()
+        done.set_result(PAYLOADS.empty_table())
+        return done
+    db = source.db
+
+    def payloads() -> pa.Table:
+        with db.translate_errors():
+            return read(db).table
+
+    out: Future[pa.Table] = db.run(payloads)
+    return out
 
 
 def read(db: Database) -> Payloads:
