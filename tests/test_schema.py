@@ -53,7 +53,7 @@ def _doc_rows(table: str) -> dict[str, tuple[str, bool]]:
     return rows
 
 
-@pytest.mark.parametrize("table", ["ops", "gpu_ops", "collectives"])
+@pytest.mark.parametrize("table", ["ops", "gpu_ops", "collectives", "nccl_payloads"])
 def test_the_docs_list_every_declared_column_with_its_type(table: str) -> None:
     rows = _doc_rows(table)
     declared = schema.SCHEMAS[table]

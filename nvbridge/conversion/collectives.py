@@ -6,16 +6,18 @@ is converted."""
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future
 from pathlib import Path
 
 import pyarrow as pa
 
-from nvbridge.dataset import collectives_read
+from nvbridge.dataset import collectives_read, nccl_bytes
 from nvbridge.dataset import collectives_scan as scan
 from nvbridge.dataset.collectives import ReportCollectives, build
 from nvbridge.dataset.ranks import RankTally, recorded_ranks
 from nvbridge.engine import WindowRows
 from nvbridge.output import publish as outputs
+from nvbridge.readers import nccl_payloads
 from nvbridge.readers.raw import SourceInfo, WindowSource
 
 
@@ -33,10 +35,14 @@ class CollectivesSink:
         self._tally = RankTally()
         self._ranges: list[pa.Table] = []
         self._kernels: list[pa.Table] = []
+        self._payloads: Future[pa.Table] | None = None
 
     def start(self, source: WindowSource, info: SourceInfo) -> None:
         self._info = info
         self._start()
+        # NCCL's NVTX payloads, where the export holds them: a filtered read of their few rows,
+        # one SQL pass over NVTX_EVENTS beside the conversion's reads
+        self._payloads = nccl_payloads.of_source(source)
 
     def rows(self, rows: WindowRows) -> None:
         ops = rows.ops.select([c for c in (*scan.OPS_COLUMNS, *scan.OPS_DETAIL) if c in rows.ops.column_names])
@@ -49,10 +55,17 @@ class CollectivesSink:
     def finish(self, tables: dict[str, pa.Table]) -> None:
         assert self._info is not None, "finish before start"
         meta = _meta(self._info)
+        ranges = pa.concat_tables(self._ranges) if self._ranges else None
+        payloads = self._payloads.result() if self._payloads is not None else None
+        linked = None
+        if ranges is not None and payloads is not None and payloads.num_rows:
+            # kept beside the report's tables: a many-report root matches them again from there
+            linked = nccl_bytes.link(ranges, payloads)
+            nccl_bytes.write(linked, self.directory)
         ranks = self._tally.result(recorded_ranks(meta)).ranks
-        if len(ranks) < 2 or not self._ranges or not self._kernels:
+        if len(ranks) < 2 or ranges is None or not self._kernels:
             return
-        found = scan.instances(pa.concat_tables(self._ranges), pa.concat_tables(self._kernels))
+        found = scan.instances(ranges, pa.concat_tables(self._kernels), linked)
         name = Path(self._info.source).stem if self._info.source else "report"
         matched = build([ReportCollectives(name, meta, {r.process_id: r.rank for r in ranks}, found)])
         if collectives_read.several_ranks(matched):

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import np_col
-from nvbridge.dataset import clocks
+from nvbridge.dataset import clocks, nccl_bytes
 from nvbridge.dataset.collectives_scan import COMM_RANGE, INSTANCE, Instances
 from nvbridge.dataset.schema import COLLECTIVES
 
@@ -82,7 +82,10 @@ def build(reports: Sequence[ReportCollectives]) -> Matched:
     end = np_col(rows, "end_ns") + offset
     wait, transfer = _waits(key, matched, arrival, end)
     ranks_in = _ranks_per_comm(rows)
-    algbw, busbw = _bandwidths(rows, transfer, matched, ranks_in)
+    # NCCL's allgather and reduce_scatter payloads hold one rank's share: nccl-tests' size is n of them
+    share = np.asarray(pc.fill_null(rows.column("bytes_share"), False), bool)
+    size = nccl_bytes.scaled(rows.column("bytes"), share, ranks_in)
+    algbw, busbw = _bandwidths(size, rows.column("op").to_pylist(), transfer, matched, ranks_in)
     out = pa.table(
         {
             "op": rows.column("op"),
@@ -92,7 +95,7 @@ def build(reports: Sequence[ReportCollectives]) -> Matched:
             "report": rows.column("report"),
             "process_id": rows.column("process_id"),
             "step": rows.column("step"),
-            "bytes": rows.column("bytes"),
+            "bytes": size,
             "arrival_ns": arrival,
             "start_ns": start,
             "end_ns": end,
@@ -103,6 +106,7 @@ def build(reports: Sequence[ReportCollectives]) -> Matched:
             "op_id": rows.column("op_id"),
             "source": rows.column("source").dictionary_encode(),
             "matched": pa.array(matched),
+            "bytes_source": rows.column("bytes_source").dictionary_encode(),
         },
         schema=COLLECTIVES,
     )
@@ -257,10 +261,11 @@ def _ranks_per_comm(rows: pa.Table) -> np.ndarray:
     return np.array([len(users[c]) for c in comm], np.int64)
 
 
-def _bandwidths(rows: pa.Table, transfer: np.ndarray, matched: np.ndarray, n: np.ndarray) -> tuple[pa.Array, pa.Array]:
+def _bandwidths(
+    sizes: pa.Array, ops: list[str], transfer: np.ndarray, matched: np.ndarray, n: np.ndarray
+) -> tuple[pa.Array, pa.Array]:
     """algbw = size / transfer (bytes per ns = GB/s), busbw by the operation's factor."""
-    ops = rows.column("op").to_pylist()
-    size = rows.column("bytes").to_pylist()
+    size = sizes.to_pylist()
     alg: list[float | None] = []
     bus: list[float | None] = []
     for i, op in enumerate(ops):
@@ -269,7 +274,7 @@ def _bandwidths(rows: pa.Table, transfer: np.ndarray, matched: np.ndarray, n: np
             alg.append(None)
             bus.append(None)
             continue
-        a = b / float(transfer[i])  # bytes: the size nccl-tests counts (collectives_scan.payload_bytes)
+        a = b / float(transfer[i])  # bytes: the size nccl-tests counts (payload_bytes, nccl_bytes)
         alg.append(a)
         bus.append(a * _BUS[op](int(n[i])))
     return pa.array(alg, pa.float64()), pa.array(bus, pa.float64())

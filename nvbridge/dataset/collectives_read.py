@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nvbridge.dataset import collectives_scan as scan
+from nvbridge.dataset import nccl_bytes
 from nvbridge.dataset.collectives import Matched, ReportCollectives, build
 from nvbridge.dataset.dictionaries import compact_table
 from nvbridge.dataset.ranks import RankTally
@@ -32,8 +33,9 @@ def report_name(directory: Path) -> str:
     return directory.name.split("=", 1)[1] if directory.name.startswith("report=") else directory.name
 
 
-def read_report(tables: DatasetTables, name: str) -> ReportCollectives:
-    """One report's collectives and its ranks, reading only what they need."""
+def read_report(tables: DatasetTables, name: str, directory: Path | None = None) -> ReportCollectives:
+    """One report's collectives and its ranks, reading only what they need (and the NCCL
+    payloads its dataset ``directory`` keeps, where it keeps them)."""
     tally = RankTally()
     has = set(tables.column_names("ops"))
     detail = [c for c in scan.OPS_DETAIL if c in has]
@@ -48,7 +50,7 @@ def read_report(tables: DatasetTables, name: str) -> ReportCollectives:
     comm = pa.concat_tables(ranges) if ranges else pa.table({c: [] for c in scan.OPS_COLUMNS})
     nccl = pa.concat_tables(kernels) if kernels else pa.table({c: [] for c in scan.GPU_COLUMNS})
     ranks = {r.process_id: r.rank for r in tally.result(tables.recorded_ranks).ranks}
-    return ReportCollectives(name, tables.meta, ranks, scan.instances(comm, nccl))
+    return ReportCollectives(name, tables.meta, ranks, scan.instances(comm, nccl, nccl_bytes.read(directory)))
 
 
 def collectives_of(path: str | os.PathLike[str]) -> Matched:
@@ -56,10 +58,10 @@ def collectives_of(path: str | os.PathLike[str]) -> Matched:
     report's processes."""
     p = Path(os.fspath(path))
     if is_partitioned(p):
-        reports = _global_ranks([read_report(load(d, streamed=True), report_name(d)) for d in report_dirs(p)])
+        reports = _global_ranks([read_report(load(d, streamed=True), report_name(d), d) for d in report_dirs(p)])
     else:
         tables = load(p, streamed=True)
-        reports = [read_report(tables, Path(str(tables.meta.get("source") or p.name)).stem)]
+        reports = [read_report(tables, Path(str(tables.meta.get("source") or p.name)).stem, p)]
     return build(reports)
 
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import np_col
+from nvbridge.dataset import nccl_bytes
 
 OPS_COLUMNS = ["op_id", "op_name", "process_id", "thread_id", "start_ns", "end_ns", "step"]
 OPS_DETAIL = ["input_shapes", "input_dtypes"]
@@ -135,6 +136,9 @@ INSTANCE = pa.schema(
         *(("process_id", pa.int64()), ("op", pa.string()), ("backend", pa.string()), ("issue_ns", pa.int64())),
         *(("arrival_ns", pa.int64()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("bytes", pa.int64())),
         *(("step", pa.int64()), ("op_id", pa.int64()), ("source", pa.string()), ("kernels", pa.int64())),
+        # where bytes came from (nccl_payload, shapes); bytes_share: one rank's share (NCCL's
+        # allgather and reduce_scatter payloads), to be multiplied by the communicator's ranks
+        *(("bytes_source", pa.string()), ("bytes_share", pa.bool_())),
     ]
 )
 
@@ -152,15 +156,16 @@ def nccl_kernels(gpu_ops: pa.Table) -> pa.Table:
     return gpu_ops.filter(pc.fill_null(hit, False))
 
 
-def instances(ranges: pa.Table, kernels: pa.Table) -> Instances:
+def instances(ranges: pa.Table, kernels: pa.Table, payloads: pa.Table | None = None) -> Instances:
     """Fold a report's communication ranges and NCCL kernels into instances.
 
     Args:
         ranges: :func:`comm_rows` of all its ops (OPS_COLUMNS + OPS_DETAIL where recorded).
         kernels: :func:`nccl_kernels` of all its GPU ops.
+        payloads: the decoded NCCL payloads of its ranges (nccl_bytes.link), None: none.
     """
-    groups, group_of_op = _range_groups(ranges)
-    groups, group_of_op = _pair_workers(groups, group_of_op)
+    groups, group_of_op = _range_groups(nccl_bytes.with_bytes(ranges, payloads))
+    groups, group_of_op = _pair_workers(*_fold_nccl_groups(groups, group_of_op))
     k_op = np_col(kernels, "op_id", fill=-1)
     k_start, k_end = np_col(kernels, "start_ns"), np_col(kernels, "end_ns")
     k_proc = np_col(kernels, "process_id", fill=-1)
@@ -208,6 +213,34 @@ def _pair_workers(groups: list[_Group], group_of_op: dict[int, int]) -> tuple[li
     return [groups[i] for i in keep], ops
 
 
+def _fold_nccl_groups(groups: list[_Group], group_of_op: dict[int, int]) -> tuple[list[_Group], dict[int, int]]:
+    """A program calling NCCL itself (no torch range around the calls) issues ``ncclGroupStart``,
+    ``ncclSend``, ... ``ncclGroupEnd`` as sibling ranges on its thread, and NCCL launches the
+    group's kernels inside ``ncclGroupEnd``: the calls from an outermost ``ncclGroupStart`` to
+    its ``ncclGroupEnd`` (groups nest) are one collective."""
+    depth: dict[tuple[int, int], int] = {}
+    members: dict[tuple[int, int], list[int]] = {}
+    merged: dict[int, int] = {}  # folded group -> the group's ncclGroupEnd
+    for j in sorted(range(len(groups)), key=lambda i: (groups[i].process, groups[i].thread, groups[i].issue)):
+        g = groups[j]
+        if len(g.names) != 1 or not g.names[0].startswith("nccl") or ":" in g.names[0]:
+            continue
+        key = (g.process, g.thread)
+        depth[key] = depth.get(key, 0) + (g.names[0] == "ncclGroupStart")
+        if not depth[key]:
+            continue
+        members.setdefault(key, []).append(j)
+        if g.names[0] == "ncclGroupEnd":
+            depth[key] -= 1
+            if not depth[key]:
+                for m in reversed(members.pop(key)[:-1]):  # earliest last: names keep issue order
+                    g.absorb(groups[m])
+                    merged[m] = j
+    keep = [i for i in range(len(groups)) if i not in merged]
+    new_index = {old: new for new, old in enumerate(keep)}
+    return [groups[i] for i in keep], {op: new_index[merged.get(g, g)] for op, g in group_of_op.items()}
+
+
 class _Group:
     """One collective of one process while it is being folded (a few per step: not a hot path)."""
 
@@ -227,6 +260,15 @@ class _Group:
         self.kernel_count = 0
         self.kernel_op: str | None = None
         self.worker: tuple[int, int] | None = None  # the backend's range on its worker thread
+        self.payload = nccl_bytes.GroupBytes()  # what NCCL's payloads of its ranges say
+
+    def absorb(self, other: _Group) -> None:
+        """Take in an earlier call of the same NCCL group (its range, names and payload)."""
+        if other.issue < self.issue:
+            self.issue, self.op_id, self.step = other.issue, other.op_id, other.step
+        self.names = other.names + self.names
+        self.bytes = self.bytes if self.bytes is not None else other.bytes
+        self.payload.merge(other.payload)
 
     def add_kernel(self, start: int, end: int, name: str) -> None:
         self.first_kernel = start if self.first_kernel is None else min(self.first_kernel, start)
@@ -250,6 +292,8 @@ class _Group:
         # arrival, the kernel waits in its stream behind the rank's earlier GPU work.
         # A CPU backend's rank joins when it calls the collective; its worker runs it to the end.
         kernel = self.first_kernel is not None
+        size, share = self.payload.size()
+        source = "nccl_payload" if size is not None else "shapes" if self.bytes is not None else None
         start = self.first_kernel if kernel else self.worker[0] if self.worker else self.issue
         end = self.last_kernel_end if kernel else self.worker[1] if self.worker else self.range_end
         return {
@@ -260,11 +304,13 @@ class _Group:
             "arrival_ns": start if kernel else self.issue,
             "start_ns": start,
             "end_ns": end,
-            "bytes": self.bytes,
+            "bytes": size if size is not None else self.bytes,
             "step": self.step,
             "op_id": self.op_id,
             "source": "nccl_kernel" if kernel else self.source,
             "kernels": self.kernel_count,
+            "bytes_source": source,
+            "bytes_share": share,
         }
 
 
@@ -281,6 +327,7 @@ def _range_groups(ranges: pa.Table) -> tuple[list[_Group], dict[int, int]]:
     has_detail = all(c in ranges.column_names for c in OPS_DETAIL)
     shapes = ranges.column("input_shapes").to_pylist() if has_detail else [None] * ranges.num_rows
     dtypes = ranges.column("input_dtypes").to_pylist() if has_detail else [None] * ranges.num_rows
+    sizes = ranges.column(nccl_bytes.COLUMN).to_pylist()
     order = np.lexsort((-end, start, thread, proc))
     groups: list[_Group] = []
     group_of_op: dict[int, int] = {}
@@ -298,5 +345,6 @@ def _range_groups(ranges: pa.Table) -> tuple[list[_Group], dict[int, int]]:
             g.source = "nccl_nvtx"
         if g.bytes is None:
             g.bytes = payload_bytes(names[i], shapes[i], dtypes[i])
+        g.payload.add(op_of_name(names[i]) if names[i].startswith("nccl") else None, sizes[i])
         group_of_op[int(op_id[i])] = len(groups) - 1
     return groups, group_of_op

@@ -100,7 +100,15 @@ COLLECTIVES = pa.schema(
         *(("op", STR), ("comm", STR), ("seq", I64), ("rank", I64), ("report", STR), ("process_id", I64)),
         *(("step", I64), ("bytes", I64), ("arrival_ns", I64), ("start_ns", I64), ("end_ns", I64)),
         *(("wait_ns", I64), ("transfer_ns", I64), ("algbw_gbps", F64), ("busbw_gbps", F64), ("op_id", I64)),
-        *(("source", DICT_STR), ("matched", BOOL)),
+        *(("source", DICT_STR), ("matched", BOOL), ("bytes_source", DICT_STR)),
+    ]
+)
+# Beside a report's tables where its export holds NCCL's NVTX payloads (nvbridge.dataset.nccl_bytes):
+# one row per NCCL range whose payload decoded; not one of every report's TABLES.
+NCCL_PAYLOADS = pa.schema(
+    [
+        *(("op_id", I64), ("name", STR), ("domain_id", I64), ("schema_id", I64), ("comm", STR), ("bytes", I64)),
+        *(("peer", I64), ("root", I64), ("red_op", I64), ("nranks", I64), ("rank", I64)),
     ]
 )
 
@@ -114,6 +122,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "devices": DEVICES,
     "memory": MEMORY,
     "collectives": COLLECTIVES,
+    "nccl_payloads": NCCL_PAYLOADS,
 }
 # Tables a dataset written by an older nvbridge lacks: read as the declared table without rows.
 OPTIONAL = frozenset({"memory"})
@@ -143,6 +152,7 @@ CONTRACT: dict[str, tuple[str, ...]] = {
     "devices": ("device_id",),
     "memory": ("ts_ns", "device", "bytes", "total_allocated", "total_reserved", "op_id"),
     "collectives": ("op", "comm", "seq", "rank", "step", "bytes", "arrival_ns", "wait_ns", "transfer_ns"),
+    "nccl_payloads": (),  # read by nvbridge alone (nvbridge.dataset.nccl_bytes), no contract
 }
 
 
