@@ -12,14 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
+from nvbridge.dataset.check import is_partitioned, read_meta
+from nvbridge.dataset.process_ranks import marked_several
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import TraceStats, TraceWriter
 from nvbridge.export.trace import NOTHING_TO_TRACE, check_destination, check_suffix, step_spans_in
-from nvbridge.export.trace_many import Part, open_parts, write_many
+from nvbridge.export.trace_many import Part, open_parts, rank_parts, write_many
 from nvbridge.export.trace_ranks import rank_path
 from nvbridge.export.trace_source import plan
 
-__all__ = ["AUTO_STEP_EVENTS", "MANY_SPLITS", "ManyTraces", "export_many", "step_path", "write_many"]
+__all__ = ["AUTO_STEP_EVENTS", "MANY_SPLITS", "ManyTraces", "export_many", "holds_ranks", "step_path", "write_many"]
 
 MANY_SPLITS = ("auto", "none", "rank", "step")
 # A whole run's events past which ``auto`` writes a file per step: at about 200 bytes of JSON an
@@ -34,6 +36,14 @@ class ManyTraces:
     files: list[TraceStats] = field(default_factory=list)
     left_out: dict[str, list[int]] = field(default_factory=dict)  # file name -> ranks
     auto_step: bool = False  # split per step because one file would be too large
+
+
+def holds_ranks(path: Path) -> bool:
+    """A dataset folder of one report whose processes marked several ranks (one nsys session over
+    a launcher): traced in one file as a dataset of many."""
+    if not path.is_dir() or is_partitioned(path) or not (path / "meta.parquet").is_file():
+        return False
+    return marked_several(read_meta(path))
 
 
 def step_path(dest: Path, step: int) -> Path:
@@ -62,7 +72,7 @@ def set_windows(
             lo = None if start_ns is None else start_ns - part.offset_ns
             hi = None if end_ns is None else end_ns - part.offset_ns
         part.window, part.steps = (lo, hi), steps
-        part.found = plan(part.source, lo, hi, None)
+        part.found = plan(part.source, lo, hi, None if part.only is None else set(part.only))
     return left
 
 
@@ -107,7 +117,7 @@ def export_many(
     if auto_step:
         split = "step"
     if split == "rank":
-        jobs = [(rank_path(dest, p.rank), [p], steps) for p in parts]
+        jobs = [(rank_path(dest, p.rank), [p], steps) for p in rank_parts(parts)]
     elif split == "step":
         jobs = [(step_path(dest, n), parts, (n, n)) for n in _steps_of(parts, steps)]
     else:
