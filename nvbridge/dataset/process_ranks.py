@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvbridge.dataset.check import is_partitioned, read_meta
 from nvbridge.dataset.ranks import RankTally, Recorded, recorded_ranks
 from nvbridge.dataset.report import DatasetTables, load, parse_rank, report_dirs
 
@@ -83,6 +84,14 @@ def marked_several(meta: Mapping[str, str | None]) -> bool:
     """Whether a report's processes marked different ranks (one nsys session over several ranks)."""
     found: Recorded = recorded_ranks(meta)
     return isinstance(found, Mapping) and len(set(found.values())) > 1
+
+
+def holds_ranks(path: Path) -> bool:
+    """A dataset folder of one report whose processes marked several ranks (one nsys session over
+    a launcher): traced and plotted per rank as a dataset of many."""
+    if not path.is_dir() or is_partitioned(path) or not (path / "meta.parquet").is_file():
+        return False
+    return marked_several(read_meta(path))
 
 
 def dataset_ranks(root: str | os.PathLike[str]) -> list[ReportRanks]:

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nvbridge.dataset.check import is_partitioned, read_meta
-from nvbridge.dataset.process_ranks import marked_several
+from nvbridge.dataset.process_ranks import holds_ranks
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import TraceStats, TraceWriter
 from nvbridge.export.trace import NOTHING_TO_TRACE, check_destination, check_suffix, step_spans_in
@@ -36,14 +35,6 @@ class ManyTraces:
     files: list[TraceStats] = field(default_factory=list)
     left_out: dict[str, list[int]] = field(default_factory=dict)  # file name -> ranks
     auto_step: bool = False  # split per step because one file would be too large
-
-
-def holds_ranks(path: Path) -> bool:
-    """A dataset folder of one report whose processes marked several ranks (one nsys session over
-    a launcher): traced in one file as a dataset of many."""
-    if not path.is_dir() or is_partitioned(path) or not (path / "meta.parquet").is_file():
-        return False
-    return marked_several(read_meta(path))
 
 
 def step_path(dest: Path, step: int) -> Path:
