@@ -201,3 +201,30 @@ def test_summary_of_node_reports_numbers_every_rank_by_its_mark(tmp_path: Path) 
     steps = {s["step"]: s for s in json.loads(summary.stdout)["ranks"]["steps"]}
     late, step = oracle[0]["straggler_rank"], oracle[0]["straggler_step"]
     assert steps[step]["slowest_rank"] == late and steps[step]["cause"]["op"] == "planted_sleep"
+
+
+def test_steps_cut_each_rank_on_its_own_timeline(shape: tuple[str, Path], tmp_path: Path) -> None:
+    """--steps 1 keeps, per process, the ranges overlapping its own ProfilerStep#1."""
+    name, ds = shape
+    truth = _raw_ranks(SHAPES[name])
+    doc, _ = _trace(ds, tmp_path / "s.json", "--steps", "1")
+    procs = _processes(doc)
+    assert sorted(r for r, _ in procs.values()) == sorted(truth)
+    ops = _ops_per_pid(doc)
+    for pid, (rank, _) in procs.items():
+        lo, hi = next((s, e) for t, s, e in truth[rank].ranges if t == "ProfilerStep#1")
+        assert ops[pid] == sum(1 for _, s, e in truth[rank].ranges if e >= lo and s <= hi), rank
+
+
+def test_one_report_trace_names_its_files_by_the_processes_marks(tmp_path: Path) -> None:
+    """A node's report traced alone (per rank, as torch.profiler writes them): its processes are
+    ranks 2 and 3 by their marks, not 0 and 1 by process id."""
+    path = SHAPES[NODES][0]
+    truth = _raw_ranks([path])
+    result = CliRunner().invoke(cli, ["trace", str(path), "-o", str(tmp_path / "n.json")])
+    assert result.exit_code == 0, result.output
+    for rank, r in truth.items():
+        doc = json.loads((tmp_path / f"n.rank{rank}.json").read_text())
+        assert doc["distributedInfo"]["rank"] == rank
+        assert {e["pid"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op"} == {r.pid}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"n.rank{k}.json" for k in sorted(truth)]

@@ -66,6 +66,7 @@ class Part:
     only: frozenset[int] | None = None  # the processes kept (a report of several ranks cut by rank)
     window: tuple[int | None, int | None] = (None, None)  # in the report's own time
     steps: tuple[int, int] | None = None  # the ProfilerSteps the window is
+    process_windows: dict[int, tuple[int, int]] | None = None  # cut by steps, several ranks: each process's
     found: Plan | None = None
 
     @property
@@ -240,6 +241,17 @@ def distributed_info(kept: Sequence[Part], world_size: int) -> dict[str, object]
     return {"world_size": world_size, "rank_of_process": of}
 
 
+def in_process_windows(chunk: pa.Table, part: Part) -> np.ndarray:
+    """Rows inside their own process's window (a report of several ranks cut by steps), else all."""
+    if part.process_windows is None:
+        return np.ones(chunk.num_rows, bool)
+    pid, start, end = np_col(chunk, "process_id", fill=-1), np_col(chunk, "start_ns"), np_col(chunk, "end_ns")
+    keep = np.zeros(chunk.num_rows, bool)
+    for p, (lo, hi) in part.process_windows.items():
+        keep |= (pid == p) & (end >= lo) & (start <= hi)
+    return keep
+
+
 def write_many(parts: list[Part], root: Path, dest: Path, world_size: int) -> TraceWriter:
     """One file of the parts (their windows and plans set: nvbridge.export.trace_cuts), closed
     under its staging name: the caller publishes it (with the others of a split) or aborts it."""
@@ -255,7 +267,7 @@ def write_many(parts: list[Part], root: Path, dest: Path, world_size: int) -> Tr
         for part in kept:
             for name in EVENT_TABLES:
                 for chunk in part.source.chunks(name, list(COLUMNS[name]), part.window):
-                    keep = in_window(chunk, *part.window, part.only)
+                    keep = in_window(chunk, *part.window, part.only) & in_process_windows(chunk, part)
                     if not keep.all():
                         chunk = chunk.filter(pa.array(keep))
                     getattr(writer, name)(rewritten(chunk, part, name))
