@@ -6,8 +6,10 @@
 Each recording is a real ``torchrun --standalone`` run of 2 or 4 processes recorded by
 ``nvbridge profile --trace=nvtx,osrt --keep-report DIR -- torchrun ...``: nsys wraps each rank
 (one report per rank, ``rank<K>.nsys-rep`` by ``RANK``) or, for the ``onefile`` one
-(``--one-report``), one nsys session records the launcher and every rank in one report. Writes
-into sample_db/:
+(``--one-report``), one nsys session records the launcher and every rank in one report. The
+``2nodes`` one simulates two nodes on this host: two ``--one-report`` sessions at once, each over
+``torchrun --nnodes 2 --node-rank N --nproc-per-node 2 --rdzv-backend c10d`` meeting at one
+endpoint (4 ranks, 2 per report: ``NAME.node<N>.sqlite``). Writes into sample_db/:
 
 - ``NAME.rank<K>.sqlite`` per rank (``NAME.sqlite`` for one session): ``nsys export --type
   sqlite`` of the report, unmodified;
@@ -40,7 +42,7 @@ WORKLOAD = ROOT / "scripts" / "workloads" / "dist.py"
 @dataclass(frozen=True)
 class Recording:
     name: str
-    nproc: int
+    nproc: int  # per node
     steps: int = 4
     straggler: tuple[int, int, float] | None = None  # rank, step, sleep ms
     one_session: bool = False
