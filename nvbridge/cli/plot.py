@@ -78,7 +78,8 @@ def plot_cmd(
             "draw one picture: pick one of --roofline, --memory, --memory-blocks", param_hint="--memory"
         )
     # one report whose processes marked several ranks: per rank too, unless a timeline is asked for
-    several = holds_ranks(path) and not (roofline or memory or memory_blocks or start or end)
+    with errors():
+        several = not (roofline or memory or memory_blocks or start or end) and holds_ranks(path)
     if is_partitioned(path) or several:
         if roofline or memory or memory_blocks or start or end:
             raise click.BadParameter(

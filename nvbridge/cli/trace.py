@@ -102,8 +102,9 @@ def trace_cmd(
         check_suffix(output)
         if split == "none":
             check_destination(output, force)
-    # one report of several ranks drawn as one file: as a dataset of many (collectives, flows)
-    if is_partitioned(path) or (split in ("none", "step") and not processes and holds_ranks(path)):
+        # one report of several ranks drawn as one file: as a dataset of many (collectives, flows)
+        many = is_partitioned(path) or (split in ("none", "step") and not processes and holds_ranks(path))
+    if many:
         if processes:
             raise click.UsageError("a dataset of many reports is cut by rank: pass --ranks, not --process.")
         with errors():

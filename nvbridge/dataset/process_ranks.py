@@ -33,7 +33,7 @@ class ReportRanks:
 
     directory: Path
     name: str  # the partition's name without ``report=`` (one report's: its file's stem)
-    of: Mapping[int, int]  # process -> rank
+    of: Mapping[int, int]  # process -> rank, in a report of several ranks (else empty: it is ``rank``)
     rank: int  # the report's lowest rank (its rank, when it holds one)
     device_users: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # device -> processes
     several: bool = False  # its processes marked several ranks: labelled, cut and drawn per process
@@ -95,28 +95,28 @@ def holds_ranks(path: Path) -> bool:
 
 
 def dataset_ranks(root: str | os.PathLike[str]) -> list[ReportRanks]:
-    """Every report of a dataset (a partitioned one's, or the one a folder holds), in rank order."""
+    """Every report of a dataset (a partitioned one's, or the one a folder holds), in rank order.
+    Only where some report's processes marked several ranks are the reports' process columns read."""
     path = Path(os.fspath(root))
     dirs = report_dirs(path) or [path]
-    tables = [load(d, streamed=True) for d in dirs]
-    local = [_local(t) for t in tables]
+    metas = [read_meta(d) for d in dirs]
     # a partition's name; one report's is its file's stem, as its collectives table names it
     names = [
-        d.name.split("=", 1)[1] if d.name.startswith("report=") else Path(str(t.meta.get("source") or d.name)).stem
-        for d, t in zip(dirs, tables)
+        d.name.split("=", 1)[1] if d.name.startswith("report=") else Path(str(m.get("source") or d.name)).stem
+        for d, m in zip(dirs, metas)
     ]
-    several = [marked_several(t.meta) for t in tables]
+    several = [marked_several(m) for m in metas]
     if any(several):
+        tables = [load(d, streamed=True) for d in dirs]
+        local = [_local(t) for t in tables]
         numbers = global_ranks([(t.meta, own) for t, (own, _) in zip(tables, local)])
         out = []
         for d, n, of, (_, users), many in zip(dirs, names, numbers, local, several):
             low = min(of.values(), default=0)  # a report without marks stays one rank: its lowest
             out.append(ReportRanks(d, n, of if many else dict.fromkeys(of, low), low, users, many))
         return sorted(out, key=lambda r: r.rank)
-    found = [parse_rank(t.meta.get("rank")) for t in tables]
+    found = [parse_rank(m.get("rank")) for m in metas]
     ranks = [int(r or 0) for r in found]
     if any(r is None for r in found) or len(set(found)) != len(found):
         ranks = list(range(len(dirs)))  # not all recorded, or repeated: their order stands for them
-    return [
-        ReportRanks(d, n, dict.fromkeys(own, r), r, users) for d, n, r, (own, users) in zip(dirs, names, ranks, local)
-    ]
+    return [ReportRanks(d, n, {}, r) for d, n, r in zip(dirs, names, ranks)]
