@@ -225,6 +225,10 @@ def test_one_report_trace_names_its_files_by_the_processes_marks(tmp_path: Path)
     assert result.exit_code == 0, result.output
     for rank, r in truth.items():
         doc = json.loads((tmp_path / f"n.rank{rank}.json").read_text())
-        assert doc["distributedInfo"]["rank"] == rank
+        assert doc["distributedInfo"] == {"rank": rank, "world_size": 4}  # the marks' world, not the report's 2
         assert {e["pid"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op"} == {r.pid}
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"n.rank{k}.json" for k in sorted(truth)]
+    one = CliRunner().invoke(cli, ["trace", str(path), "-o", str(tmp_path / "one.json"), "--split", "none"])
+    assert one.exit_code == 0, one.output
+    info = json.loads((tmp_path / "one.json").read_text())["distributedInfo"]
+    assert info == {"world_size": 4, "rank_of_process": {str(r.pid): k for k, r in truth.items()}}

@@ -61,15 +61,19 @@ class Ranks:
         return {"rank": rank} if self.world_size is None else {"rank": rank, "world_size": self.world_size}
 
 
-def report_ranks(gpu_work: Mapping[int, Iterable[int]], host_processes: Iterable[int], recorded: Recorded) -> Ranks:
+def report_ranks(
+    gpu_work: Mapping[int, Iterable[int]], host_processes: Iterable[int], recorded: Recorded, world: int | None = None
+) -> Ranks:
     """The rule of the module doc. ``gpu_work``: per device, the processes that launched GPU ops
     on it (-1: unknown); ``host_processes``: processes with ranges or CUDA calls;
-    ``recorded``: ``meta.rank``, or per process the ranks their marks name (:func:`recorded_rank`)."""
+    ``recorded``: ``meta.rank``, or per process the ranks their marks name (:func:`recorded_rank`);
+    ``world``: the world size the marks agree on (``meta.world_size``)."""
     found = rank_processes(set(host_processes), {d: set(ps) for d, ps in gpu_work.items()}, recorded)
     of = {r.process_id: r.rank for r in found.ranks}
     if len(of) <= 1 and isinstance(recorded, int):
         return Ranks(of, None, recorded)
-    return Ranks(of, max(len(of), 1))
+    # a node's report holds ranks 2 and 3 of 4: the world is at least one past its highest rank
+    return Ranks(of, max(len(of), max(of.values(), default=0) + 1, world or 0))
 
 
 def tables_ranks(ops: pa.Table, api_calls: pa.Table, gpu_ops: pa.Table, recorded: Recorded) -> Ranks:
@@ -78,6 +82,12 @@ def tables_ranks(ops: pa.Table, api_calls: pa.Table, gpu_ops: pa.Table, recorded
     tally.add_gpu(gpu_ops)
     host = [np.unique(np_col(t, "process_id", fill=-1)) for t in (ops, api_calls)]
     return report_ranks(tally.gpu_work, (p for p in np.unique(np.concatenate(host)).tolist() if p >= 0), recorded)
+
+
+def recorded_world(meta: Mapping[str, str | None]) -> int | None:
+    """``meta.world_size`` (where the processes' rank marks agree on one), else None."""
+    value = meta.get("world_size")
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def recorded_rank(meta: Mapping[str, str | None]) -> Recorded:
