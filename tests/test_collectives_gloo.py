@@ -23,6 +23,8 @@ RUNS = {  # recording -> its report files
     "ranks_gloo2_straggler_cpu": [f"ranks_gloo2_straggler_cpu.rank{r}.sqlite" for r in range(2)],
     "ranks_gloo4_straggler_cpu": [f"ranks_gloo4_straggler_cpu.rank{r}.sqlite" for r in range(4)],
     "ranks_gloo2_onefile_cpu": ["ranks_gloo2_onefile_cpu.sqlite"],
+    # one nsys session per simulated node, 2 ranks each: node 0's report holds ranks 2 and 3
+    "ranks_gloo4_2nodes_cpu": [f"ranks_gloo4_2nodes_cpu.node{k}.sqlite" for k in range(2)],
 }
 
 

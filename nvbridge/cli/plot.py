@@ -13,6 +13,7 @@ from nvbridge.cli._common import errors, shown, window
 from nvbridge.conversion.many import convert
 from nvbridge.conversion.memory import load_tables
 from nvbridge.dataset.check import is_partitioned
+from nvbridge.dataset.process_ranks import holds_ranks
 from nvbridge.dataset.report import DatasetTables
 from nvbridge.output import publish as outputs
 from nvbridge.plot import memory as memory_plot
@@ -76,7 +77,10 @@ def plot_cmd(
         raise click.BadParameter(
             "draw one picture: pick one of --roofline, --memory, --memory-blocks", param_hint="--memory"
         )
-    if is_partitioned(path):
+    # one report whose processes marked several ranks: per rank too, unless a timeline is asked for
+    with errors():
+        several = not (roofline or memory or memory_blocks or start or end) and holds_ranks(path)
+    if is_partitioned(path) or several:
         if roofline or memory or memory_blocks or start or end:
             raise click.BadParameter(
                 "a dataset of many reports is drawn per step and rank; drop --roofline/--memory/--start/--end "

@@ -20,7 +20,7 @@ from nvbridge.export.trace import (
     first_event_ns,
     step_spans_in,
 )
-from nvbridge.export.trace_cuts import AUTO_STEP_EVENTS, ManyTraces, export_many, step_path
+from nvbridge.export.trace_cuts import AUTO_STEP_EVENTS, ManyTraces, export_many, holds_ranks, step_path
 from nvbridge.export.trace_source import open_source, plan
 
 
@@ -102,7 +102,9 @@ def trace_cmd(
         check_suffix(output)
         if split == "none":
             check_destination(output, force)
-    if is_partitioned(path):
+        # one report of several ranks drawn as one file: as a dataset of many (collectives, flows)
+        many = is_partitioned(path) or (split in ("none", "step") and not processes and holds_ranks(path))
+    if many:
         if processes:
             raise click.UsageError("a dataset of many reports is cut by rank: pass --ranks, not --process.")
         with errors():

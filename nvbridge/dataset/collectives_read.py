@@ -20,6 +20,7 @@ from nvbridge.dataset import collectives_scan as scan
 from nvbridge.dataset import nccl_bytes
 from nvbridge.dataset.collectives import Matched, ReportCollectives, build
 from nvbridge.dataset.dictionaries import compact_table
+from nvbridge.dataset.process_ranks import global_ranks
 from nvbridge.dataset.ranks import RankTally
 from nvbridge.dataset.report import DatasetTables, is_partitioned, load, report_dirs
 from nvbridge.errors import DamagedDataset
@@ -66,20 +67,10 @@ def collectives_of(path: str | os.PathLike[str]) -> Matched:
 
 
 def _global_ranks(reports: list[ReportCollectives]) -> list[ReportCollectives]:
-    """Ranks across reports: a one-process report's recorded rank; every other process (a report
-    of several, or one that recorded none) the next number no report recorded, in report order."""
-    recorded = {r.meta.get("rank") for r in reports if len(r.ranks) == 1 and r.meta.get("rank") not in (None, "")}
-    taken = {int(v) for v in recorded if v is not None and v.lstrip("-").isdigit()}
-    free = (n for n in range(1 << 30) if n not in taken)
-    out = []
-    for r in reports:
-        own = r.meta.get("rank")
-        if len(r.ranks) == 1 and own is not None and own.lstrip("-").isdigit():
-            out.append(r)
-            continue
-        ranks = {p: next(free) for p, _ in sorted(r.ranks.items(), key=lambda kv: kv[1])}
-        out.append(ReportCollectives(r.name, r.meta, ranks, r.found))
-    return out
+    """Ranks across reports (nvbridge.dataset.process_ranks.global_ranks): a marked process keeps
+    its mark (a node's report holds ranks 2 and 3), a one-process report its recorded rank."""
+    numbers = global_ranks([(r.meta, r.ranks) for r in reports])
+    return [ReportCollectives(r.name, r.meta, ranks, r.found) for r, ranks in zip(reports, numbers)]
 
 
 def several_ranks(matched: Matched) -> bool:

@@ -58,14 +58,18 @@ def rows_of(table: pa.Table, parts: Sequence[Part]) -> tuple[pa.Table, np.ndarra
     steps and the row has one, else those overlapping the part's window."""
     # the report names (a few) mapped to parts, each row through its dictionary code
     reports = pc.dictionary_encode(pc.fill_null(table.column("report").cast(pa.string()), "")).combine_chunks()
-    of_name = {n: i for i, p in enumerate(parts) for n in (p.name, str(p.source.meta.get("source")))}
+    of_name = {n: i for i, p in enumerate(parts) for n in _names(p)}
     lookup = np.array([of_name.get(n, -1) for n in reports.dictionary.to_pylist()] or [-1], np.int64)
     index = lookup[np.asarray(reports.indices.to_numpy(zero_copy_only=False), np.int64)]
     if (index < 0).all():
         ranks = np_col(table, "rank", fill=-1)
         for i, part in enumerate(parts):
-            index[ranks == part.rank] = i
+            index[np.isin(ranks, part.ranks())] = i
     keep = index >= 0
+    process = np_col(table, "process_id", fill=-1)
+    for i, part in enumerate(parts):  # a report of several ranks cut to some: their rows only
+        if part.only is not None:
+            keep &= (index != i) | np.isin(process, list(part.only))
     arrival, end = _times(table)
     step = np_col(table, "step", fill=-1) if "step" in table.column_names else np.full(table.num_rows, -1)
     for i, part in enumerate(parts):
@@ -81,6 +85,13 @@ def rows_of(table: pa.Table, parts: Sequence[Part]) -> tuple[pa.Table, np.ndarra
             keep &= ~mine | (arrival <= hi + part.offset_ns)
     rows = np.flatnonzero(keep)
     return table.take(pa.array(rows)), index[rows]
+
+
+def _names(part: Part) -> tuple[str, ...]:
+    """What the table's ``report`` may call a part: the partition, its report's file or stem (the
+    name a dataset of one report gives its collectives)."""
+    source = str(part.source.meta.get("source"))
+    return (part.name, source, Path(source).stem)
 
 
 def _times(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import numpy as np
 
+from nvbridge.columns import np_col
+from nvbridge.dataset.process_ranks import holds_ranks
+from nvbridge.dataset.timeline import step_numbers
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import TraceStats, TraceWriter
 from nvbridge.export.trace import NOTHING_TO_TRACE, check_destination, check_suffix, step_spans_in
-from nvbridge.export.trace_many import Part, open_parts, write_many
+from nvbridge.export.trace_many import Part, open_parts, rank_parts, write_many
 from nvbridge.export.trace_ranks import rank_path
 from nvbridge.export.trace_source import plan
 
-__all__ = ["AUTO_STEP_EVENTS", "MANY_SPLITS", "ManyTraces", "export_many", "step_path", "write_many"]
+__all__ = ["AUTO_STEP_EVENTS", "MANY_SPLITS", "ManyTraces", "export_many", "holds_ranks", "step_path", "write_many"]
 
 MANY_SPLITS = ("auto", "none", "rank", "step")
 # A whole run's events past which ``auto`` writes a file per step: at about 200 bytes of JSON an
@@ -45,12 +48,24 @@ def step_path(dest: Path, step: int) -> Path:
 def set_windows(
     parts: list[Part], steps: tuple[int, int] | None, start_ns: int | None, end_ns: int | None
 ) -> list[int]:
-    """Each part's window in its own time (steps: its own ProfilerSteps; start/end: aligned
-    times from the first event) and plan; the ranks that hold none of the steps (left out)."""
+    """Each part's window in its own time (steps: its own ProfilerSteps, of a report of several
+    ranks each process's own; start/end: aligned times from the first event) and plan; the
+    ranks that hold none of the steps (left out)."""
     left = []
     for part in parts:
         lo, hi = None, None
-        if steps is not None:
+        part.process_windows = None
+        keep = None if part.only is None else set(part.only)
+        if steps is not None and part.several and part.of is not None:
+            windows = process_step_windows(part, steps)
+            left += sorted({r for p, r in part.of.of.items() if p not in windows and (keep is None or p in keep)})
+            if not windows:
+                part.found = None
+                continue
+            part.process_windows = windows
+            keep = set(windows)
+            lo, hi = min(w[0] for w in windows.values()), max(w[1] for w in windows.values())
+        elif steps is not None:
             n, s, e = step_spans_in(part.source)
             sel = (n >= steps[0]) & (n <= steps[1])
             if not sel.any():
@@ -62,8 +77,29 @@ def set_windows(
             lo = None if start_ns is None else start_ns - part.offset_ns
             hi = None if end_ns is None else end_ns - part.offset_ns
         part.window, part.steps = (lo, hi), steps
-        part.found = plan(part.source, lo, hi, None)
+        part.found = plan(part.source, lo, hi, keep)
     return left
+
+
+def process_step_windows(part: Part, steps: tuple[int, int]) -> dict[int, tuple[int, int]]:
+    """Per rank process of a report of several ranks (those kept), the span of its own
+    ``ProfilerStep#first..#last`` ranges: each rank is cut on its own timeline."""
+    pids, starts, ends = [], [], []
+    for chunk in part.source.chunks("ops", ["op_name", "start_ns", "end_ns", "process_id"], (None, None)):
+        n = step_numbers(chunk.column("op_name"))
+        sel = (n >= steps[0]) & (n <= steps[1])
+        pids.append(np_col(chunk, "process_id", fill=-1)[sel])
+        starts.append(np_col(chunk, "start_ns")[sel])
+        ends.append(np_col(chunk, "end_ns")[sel])
+    if not pids:
+        return {}
+    pid, start, end = np.concatenate(pids), np.concatenate(starts), np.concatenate(ends)
+    ranks = part.of.of if part.of is not None else {}
+    return {
+        int(p): (int(start[pid == p].min()), int(end[pid == p].max()))
+        for p in np.unique(pid).tolist()
+        if p in ranks and (part.only is None or p in part.only)
+    }
 
 
 def first_aligned_ns(parts: list[Part]) -> int:
@@ -107,7 +143,7 @@ def export_many(
     if auto_step:
         split = "step"
     if split == "rank":
-        jobs = [(rank_path(dest, p.rank), [p], steps) for p in parts]
+        jobs = [(rank_path(dest, p.rank), [p], steps) for p in rank_parts(parts)]
     elif split == "step":
         jobs = [(step_path(dest, n), parts, (n, n)) for n in _steps_of(parts, steps)]
     else:

@@ -7,11 +7,14 @@ share a file without colliding (reports of one run hold the same process ids, GP
 
 - times: ``+ offset_ns`` of the report (:func:`clock_offsets`), the aligned clock;
 - processes: ``pid + PID_STRIDE * (k + 1)`` and GPUs ``device + DEVICE_STRIDE * k`` for the k-th
-  report (in rank order), named ``rank R: <name> (pid P)`` and ``rank R GPU D``;
+  report (in rank order), named ``rank R: <name> (pid P)`` and ``rank R GPU D``, R the process's
+  own rank (nvbridge.dataset.process_ranks: its rank mark in a report of several ranks, one nsys
+  session per node or over the launcher; else the report's);
 - ids (op, API call, GPU op): offset by the ids of the reports before, so the writer's flows
   (launch -> kernel, forward -> backward) stay inside their report.
 
-Cuts apply in each report's own time: ``ranks`` keeps those reports, ``steps`` each report's
+Cuts apply in each report's own time: ``ranks`` keeps those ranks' reports (of a report of
+several ranks, those ranks' processes), ``steps`` each report's
 ``ProfilerStep#A..#B`` (each rank's steps on its own timeline), ``start_ns``/``end_ns`` a window on
 the aligned clock. The collectives (:mod:`nvbridge.export.trace_collectives`) are drawn last.
 """
@@ -19,7 +22,7 @@ the aligned clock. The collectives (:mod:`nvbridge.export.trace_collectives`) ar
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +32,7 @@ import pyarrow.compute as pc
 from nvbridge.columns import np_col
 from nvbridge.dataset.check import is_partitioned, read_meta
 from nvbridge.dataset.collectives_read import root_meta
-from nvbridge.dataset.report import parse_rank, report_dirs
+from nvbridge.dataset.process_ranks import ReportRanks, dataset_ranks
 from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import in_window
 from nvbridge.errors import ExportError
@@ -59,9 +62,26 @@ class Part:
     index: int  # position in rank order
     ids: dict[str, int]  # table -> id base (the ids of the reports before)
     spans: dict[str, int]  # table -> one more than its largest id
+    of: ReportRanks | None = None  # its processes' ranks
+    only: frozenset[int] | None = None  # the processes kept (a report of several ranks cut by rank)
     window: tuple[int | None, int | None] = (None, None)  # in the report's own time
     steps: tuple[int, int] | None = None  # the ProfilerSteps the window is
+    process_windows: dict[int, tuple[int, int]] | None = None  # cut by steps, several ranks: each process's
     found: Plan | None = None
+
+    @property
+    def several(self) -> bool:
+        return self.of is not None and self.of.several
+
+    def rank_of(self, process: int) -> int | None:
+        """A process's rank: its own in a report of several ranks (None: no rank), else the report's."""
+        return (self.of.of.get(process) if self.of is not None else None) if self.several else self.rank
+
+    def ranks(self) -> list[int]:
+        """The ranks this part draws."""
+        if not self.several or self.of is None:
+            return [self.rank]
+        return sorted({r for p, r in self.of.of.items() if self.only is None or p in self.only})
 
     @property
     def pid_base(self) -> int:
@@ -89,40 +109,51 @@ def clock_offsets(root: Path, names: Sequence[str], metas: Sequence[dict[str, st
 
 
 def open_parts(root: Path, only: set[int] | None = None) -> tuple[list[Part], int]:
-    """The reports of a partitioned dataset in rank order (``only`` those ranks), each with its
-    rank (recorded, else its position), clock offset and id bases; and how many ranks it has.
-    Only the reports kept are opened (their ids numbered among themselves).
+    """The reports of a dataset in rank order (``only`` those ranks), each with its processes'
+    ranks (nvbridge.dataset.process_ranks), clock offset and id bases; and how many ranks it has.
+    A dataset of one report holding several ranks is one part. Only the reports kept are opened
+    (their ids numbered among themselves).
 
     Raises:
-        ExportError: not a dataset of many reports; a rank of ``only`` it lacks (naming its ranks).
+        ExportError: not a dataset of many ranks; a rank of ``only`` it lacks (naming its ranks).
     """
-    if not is_partitioned(root):
-        raise ExportError(f"{root} is not a dataset of many reports (no report=<name>/ partitions).")
-    dirs = report_dirs(root)
-    metas = [read_meta(d) for d in dirs]
-    names = [d.name[len("report=") :] for d in dirs]
-    offsets = clock_offsets(root, names, metas)
-    found = [parse_rank(m.get("rank")) for m in metas]
-    ranks = [int(r or 0) for r in found]
-    if any(r is None for r in found) or len(set(found)) != len(found):
-        ranks = list(range(len(dirs)))  # not all recorded, or repeated: their order stands for them
-    missing = (only or set()) - set(ranks)
+    reports = dataset_ranks(root)
+    if not is_partitioned(root) and not (len(reports) == 1 and reports[0].several):
+        raise ExportError(f"{root} is not a dataset of many ranks (no report=<name>/ partitions, no rank marks).")
+    metas = [read_meta(r.directory) for r in reports]
+    offsets = clock_offsets(root, [r.name for r in reports], metas)
+    have = sorted({n for r in reports for n in (r.of.values() if r.several else [r.rank])})
+    missing = (only or set()) - set(have)
     if missing:
         raise ExportError(
             f"no rank {', '.join(str(r) for r in sorted(missing))} in the dataset (it has ranks "
-            f"{', '.join(str(r) for r in ranks)}); pass those to --ranks."
+            f"{', '.join(str(r) for r in have)}); pass those to --ranks."
         )
     parts: list[Part] = []
     bases = dict.fromkeys(EVENT_TABLES, 0)
-    for d, name, rank in zip(dirs, names, ranks):
-        if only is not None and rank not in only:
+    for rep in reports:
+        kept = rep.processes(only) if only is not None and rep.several else None
+        if only is not None and (not kept if rep.several else rep.rank not in only):
             continue
-        src = open_source(d)
+        src = open_source(rep.directory)
         spans = {table: _id_span(src, table, column) for table, column in ID_OF.items()}
-        parts.append(Part(name, src, rank, offsets[name], len(parts), dict(bases), spans))
+        keep = None if kept is None else frozenset(kept)
+        parts.append(Part(rep.name, src, rep.rank, offsets[rep.name], len(parts), dict(bases), spans, rep, keep))
         for table in EVENT_TABLES:
             bases[table] += spans[table]
-    return parts, len(dirs)
+    return parts, len(have)
+
+
+def rank_parts(parts: Sequence[Part]) -> list[Part]:
+    """One part per rank (``--split rank``): a report of several ranks cut to each one's processes."""
+    out = []
+    for part in parts:
+        if not part.several or part.of is None:
+            out.append(part)
+            continue
+        for rank in part.ranks():
+            out.append(replace(part, rank=rank, only=frozenset(part.of.processes({rank}))))
+    return out
 
 
 def id_totals(parts: Sequence[Part]) -> dict[str, int]:
@@ -153,11 +184,18 @@ def rewritten(chunk: pa.Table, part: Part, name: str) -> pa.Table:
 
 
 def named_threads(part: Part) -> pa.Table:
-    """The report's threads with its process ids and names (``rank R: <name> (pid P)``)."""
+    """The report's threads with its process ids and names: ``rank R: <name> (pid P)``, R the
+    process's rank (in a report of several ranks, a process that is none: ``<report>: ...``)."""
     t = part.source.table("threads")
     pid = np_col(t, "process_id", fill=-1)
+    if part.only is not None:
+        t, pid = t.filter(pa.array(np.isin(pid, list(part.only)))), pid[np.isin(pid, list(part.only))]
     names = t.column("process_name").to_pylist() if "process_name" in t.column_names else [None] * t.num_rows
-    label = [f"rank {part.rank}: {n or 'process'} (pid {p})" for n, p in zip(names, pid.tolist())]
+    ranks = {p: part.rank_of(p) for p in np.unique(pid).tolist()}
+    label = [
+        f"{'rank ' + str(ranks[p]) if ranks[p] is not None else part.name}: {n or 'process'} (pid {p})"
+        for n, p in zip(names, pid.tolist())
+    ]
     cols = {
         "process_id": pa.array(pid + part.pid_base, pa.int64()),
         "thread_id": t.column("thread_id").cast(pa.int64()),
@@ -167,18 +205,51 @@ def named_threads(part: Part) -> pa.Table:
     return pa.table(cols)
 
 
+def _device_owner(part: Part, device: int) -> str:
+    """Whose GPU: the report's rank, or in a report of several ranks the rank(s) that used it."""
+    if not part.several or part.of is None:
+        return f"rank {part.rank}"
+    ranks = sorted({part.of.of[p] for p in part.of.device_users.get(device, ()) if p in part.of.of})
+    return f"rank {','.join(map(str, ranks))}" if ranks else part.name
+
+
 def named_devices(part: Part) -> pa.Table:
     d = part.source.table("devices")
     dev = np_col(d, "device_id", fill=-1)
     names = d.column("name").to_pylist()
     ok = dev >= 0
     label = [
-        f"rank {part.rank} GPU {i}" + (f": {n}" if n else "")
+        f"{_device_owner(part, i)} GPU {i}" + (f": {n}" if n else "")
         for i, n in zip(dev[ok].tolist(), np.array(names, object)[ok])
     ]
     return pa.table(
         {"device_id": pa.array(dev[ok] + part.device_base, pa.int64()), "name": pa.array(label, pa.string())}
     )
+
+
+def distributed_info(kept: Sequence[Part], world_size: int) -> dict[str, object]:
+    """``distributedInfo``: one rank's file says which, as torch.profiler's do; else per process."""
+    ranks = sorted({r for p in kept for r in p.ranks()})
+    if len(ranks) == 1:
+        return {"rank": ranks[0], "world_size": world_size}
+    of = {}
+    for p in kept:
+        for pid in sorted(p.found.kept_processes if p.found is not None else ()):
+            rank = p.rank_of(pid)
+            if rank is not None:
+                of[str(p.pid_base + pid)] = rank
+    return {"world_size": world_size, "rank_of_process": of}
+
+
+def in_process_windows(chunk: pa.Table, part: Part) -> np.ndarray:
+    """Rows inside their own process's window (a report of several ranks cut by steps), else all."""
+    if part.process_windows is None:
+        return np.ones(chunk.num_rows, bool)
+    pid, start, end = np_col(chunk, "process_id", fill=-1), np_col(chunk, "start_ns"), np_col(chunk, "end_ns")
+    keep = np.zeros(chunk.num_rows, bool)
+    for p, (lo, hi) in part.process_windows.items():
+        keep |= (pid == p) & (end >= lo) & (start <= hi)
+    return keep
 
 
 def write_many(parts: list[Part], root: Path, dest: Path, world_size: int) -> TraceWriter:
@@ -188,14 +259,7 @@ def write_many(parts: list[Part], root: Path, dest: Path, world_size: int) -> Tr
     chosen = choose(read_collectives(root), kept)
     firsts = [p.found.origin_ns + p.offset_ns for p in kept if p.found is not None]
     origin = min([*firsts, *([] if chosen.first_ns is None else [chosen.first_ns])], default=0)
-    info: dict[str, object] = {
-        "world_size": world_size,
-        "rank_of_process": {
-            str(p.pid_base + pid): p.rank for p in kept if p.found is not None for pid in sorted(p.found.kept_processes)
-        },
-    }
-    if len(kept) == 1:  # one rank's file says which, as torch.profiler's do
-        info = {"rank": kept[0].rank, "world_size": world_size}
+    info = distributed_info(kept, world_size)
     meta = {**(kept[0].source.meta if kept else {}), "source": f"{root.name} ({len(kept)} reports)"}
     devices = pa.concat_tables([named_devices(p) for p in kept])
     writer = TraceWriter(dest, origin_ns=origin, meta=meta, devices=devices, distributed=info)
@@ -203,7 +267,7 @@ def write_many(parts: list[Part], root: Path, dest: Path, world_size: int) -> Tr
         for part in kept:
             for name in EVENT_TABLES:
                 for chunk in part.source.chunks(name, list(COLUMNS[name]), part.window):
-                    keep = in_window(chunk, *part.window)
+                    keep = in_window(chunk, *part.window, part.only) & in_process_windows(chunk, part)
                     if not keep.all():
                         chunk = chunk.filter(pa.array(keep))
                     getattr(writer, name)(rewritten(chunk, part, name))

@@ -7,13 +7,14 @@ torchrun ...``) holds several ranks in one capture; in one trace file their GPU 
 be read as one (HTA's comm/compute overlap of the FSDP export: 54% where each rank's is 0%).
 
 The rule is nvbridge.dataset.ranks' (the one summary's --rank/--device and advise's lanes use):
+a process that wrote emit_nvtx's rank mark is that rank (``meta.process_ranks``); the others,
 the processes that ran GPU work, numbered by the lowest GPU each ran work on, then by process id
 (a process that only launched others or only recorded ranges is no rank); a report without GPU
 work, the processes with ranges or CUDA calls. A report with one rank: its rank is the one the
 report recorded (``RANK`` from the captured environment or the file name: ``meta.rank``), else 0;
 its world size is 1 when no rank was recorded, else unknown (not written). With several ranks a
 recorded rank is the capture's (the launcher's environment, a file name), not a process's, and is
-not used.
+not used (a process's own mark is).
 
 A file holding one rank says ``{"rank": R, "world_size": N}``. A file holding several ranks
 (``--split none``) names no rank, so HTA warns that the file has none instead of silently taking
@@ -30,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from nvbridge.columns import np_col
-from nvbridge.dataset.ranks import RankTally, rank_processes
+from nvbridge.dataset.ranks import RankTally, Recorded, rank_processes, recorded_ranks
 
 SPLITS = ("auto", "rank", "none")
 
@@ -60,18 +61,22 @@ class Ranks:
         return {"rank": rank} if self.world_size is None else {"rank": rank, "world_size": self.world_size}
 
 
-def report_ranks(gpu_work: Mapping[int, Iterable[int]], host_processes: Iterable[int], recorded: int | None) -> Ranks:
+def report_ranks(
+    gpu_work: Mapping[int, Iterable[int]], host_processes: Iterable[int], recorded: Recorded, world: int | None = None
+) -> Ranks:
     """The rule of the module doc. ``gpu_work``: per device, the processes that launched GPU ops
     on it (-1: unknown); ``host_processes``: processes with ranges or CUDA calls;
-    ``recorded``: ``meta.rank``."""
+    ``recorded``: ``meta.rank``, or per process the ranks their marks name (:func:`recorded_rank`);
+    ``world``: the world size the marks agree on (``meta.world_size``)."""
     found = rank_processes(set(host_processes), {d: set(ps) for d, ps in gpu_work.items()}, recorded)
     of = {r.process_id: r.rank for r in found.ranks}
-    if len(of) <= 1 and recorded is not None:
+    if len(of) <= 1 and isinstance(recorded, int):
         return Ranks(of, None, recorded)
-    return Ranks(of, max(len(of), 1))
+    # a node's report holds ranks 2 and 3 of 4: the world is at least one past its highest rank
+    return Ranks(of, max(len(of), max(of.values(), default=0) + 1, world or 0))
 
 
-def tables_ranks(ops: pa.Table, api_calls: pa.Table, gpu_ops: pa.Table, recorded: int | None) -> Ranks:
+def tables_ranks(ops: pa.Table, api_calls: pa.Table, gpu_ops: pa.Table, recorded: Recorded) -> Ranks:
     """The ranks of a report held whole (:func:`report_ranks`)."""
     tally = RankTally()
     tally.add_gpu(gpu_ops)
@@ -79,14 +84,17 @@ def tables_ranks(ops: pa.Table, api_calls: pa.Table, gpu_ops: pa.Table, recorded
     return report_ranks(tally.gpu_work, (p for p in np.unique(np.concatenate(host)).tolist() if p >= 0), recorded)
 
 
-def recorded_rank(meta: Mapping[str, str | None]) -> int | None:
-    """``meta.rank`` as an integer (a dataset stores text; None where none was recorded), as
-    ``nvbridge.dataset.report.parse_rank`` reads it."""
-    value = meta.get("rank")
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+def recorded_world(meta: Mapping[str, str | None]) -> int | None:
+    """``meta.world_size`` (where the processes' rank marks agree on one), else None."""
+    value = meta.get("world_size")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def recorded_rank(meta: Mapping[str, str | None]) -> Recorded:
+    """What the report recorded of its ranks (nvbridge.dataset.ranks.recorded_ranks): per process
+    where several processes wrote a rank mark (one nsys session over a launcher: each process is
+    the rank it marked), else ``meta.rank`` as an integer (None where none was recorded)."""
+    return recorded_ranks(meta)
 
 
 def rank_path(dest: Path, rank: int) -> Path:

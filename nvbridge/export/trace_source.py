@@ -22,7 +22,7 @@ from nvbridge.dataset.timeline import CaptureWindow, in_window
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import BATCH_ROWS
 from nvbridge.export.chrome_text import API_COLUMNS, GPU_COLUMNS, OP_COLUMNS
-from nvbridge.export.trace_ranks import Ranks, recorded_rank, report_ranks
+from nvbridge.export.trace_ranks import Ranks, recorded_rank, recorded_world, report_ranks
 
 EVENT_TABLES = ("api_calls", "gpu_ops", "ops")  # the order they are written in: calls before GPU ops
 COLUMNS = {"ops": OP_COLUMNS, "api_calls": API_COLUMNS, "gpu_ops": GPU_COLUMNS}
@@ -114,7 +114,7 @@ class Plan:
         return {d: next(iter(u)) for d, u in self.gpu_users.items() if len(u) == 1}
 
     def ranks(self, meta: Mapping[str, str | None]) -> Ranks:
-        return report_ranks(self.gpu_users, self.host_processes, recorded_rank(meta))
+        return report_ranks(self.gpu_users, self.host_processes, recorded_rank(meta), recorded_world(meta))
 
 
 def plan(source: ReportTables, start_ns: int | None, end_ns: int | None, processes: set[int] | None) -> Plan:

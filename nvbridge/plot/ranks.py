@@ -2,8 +2,10 @@
 step's time split into compute, communication, copies and idle, and the straggler of each step.
 
 Each rank's step N runs from the first start to the last end of its ``ProfilerStep#N`` ranges (a
-report of several processes: over them all). Inside it, time is given to one category, in
-order, as advise's time categories do (nvbridge.analysis.dominant):
+report of several processes: over them all; a report whose processes marked several ranks, one
+nsys session per node or over the launcher: each process its own, nvbridge.dataset.process_ranks).
+Inside it, time is given to one category, in order, as advise's time categories do
+(nvbridge.analysis.dominant):
 
 - ``compute``: a GPU op computing (a kernel but NCCL's, a memset, a graph launch);
 - ``communication``: an NCCL kernel, and no compute; on a rank without GPU work (gloo), the
@@ -23,7 +25,7 @@ names) where the dataset has matched collectives in it, else the rank whose step
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +37,9 @@ from nvbridge.analysis import spans
 from nvbridge.analysis.stragglers import OpTimes
 from nvbridge.analysis.stragglers import stragglers as stragglers_of
 from nvbridge.columns import np_col
-from nvbridge.dataset.check import read_meta
 from nvbridge.dataset.collectives_read import read_collectives, root_meta
-from nvbridge.dataset.report import DatasetTables, load, parse_rank, report_dirs
+from nvbridge.dataset.process_ranks import dataset_ranks
+from nvbridge.dataset.report import DatasetTables, load
 from nvbridge.dataset.timeline import step_spans
 
 CATEGORIES = ("compute", "communication", "copies", "idle")
@@ -54,6 +56,7 @@ class RankSteps:
     start_ns: np.ndarray
     end_ns: np.ndarray
     ns: dict[str, np.ndarray] = field(default_factory=dict)
+    process: int | None = None  # the rank's process, in a report of several ranks (None: the whole report)
 
     def of(self, step: int) -> dict[str, int] | None:
         """Category -> ns of step ``step`` (None: the rank did not run it)."""
@@ -65,9 +68,15 @@ class RankSteps:
         return None if not len(at) else int(self.end_ns[at[0]] - self.start_ns[at[0]])
 
 
-def _windows(report: DatasetTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(N, start, end) per step, over the report's processes, in start order."""
-    parts = [step_spans(c) for c in report.chunks("ops", ["op_name", "start_ns", "end_ns"])]
+def _chunks(report: DatasetTables, table: str, columns: list[str], process: int | None) -> Iterator[pa.Table]:
+    """The table a row group at a time, only ``process``'s rows where given."""
+    for chunk in report.chunks(table, [*columns, "process_id"] if process is not None else columns):
+        yield chunk if process is None else chunk.filter(pa.array(np_col(chunk, "process_id", fill=-1) == process))
+
+
+def _windows(report: DatasetTables, process: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(N, start, end) per step, over the report's processes (or one), in start order."""
+    parts = [step_spans(c) for c in _chunks(report, "ops", ["op_name", "start_ns", "end_ns"], process)]
     n, s, e = (np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64) for i in range(3))
     steps = np.unique(n)
     lo = np.array([s[n == k].min() for k in steps], np.int64)
@@ -76,10 +85,10 @@ def _windows(report: DatasetTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return steps[order], lo[order], hi[order]
 
 
-def _gpu_sets(report: DatasetTables) -> dict[str, spans.Spans]:
+def _gpu_sets(report: DatasetTables, process: int | None) -> dict[str, spans.Spans]:
     """The union of each GPU category's intervals."""
     parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in CATEGORIES[:3]}
-    for chunk in report.chunks("gpu_ops", ["kind", "name", "start_ns", "end_ns"]):
+    for chunk in _chunks(report, "gpu_ops", ["kind", "name", "start_ns", "end_ns"], process):
         kind = pc.cast(chunk.column("kind"), pa.string())
         nccl = np.asarray(
             pc.fill_null(pc.match_substring(pc.utf8_lower(pc.cast(chunk.column("name"), pa.string())), "nccl"), False)
@@ -91,10 +100,12 @@ def _gpu_sets(report: DatasetTables) -> dict[str, spans.Spans]:
     return {c: spans.union(*(np.concatenate(x) for x in zip(*p))) if p else spans.empty() for c, p in parts.items()}
 
 
-def _host_sets(report: DatasetTables, collectives: tuple[np.ndarray, np.ndarray] | None) -> dict[str, spans.Spans]:
+def _host_sets(
+    report: DatasetTables, collectives: tuple[np.ndarray, np.ndarray] | None, process: int | None
+) -> dict[str, spans.Spans]:
     """A rank without GPU work: its ranges compute, its collectives (or comm ranges) communicate."""
     work, comm = [], []
-    for chunk in report.chunks("ops", ["op_name", "start_ns", "end_ns"]):
+    for chunk in _chunks(report, "ops", ["op_name", "start_ns", "end_ns"], process):
         name = pc.fill_null(pc.cast(chunk.column("op_name"), pa.string()), "")
         step = np.asarray(pc.starts_with(name, "ProfilerStep#"))
         is_comm = np.zeros(chunk.num_rows, bool)
@@ -111,15 +122,20 @@ def _host_sets(report: DatasetTables, collectives: tuple[np.ndarray, np.ndarray]
 
 
 def rank_steps(
-    report: DatasetTables, rank: int, name: str, collectives: tuple[np.ndarray, np.ndarray] | None
+    report: DatasetTables,
+    rank: int,
+    name: str,
+    collectives: tuple[np.ndarray, np.ndarray] | None,
+    process: int | None = None,
 ) -> RankSteps:
-    """The figures of one rank's report (``collectives``: its (arrival, end) on its own clock)."""
-    n, lo, hi = _windows(report)
-    sets = _gpu_sets(report) if report.rows("gpu_ops") else _host_sets(report, collectives)
+    """The figures of one rank's report, or of its process ``process`` (``collectives``: its
+    (arrival, end) on its own clock)."""
+    n, lo, hi = _windows(report, process)
+    sets = _gpu_sets(report, process) if report.rows("gpu_ops") else _host_sets(report, collectives, process)
     compute = sets["compute"]
     comm = spans.minus(sets["communication"], compute)
     copies = spans.minus(spans.minus(sets["copies"], compute), comm)
-    out = RankSteps(rank, name, n, lo, hi)
+    out = RankSteps(rank, name, n, lo, hi, process=process)
     for c, s in (("compute", compute), ("communication", comm), ("copies", copies)):
         out.ns[c] = spans.clip_per_window(s, lo, hi) if len(n) else np.zeros(0, np.int64)
     out.ns["idle"] = (hi - lo) - out.ns["compute"] - out.ns["communication"] - out.ns["copies"]
@@ -127,30 +143,38 @@ def rank_steps(
 
 
 def dataset_steps(root: Path) -> list[RankSteps]:
-    """Every report's figures, in rank order (a report's rank: recorded, else its position)."""
-    dirs = report_dirs(root)
-    ranks = [parse_rank(read_meta(d).get("rank")) for d in dirs]
-    if any(r is None for r in ranks) or len(set(ranks)) != len(ranks):
-        ranks = list(range(len(dirs)))
+    """Every rank's figures, in rank order (nvbridge.dataset.process_ranks: a report's rank,
+    recorded, else its position; in a report whose processes marked several ranks, each one's)."""
     table = _collectives(root)
     out = []
-    for d, rank in zip(dirs, ranks):
-        name = d.name.split("=", 1)[1]
-        report = load(d, streamed=True)
-        out.append(rank_steps(report, int(rank or 0), name, _own(table, name, int(rank or 0), root)))
-    return out
+    for rep in dataset_ranks(root):
+        report = load(rep.directory, streamed=True)
+        if not rep.several:
+            out.append(rank_steps(report, rep.rank, rep.name, _own(table, rep.name, rep.rank, root)))
+            continue
+        for pid, rank in sorted(rep.of.items(), key=lambda kv: kv[1]):
+            out.append(rank_steps(report, rank, rep.name, _own(table, rep.name, rank, root, pid), pid))
+    return sorted(out, key=lambda f: f.rank) if any(f.process is not None for f in out) else out
 
 
 def _collectives(root: Path) -> pa.Table | None:
     table = read_collectives(root)
-    return None if table is None else table.select(["report", "rank", "arrival_ns", "end_ns"])
+    if table is None:
+        return None
+    wanted = ("report", "rank", "process_id", "arrival_ns", "end_ns")
+    return table.select([c for c in wanted if c in table.column_names])
 
 
-def _own(table: pa.Table | None, name: str, rank: int, root: Path) -> tuple[np.ndarray, np.ndarray] | None:
-    """This report's collectives, back on its own clock (the table's are aligned)."""
+def _own(
+    table: pa.Table | None, name: str, rank: int, root: Path, process: int | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """This rank's collectives (its report's; of a report of several ranks, its process's), back
+    on its report's own clock (the table's are aligned)."""
     if table is None:
         return None
     mine = np.asarray(pc.fill_null(pc.equal(table.column("report"), name), False))
+    if process is not None and "process_id" in table.column_names:
+        mine &= np_col(table, "process_id", fill=-1) == process
     if not mine.any():
         mine = np_col(table, "rank", fill=-1) == rank
     if not mine.any():
@@ -162,13 +186,18 @@ def _own(table: pa.Table | None, name: str, rank: int, root: Path) -> tuple[np.n
 
 def summary_stragglers(root: Path, figures: list[RankSteps]) -> dict[int, int]:
     """Step -> the rank the others waited for most (nvbridge.analysis.stragglers, the summary's
-    ``ranks.steps[].slowest_rank``), by report, where the dataset has matched collectives."""
+    ``ranks.steps[].slowest_rank``), by report (and process, in a report of several ranks),
+    where the dataset has matched collectives."""
     table = read_collectives(root)
     if table is None or not table.num_rows:
         return {}
-    report_of = dict(zip(table.column("rank").to_pylist(), table.column("report").to_pylist()))
-    mine = {f.report: f.rank for f in figures}
-    found = {s.step: mine.get(str(report_of.get(s.slowest_rank))) for s in stragglers_of(table, OpTimes())}
+    procs = table.column("process_id").to_pylist() if "process_id" in table.column_names else [None] * table.num_rows
+    where = dict(zip(table.column("rank").to_pylist(), zip(table.column("report").to_pylist(), procs)))
+    mine = {(f.report, f.process): f.rank for f in figures}
+    found = {}
+    for s in stragglers_of(table, OpTimes()):
+        report, process = where.get(s.slowest_rank, (None, None))
+        found[s.step] = mine.get((str(report), process), mine.get((str(report), None)))
     return {step: rank for step, rank in found.items() if rank is not None}
 
 
