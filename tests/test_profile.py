@@ -89,6 +89,26 @@ def test_profile_records_converts_and_summarizes(tmp_path: Path) -> None:
 
 
 @pytest.mark.nsys
+@pytest.mark.parametrize("keep", [None, "run.node0.nsys-rep"])
+def test_names_with_dots_are_recorded(tmp_path: Path, keep: str | None) -> None:
+    """A script or kept report whose name has a dot before its suffix (``train.v2.py``,
+    ``run.node0.nsys-rep``): nsys adds its suffix to the whole name, and nvbridge looked for
+    ``train.nsys-rep`` / ``run.nsys-rep`` ("nsys profile recorded nothing")."""
+    require_nsys()
+    pytest.importorskip("torch")
+    script = tmp_path / "train.v2.py"
+    script.write_text(WORKLOAD)
+    kept = ["--keep-report", keep] if keep else []
+    proc = _nvbridge("profile", "-o", "out", *kept, "--", sys.executable, script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "aten::mm" in proc.stdout
+    source = {r["key"]: r["value"] for r in pq.read_table(tmp_path / "out" / "meta.parquet").to_pylist()}["source"]
+    assert source == (keep or "train.v2.nsys-rep")
+    if keep:
+        assert (tmp_path / keep).stat().st_size > 0
+
+
+@pytest.mark.nsys
 def test_an_existing_report_is_kept_without_force(tmp_path: Path) -> None:
     """The report to keep is checked before anything runs: an existing one needs --force."""
     require_nsys()

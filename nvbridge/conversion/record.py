@@ -144,10 +144,12 @@ def _reports(nsys: str, names: Sequence[Path], hidden: list[bytes]) -> list[Path
     with neither are left out."""
     out = []
     for report in names:
-        done = next((report.with_suffix(s) for s in REPORT_SUFFIXES if report.with_suffix(s).is_file()), None)
-        stream = report.with_suffix(".qdstrm")
+        # nsys adds its suffix to the whole name: ``train.v2`` -> ``train.v2.nsys-rep``, never
+        # with_suffix's ``train.nsys-rep``
+        done = next((_plus(report, s) for s in REPORT_SUFFIXES if _plus(report, s).is_file()), None)
+        stream = _plus(report, ".qdstrm")
         if done is None and stream.is_file():
-            done = report.with_suffix(".nsys-rep")
+            done = _plus(report, ".nsys-rep")
             try:
                 import_stream(nsys, stream, done, stream.name)
             except InputError:
@@ -157,6 +159,10 @@ def _reports(nsys: str, names: Sequence[Path], hidden: list[bytes]) -> list[Path
         if done is not None:
             out.append(done)
     return out
+
+
+def _plus(report: Path, suffix: str) -> Path:
+    return report.with_name(report.name + suffix)
 
 
 def _run_relaying(argv: list[str]) -> tuple[int, list[bytes]]:
