@@ -18,6 +18,8 @@ from nvbridge.engine import correlate
 from nvbridge.readers import read_profile
 from nvbridge.readers._db import Database
 from nvbridge.readers.raw import Restart
+from scripts.record.synthetic_memory import generate
+from tests.conftest import SAMPLE_DB
 from tests.test_memory_dataset import MARK, build
 
 pipeline = importlib.import_module("nvbridge.conversion.pipeline")
@@ -122,3 +124,28 @@ def test_without_marks_the_probe_reads_its_rows_and_no_more(tmp_path: Path, monk
     db.close()
     assert rows_large == 10 * rows_small > 2 * 20
     assert _probe_steps(small, monkeypatch) == _probe_steps(large, monkeypatch)
+
+
+def test_marks_after_the_probed_rows_still_win_over_nsys_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report with Nsight Systems' device-memory events and, after the probed rows, nvbridge's
+    marks: the probe finds none and the reader takes nsys' events, then the marks restart the
+    conversion, which keeps only the marks (docs/memory.md, "Which wins")."""
+    both = tmp_path / "both.sqlite"
+    generate(SAMPLE_DB / "cnn_cpu+synthetic_gpu.sqlite", both)
+    with sqlite3.connect(both) as db:
+        ((tid, last),) = db.execute("SELECT globalTid, max(start) FROM NVTX_EVENTS WHERE eventType = 59").fetchall()
+        db.executemany(
+            "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (?, ?, ?, ?, 9)",
+            [(last + 1, 75, "nvbridge", tid), (last + 2, MARK, "mem cpu 4096 64 64 0", tid)],
+        )
+        [(nsys_events,)] = db.execute("SELECT count(*) FROM CUDA_GPU_MEMORY_USAGE_EVENTS").fetchall()
+    assert nsys_events > 0
+    monkeypatch.setattr(nsys_nvtx, "PROBE_ROWS", 16)
+    restarts = _streamed(both, tmp_path / "out", monkeypatch)
+    assert [r.marks for r in restarts] == [True]
+    memory = nvbridge.load(tmp_path / "out").memory
+    assert memory.select(["ts_ns", "bytes", "source"]).to_pylist() == [
+        {"ts_ns": last + 2, "bytes": 64, "source": "nvbridge"}
+    ]
