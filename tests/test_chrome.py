@@ -76,6 +76,7 @@ def validate(doc: dict[str, Any]) -> dict[str, Any]:
     gpu_ns: Counter[int] = Counter()
     named_threads: set[tuple[int, int]] = set()
     named_procs: set[int] = set()
+    counter_pids: set[int] = set()
     flows: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = defaultdict(lambda: {"s": [], "f": []})
     for e in events:
         ph = e["ph"]
@@ -93,6 +94,12 @@ def validate(doc: dict[str, Any]) -> dict[str, Any]:
                 gpu_ns[e["args"]["device"]] += dur
         elif ph in ("s", "f"):
             flows[(e["cat"], e["id"])][ph].append(e)
+        elif ph == "C":  # a counter: one track per process, name and arg key; every value a number
+            assert isinstance(e["pid"], int) and 0 <= e["pid"] < 2**32, e
+            assert isinstance(e["name"], str) and ns(e["ts"]) >= 0 and "tid" not in e, e
+            assert e["args"] and all(type(v) in (int, float) for v in e["args"].values()), e
+            counter_pids.add(e["pid"])
+            cats["counter " + e["cat"]] += 1
         elif ph == "M":
             if e["name"] == "thread_name":
                 named_threads.add((e["pid"], e["tid"]))
@@ -101,6 +108,9 @@ def validate(doc: dict[str, Any]) -> dict[str, Any]:
         else:
             raise AssertionError(f"unexpected phase {ph}")
 
+    assert counter_pids <= named_procs, f"counters of unnamed processes {counter_pids - named_procs}"
+    counters = cats.pop("counter memory", 0)
+    assert not any(c.startswith("counter ") for c in cats), cats  # the one category of counters
     # Slices nest per track: sorted by (start, -end), each lies in the innermost open one or after it.
     for track, spans in slices.items():
         assert track in named_threads, f"track {track} has no thread_name"
@@ -126,7 +136,7 @@ def validate(doc: dict[str, Any]) -> dict[str, Any]:
         for e in (s, f):
             track, t = (e["pid"], e["tid"]), ns(e["ts"])
             assert any(a <= t <= b for a, b in slices.get(track, [])), f"flow {cat} {fid} not on a slice: {e}"
-    return {"cats": cats, "gpu_ns": gpu_ns, "flows": flow_counts}
+    return {"cats": cats, "gpu_ns": gpu_ns, "flows": flow_counts, "counters": counters}
 
 
 def expected(report: nvbridge.Report) -> dict[str, Any]:
@@ -181,6 +191,8 @@ def test_every_report_writes_a_valid_trace(source: Path, suffix: str, tmp_path: 
     assert got["gpu_ns"] == want["gpu_ns"]
     assert got["gpu_ns"] == Counter(stats.gpu_ns_by_device)
     assert dict(got["flows"]) == {k: v for k, v in stats.flows.items() if v}
+    # one memory counter per allocator event (none of these reports has one before its first range)
+    assert got["counters"] == stats.counters == report.memory.num_rows
     # ac2g: every GPU op with a launching call in the capture gets one flow.
     assert got["flows"]["ac2g"] == int(
         pc.sum(pc.is_valid(report.gpu_ops.column("api_call_id")).cast("int64")).as_py() or 0

@@ -204,7 +204,8 @@ def _say_many(written: ManyTraces) -> None:
 def _say(written: Traces) -> None:
     """One line per file written (its rank where it holds one), then the notes."""
     for stats in written.files:
-        parts = ", ".join(f"{v:,} {k}" for k, v in {**stats.slices, **stats.flows}.items())
+        counters = {"memory counters": stats.counters} if stats.counters else {}
+        parts = ", ".join(f"{v:,} {k}" for k, v in {**stats.slices, **stats.flows, **counters}.items())
         info = stats.distributed
         who = ""
         if "rank" in info and info != {"rank": 0, "world_size": 1}:  # a one-rank report's rank goes unsaid

@@ -61,7 +61,7 @@ class Opener(Protocol):
     """Opens the report as windows, the strategy given (nvbridge.readers.open_windows)."""
 
     def __call__(
-        self, *, by_start: bool = False, horizons: int = 1, whole: bool = False
+        self, *, by_start: bool = False, horizons: int = 1, whole: bool = False, marks: bool = False
     ) -> AbstractContextManager[WindowSource]: ...
 
 
@@ -94,12 +94,14 @@ def convert(run: Run, sinks: Sequence[Sink], progress: Progress) -> Tallies:
         InputError: the report cannot be read.
         CorrelationError: an invariant is broken.
     """
-    by_start, horizons = False, 1
-    for _ in range(TRIES):
-        done = _attempt(run, run.open(by_start=by_start, horizons=horizons), sinks, progress)
+    by_start, horizons, marks = False, 1, False
+    for _ in range(TRIES + 1):  # + the one read again expecting allocator marks
+        done = _attempt(run, run.open(by_start=by_start, horizons=horizons, marks=marks), sinks, progress)
         if not isinstance(done, Restart):
             return done
-        if done.horizon:
+        if done.marks and not marks:  # the same strategy, the ops' memory columns counted
+            marks = True
+        elif done.horizon:
             if horizons > 1:
                 break
             horizons = LATE_RETRY

@@ -138,6 +138,11 @@ class TraceFeed:
     def gpu_ops(self, table: pa.Table) -> None:
         self._feed(table, "gpu_ops")
 
+    def memory(self, table: pa.Table | None) -> None:
+        """The window's allocator events (counters: no row of their own makes a trace non-empty)."""
+        for writer in self._writers if table is not None and table.num_rows else []:
+            writer.memory(table)
+
     def _feed(self, table: pa.Table, name: str) -> None:
         for writer in self._writers:
             getattr(writer, name)(table)
@@ -188,7 +193,7 @@ class TraceSink:
         assert self._source is not None and self._info is not None, "rows before start"
         facts = self._source.trace_facts()
         if facts is None:
-            self._held = {"ops": [], "api_calls": [], "gpu_ops": []}
+            self._held = {"ops": [], "api_calls": [], "gpu_ops": [], "memory": []}
             return
         devices = devices_table(facts.gpu_devices, facts.devices)
         ranks = report_ranks(facts.gpu_users, facts.host_processes, self._info.rank)
@@ -199,11 +204,13 @@ class TraceSink:
             self._open()
         if self._held is not None:
             for name in self._held:
-                self._held[name].append(getattr(rows, name))
+                if getattr(rows, name) is not None:
+                    self._held[name].append(getattr(rows, name))
         elif self._feed is not None:
             self._feed.ops(rows.ops)
             self._feed.api_calls(rows.api_calls)
             self._feed.gpu_ops(rows.gpu_ops)
+            self._feed.memory(rows.memory)
 
     def finish(self, tables: dict[str, pa.Table]) -> None:
         if self._feed is None and self._held is None:
@@ -213,7 +220,7 @@ class TraceSink:
             self._feed = None
             return
         assert self._held is not None and self._info is not None
-        whole = {name: pa.concat_tables(parts) for name, parts in self._held.items()}
+        whole = {name: pa.concat_tables(parts) for name, parts in self._held.items() if parts}
         self._held = None
         report = InMemory(header_meta(self._info), {**whole, **tables})
         export_chrome_traces(

@@ -42,6 +42,7 @@ from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import in_window, step_window
 from nvbridge.engine import CROSS_THREAD, CROSSING
 from nvbridge.export.chrome_flows import FlowState, ThreadCodes
+from nvbridge.export.chrome_memory import MemoryCounters
 from nvbridge.export.chrome_text import (
     EventSink,
     api_lines,
@@ -73,6 +74,7 @@ class TraceStats:
     overlapping_gpu_ops: int = 0
     gpu_ns_by_device: dict[int, int] = field(default_factory=dict)
     distributed: dict[str, object] = field(default_factory=dict)  # the header's distributedInfo
+    counters: int = 0  # memory counter events (nvbridge.export.chrome_memory)
 
 
 class TraceWriter:
@@ -120,6 +122,7 @@ class TraceWriter:
         self._unnested: list[pa.Table] = []  # ranges that cannot nest on their thread
         self._moved: list[pa.Table] = []  # GPU ops overlapping an earlier op of their stream
         self._extra_flows: dict[str, int] = {}  # flows the caller drew (:meth:`extra`)
+        self._memory = MemoryCounters(origin_ns, start_ns, end_ns, self.window[2])
         self._tmp = outputs.staging_file(self.path)
         self._fh = io.BufferedWriter(
             _open_gzip(self._tmp) if self.path.suffix == ".gz" else io.FileIO(self._tmp, "wb"), buffer_size=1 << 20
@@ -210,6 +213,13 @@ class TraceWriter:
             self._moved.append(t.filter(pa.array(moved)))
             self.stats.overlapping_gpu_ops += int(moved.sum())
 
+    def memory(self, table: pa.Table, floor_ns: int | None = None) -> None:
+        """Allocator events (``memory`` rows, in time order) as counters; ``floor_ns``: where
+        their tracks start, if not at the window's start (:class:`MemoryCounters`)."""
+        lines = self._memory.lines(table, floor_ns)
+        if lines is not None:
+            self._sink.lines(lines)
+
     def finish(self, threads: pa.Table, gpu_rows: int | None = None) -> TraceStats:
         """Write the rows held back, the fwdbwd flows and the track names; publish the file.
 
@@ -226,6 +236,9 @@ class TraceWriter:
         """:meth:`finish` but for publishing: the file stays under its staging name until
         :meth:`publish` (several files published together, or none)."""
         try:
+            carried = self._memory.carried()
+            if carried is not None:
+                self._sink.lines(carried)
             tracks, unnested_tid = self._extra_tracks()
             self._sink.lines(self._flows.ac2g_pending(self.origin, final=True))
             fwdbwd = self._flows.fwdbwd(self.origin, gpu_rows, unnested_tid)
@@ -239,6 +252,7 @@ class TraceWriter:
             self.abort()
             raise
         self.stats.flows = {**self._flows.counts, **self._extra_flows}
+        self.stats.counters = self._memory.rows
         return self.stats
 
     def extra(self, lines: list[pa.Array], slices: Mapping[str, int], flows: Mapping[str, int]) -> None:
@@ -279,7 +293,8 @@ class TraceWriter:
         if gpu.num_rows:
             self._sink.lines(gpu_lines(gpu, gpu_tid, self.origin))
             self._sink.lines(self._flows.ac2g(gpu, gpu_tid, self.origin))
-        return TrackSet(host, self._streams, host_map, gpu_map), (np_col(ops, "op_id"), o_pid, op_tid)
+        tracks = TrackSet(host, self._streams, host_map, gpu_map, self._memory.pids)
+        return tracks, (np_col(ops, "op_id"), o_pid, op_tid)
 
     def abort(self) -> None:
         """Close and remove the partial file (nothing is left behind)."""
@@ -372,4 +387,7 @@ def write(
             writer.gpu_ops(gpu_ops.slice(lo, BATCH_ROWS))
         for lo in range(0, max(ops.num_rows, 1), BATCH_ROWS):
             writer.ops(ops.slice(lo, BATCH_ROWS))
+        memory = report.table("memory")
+        for lo in range(0, memory.num_rows, BATCH_ROWS):
+            writer.memory(memory.slice(lo, BATCH_ROWS))
         return writer.finish(report.table("threads"))

@@ -238,3 +238,20 @@ def flow_lines(
         ]
 
     return _format(len(ids), end(b',"ph":"s"', pid_s, tid_s, ts_s) + end(b',"ph":"f","bp":"e"', pid_f, tid_f, ts_f))
+
+
+def counter_lines(names: pa.DictionaryArray, t: pa.Table, ts: np.ndarray, head: str) -> memoryview | None:
+    """chrome_memory.counter_lines (``names``: the counters' names, ``ts``: from the origin)."""
+    if native is None:
+        return None
+    segments: list[Segment] = [
+        (native.LITERAL, head.encode()),
+        _text(names),
+        _num(np_col(t, "process_id"), b',"pid":'),
+        (native.LITERAL, b',"ts":'),
+        (native.MICROS, _ints(ts), 0),
+        _num(np_col(t, "total_allocated"), b',"args":{"allocated":'),
+        _int(t.column("total_reserved"), b',"reserved":'),
+        (native.LITERAL, b"}},\n"),
+    ]
+    return _format(t.num_rows, segments)

@@ -9,7 +9,7 @@ anything larger into the process's main track.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -101,6 +101,7 @@ class TrackSet:
     streams: set[tuple[int, int]]
     extra_host: dict[Lane, int]
     extra_gpu: dict[Lane, int]
+    counters: set[int] = field(default_factory=set)  # processes with memory counters (their names)
 
 
 def track_names(tracks: TrackSet, threads: pa.Table, devices: pa.Table) -> list[str]:
@@ -139,7 +140,7 @@ def _host_names(tracks: TrackSet, threads: pa.Table) -> list[str]:
     names = {(t["process_id"], t["thread_id"]): t.get("thread_name") for t in rows}
     procs = {t["process_id"]: t.get("process_name") for t in rows}
     out = []
-    pids = sorted({p for p, _ in tracks.host} | {p for p, _, _ in tracks.extra_host})
+    pids = sorted({p for p, _ in tracks.host} | {p for p, _, _ in tracks.extra_host} | tracks.counters)
     for i, pid in enumerate(pids):
         out.append(meta_event("process_name", pid, None, {"name": procs.get(pid) or f"process {pid}"}))
         out.append(meta_event("process_sort_index", pid, None, {"sort_index": i}))

@@ -26,7 +26,15 @@ from nvbridge.dataset.timeline import step_spans, step_window_of
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import SUFFIXES, TraceStats, TraceWriter
 from nvbridge.export.trace_ranks import SPLITS, rank_path, stale_rank_files
-from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, first_event_ns, open_source, plan
+from nvbridge.export.trace_source import (
+    COLUMNS,
+    EVENT_TABLES,
+    Plan,
+    first_event_ns,
+    memory_chunks,
+    open_source,
+    plan,
+)
 from nvbridge.output import publish as outputs
 
 __all__ = [
@@ -218,6 +226,9 @@ def _write(
                     chunk = with_owners(chunk, owners)
                 for feed in feeds:
                     feed[name](chunk)
+        for chunk in memory_chunks(src, found.end_ns):
+            for w in writers:
+                w.memory(chunk)
         stats = [w.close(src.table("threads"), gpu_rows=src.rows("gpu_ops")) for w in writers]
         if staged is not None:
             staged.extend(writers)

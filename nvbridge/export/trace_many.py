@@ -38,7 +38,7 @@ from nvbridge.dataset.timeline import in_window
 from nvbridge.errors import ExportError
 from nvbridge.export.chrome import TraceWriter
 from nvbridge.export.trace_collectives import choose, draw_collectives, read_collectives
-from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, open_source
+from nvbridge.export.trace_source import COLUMNS, EVENT_TABLES, Plan, feed_memory, open_source
 
 PID_STRIDE = 10_000_000  # above Linux's largest pid (pid_max <= 2**22)
 DEVICE_STRIDE = 1_000
@@ -271,6 +271,7 @@ def write_many(parts: list[Part], root: Path, dest: Path, world_size: int) -> Tr
                     if not keep.all():
                         chunk = chunk.filter(pa.array(keep))
                     getattr(writer, name)(rewritten(chunk, part, name))
+            feed_memory(writer, part.source, part.window, part.offset_ns, part.pid_base)
         totals = id_totals(parts)
         # Flow ids above the writer's: ac2g = gpu_op_id + 1, fwdbwd = gpu rows + 1 + op_id.
         drawn = draw_collectives(chosen, kept, origin, totals["gpu_ops"] + totals["ops"] + 2)

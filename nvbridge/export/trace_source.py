@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from nvbridge.columns import np_col
@@ -20,12 +21,13 @@ from nvbridge.dataset.files import ReadErrors, outside_window
 from nvbridge.dataset.schema import ReportTables
 from nvbridge.dataset.timeline import CaptureWindow, in_window
 from nvbridge.errors import ExportError
-from nvbridge.export.chrome import BATCH_ROWS
+from nvbridge.export.chrome import BATCH_ROWS, TraceWriter
+from nvbridge.export.chrome_memory import MEMORY_COLUMNS
 from nvbridge.export.chrome_text import API_COLUMNS, GPU_COLUMNS, OP_COLUMNS
 from nvbridge.export.trace_ranks import Ranks, recorded_rank, recorded_world, report_ranks
 
 EVENT_TABLES = ("api_calls", "gpu_ops", "ops")  # the order they are written in: calls before GPU ops
-COLUMNS = {"ops": OP_COLUMNS, "api_calls": API_COLUMNS, "gpu_ops": GPU_COLUMNS}
+COLUMNS = {"ops": OP_COLUMNS, "api_calls": API_COLUMNS, "gpu_ops": GPU_COLUMNS, "memory": MEMORY_COLUMNS}
 SPAN_COLUMNS = ["start_ns", "end_ns", "process_id"]
 PLAN_COLUMNS = {"ops": SPAN_COLUMNS, "api_calls": SPAN_COLUMNS, "gpu_ops": [*SPAN_COLUMNS, "device_id"]}
 
@@ -58,7 +60,7 @@ class _Dataset:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         # The checks dataset.load makes, on the files this reader opens (rows: as each part is read).
-        self.meta = check_dataset(directory, (*EVENT_TABLES, "threads", "devices"), COLUMNS)
+        self.meta = check_dataset(directory, (*EVENT_TABLES, "memory", "threads", "devices"), COLUMNS)
         self._whole: dict[str, pa.Table] = {}
         for name in ("threads", "devices"):
             self.table(name)
@@ -66,6 +68,9 @@ class _Dataset:
         for name in EVENT_TABLES:
             with self._reading(name):
                 self.files[name] = pq.ParquetFile(directory / f"{name}.parquet")
+        if (directory / "memory.parquet").exists():  # optional: a dataset older than the table has none
+            with self._reading("memory"):
+                self.files["memory"] = pq.ParquetFile(directory / "memory.parquet")
 
     def _reading(self, name: str) -> ReadErrors:
         return ReadErrors(self.directory, name)
@@ -77,20 +82,58 @@ class _Dataset:
         return self._whole[name]
 
     def rows(self, name: str) -> int:
-        return int(self.files[name].metadata.num_rows)
+        return int(self.files[name].metadata.num_rows) if name in self.files else 0
 
     def chunks(
         self, name: str, columns: Sequence[str], window: tuple[int | None, int | None] = (None, None)
     ) -> Iterator[pa.Table]:
-        pf = self.files[name]
+        pf = self.files.get(name)
+        if pf is None:  # no memory table
+            return
         for i in range(pf.metadata.num_row_groups):
-            if outside_window(pf.metadata.row_group(i), window):
+            if outside_window(pf.metadata.row_group(i), window) or _after(pf.metadata.row_group(i), window[1]):
                 continue
             with self._reading(name):
                 chunk = pf.read_row_group(i, columns=list(columns))
             if "end_ns" in columns:
                 check_intervals(self.directory, name, chunk)
             yield chunk
+
+
+def _after(row_group: pq.RowGroupMetaData, end_ns: int | None) -> bool:
+    """A row group of events (``ts_ns``: the memory table) all later than ``end_ns``."""
+    names = [row_group.column(i).path_in_schema for i in range(row_group.num_columns)]
+    if end_ns is None or "ts_ns" not in names:
+        return False
+    stats = row_group.column(names.index("ts_ns")).statistics
+    return bool(stats is not None and stats.has_min_max and stats.min > end_ns)
+
+
+def memory_chunks(source: ReportTables, end_ns: int | None = None) -> Iterator[pa.Table]:
+    """The memory rows up to ``end_ns`` (with those before any window: the value live at its
+    start is drawn from them), a chunk at a time; none where the source has no memory table."""
+    try:
+        if not source.rows("memory"):
+            return
+    except KeyError:  # a conversion's tables without one
+        return
+    yield from source.chunks("memory", MEMORY_COLUMNS, (None, end_ns))
+
+
+def feed_memory(
+    writer: TraceWriter, source: ReportTables, window: tuple[int | None, int | None], offset_ns: int, pid_base: int
+) -> None:
+    """One report's memory rows into a trace of many (nvbridge.export.trace_many): its own
+    ``window``, moved onto the aligned clock by ``offset_ns`` and to its processes' ids by ``pid_base``."""
+    lo, hi = window
+    floor = None if lo is None else max(lo + offset_ns, writer.origin)
+    for chunk in memory_chunks(source, hi):
+        if hi is not None:
+            chunk = chunk.filter(pc.less_equal(chunk.column("ts_ns"), hi))
+        for column, by in (("ts_ns", offset_ns), ("process_id", pid_base)):
+            at = chunk.column_names.index(column)
+            chunk = chunk.set_column(at, column, pc.add(chunk.column(column), pa.scalar(by, pa.int64())))
+        writer.memory(chunk, floor)
 
 
 @dataclass(frozen=True)

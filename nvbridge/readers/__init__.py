@@ -67,14 +67,21 @@ def read_profile(source: str | os.PathLike[str]) -> RawProfile:
 
 @contextlib.contextmanager
 def open_windows(
-    source: str | os.PathLike[str], window_rows: int, *, by_start: bool = False, horizons: int = 1, whole: bool = False
+    source: str | os.PathLike[str],
+    window_rows: int,
+    *,
+    by_start: bool = False,
+    horizons: int = 1,
+    whole: bool = False,
+    marks: bool = False,
 ) -> Iterator[WindowSource]:
     """Open ``source`` read-only and read it as windows, the strategy chosen up front: a local
     Nsight Systems file streams (:class:`~nvbridge.readers.nsys_source.NsysWindows`: NVTX rows
     in rowid windows of ``window_rows`` rows, or ``by_start`` in slabs of starts; the GPU op
     horizon ``horizons`` times the usual), unless its API calls cannot be numbered a slab at a
     time; anything else, or ``whole``, is read whole as one window
-    (:class:`~nvbridge.readers.whole.OneWindow`).
+    (:class:`~nvbridge.readers.whole.OneWindow`). ``marks``: the report holds nvbridge's allocator
+    marks (a stream's Restart said so), no probe needed.
 
     Raises:
         InputError: the source is not a readable nvprof or Nsight Systems database.
@@ -84,7 +91,7 @@ def open_windows(
         with db.translate_errors():
             if kind == "nsys" and db.path is not None and not whole:
                 require_columns(db)
-                stream = NsysWindows(db, window_rows, by_start=by_start, horizons=horizons)
+                stream = NsysWindows(db, window_rows, by_start=by_start, horizons=horizons, marks=marks)
                 if stream.streamable():
                     yield stream
                     return

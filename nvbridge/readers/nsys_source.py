@@ -48,7 +48,9 @@ class NsysWindows:
     """A local Nsight Systems export as windows of ``window_rows`` NVTX rows (see the module
     doc); a :class:`~nvbridge.readers.raw.WindowSource`. Check :meth:`streamable` first."""
 
-    def __init__(self, db: Database, window_rows: int, *, by_start: bool = False, horizons: int = 1) -> None:
+    def __init__(
+        self, db: Database, window_rows: int, *, by_start: bool = False, horizons: int = 1, marks: bool = False
+    ) -> None:
         self.db = db
         self._late = LATE_NS * horizons  # the GPU op horizon past a window's cut and calls
         # The string table first: every normalization needs it. Then the API calls' and GPU ops'
@@ -85,7 +87,7 @@ class NsysWindows:
         # nvbridge's allocator marks win over Nsight Systems' device-memory events where a report
         # has both (nvbridge.readers.memory_nsys); those, few (one per driver allocation), are
         # read whole and handed to the windows by time like the marks.
-        self.has_memory = self.nvtx.has_memory()
+        self.has_memory = self.nvtx.has_memory(known=marks)
         if not self.has_memory and memory_nsys.has_events(db):
             self.nvtx.memory.put(memory_nsys.read_events(db))
             self.has_memory = True

@@ -189,6 +189,9 @@ class Restart:
 
     reason: str
     horizon: bool = False
+    # nvbridge's allocator marks came after the rows the probe read (NvtxParts.has_memory), so
+    # the ops' memory columns went out null: read again the same way, expecting them.
+    marks: bool = False
 
 
 @dataclass(frozen=True, slots=True)
