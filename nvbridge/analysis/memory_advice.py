@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.analysis.memory import DevicePeak, memory_peaks, memory_rows
-from nvbridge.analysis.memory_categories import CATEGORIES, OPS_COLUMNS, Blocks, categorize
+from nvbridge.analysis.memory_categories import CATEGORIES, MEMORY_COLUMNS, OPS_COLUMNS, Blocks, categorize, columns_of
 from nvbridge.columns import np_col
 from nvbridge.dataset.schema import ReportTables
 
@@ -59,12 +59,12 @@ def step_starts(memory: pa.Table, device: str) -> list[tuple[int, int]]:
     step = np_col(mine, "step", fill=-1)
     if not (step >= 0).any():
         return []
-    ts = np_col(mine, "ts_ns")
+    ts, total, size = np_col(mine, "ts_ns"), np_col(mine, "total_allocated"), np_col(mine, "bytes")
     out = []
     for s in np.unique(step[step >= 0]):
         rows = np.flatnonzero(step == s)
         first = rows[np.argmin(ts[rows])]
-        out.append((int(s), int(np_col(mine, "total_allocated")[first] - np_col(mine, "bytes")[first])))
+        out.append((int(s), int(total[first] - size[first])))
     return out
 
 
@@ -157,8 +157,8 @@ def memory_findings(report: ReportTables) -> list[PeakFinding]:
     """Per device with allocator events, its memory finding."""
     if not memory_rows(report):
         return []
-    memory = report.table("memory")
-    ops = report.table("ops").select(OPS_COLUMNS)
+    memory = columns_of(report, "memory", [*MEMORY_COLUMNS, "step", "total_allocated"])
+    ops = columns_of(report, "ops", OPS_COLUMNS)
     blocks = categorize(memory, ops)
     return [_one(blocks, peak, memory, ops) for peak in memory_peaks(report)]
 

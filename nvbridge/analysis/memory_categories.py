@@ -24,6 +24,7 @@ docs/memory.md says where this can be wrong.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.columns import np_col
+from nvbridge.dataset.schema import ReportTables
 
 CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "temporary", "other")
 PARAMETER, GRADIENT, OPTIMIZER_STATE, ACTIVATION, TEMPORARY, OTHER = range(len(CATEGORIES))
@@ -41,6 +43,14 @@ OPTIMIZER_STEP = r"^Optimizer\.step#"  # torch's optimizers' record_function nam
 OPTIMIZER_ZERO_GRAD = r"^Optimizer\.zero_grad#"
 OPS_COLUMNS = ["op_id", "parent_id", "depth", "op_name", "is_backward", "module_path"]
 MEMORY_COLUMNS = ["ts_ns", "process_id", "device", "address", "bytes", "op_id", "alloc_ns", "free_ns"]
+
+
+def columns_of(report: ReportTables, name: str, columns: Sequence[str]) -> pa.Table:
+    """Only ``columns`` of table ``name``, a row group at a time where the report was opened
+    streamed: ``report.table`` reads every column of the table (the ops' shapes, stacks and
+    names: 1.7 GB for 2M ops against 0.1 GB for the columns the categories need)."""
+    parts = list(report.chunks(name, columns))
+    return pa.concat_tables(parts) if len(parts) != 1 else parts[0]
 
 
 def op_phases(ops: pa.Table) -> np.ndarray:

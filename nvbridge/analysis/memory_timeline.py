@@ -1,7 +1,7 @@
 """Each device's live bytes over time, by category, reduced to a picture's width: what
 ``plot --memory`` draws and the report page's memory chart shows.
 
-The memory table is read whole and put in time order (the categories need each block's
+The memory table (the columns the categories need) is read whole and put in time order (the categories need each block's
 allocation and free together: nvbridge.analysis.memory_categories); the curves keep, in each
 pixel column, the event with the highest total, so the peak is always among the points.
 """
@@ -15,7 +15,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nvbridge.analysis.memory import memory_rows
-from nvbridge.analysis.memory_categories import CATEGORIES, OPS_COLUMNS, Blocks, categorize, row_categories
+from nvbridge.analysis.memory_categories import (
+    CATEGORIES,
+    MEMORY_COLUMNS,
+    OPS_COLUMNS,
+    Blocks,
+    categorize,
+    columns_of,
+    row_categories,
+)
 from nvbridge.columns import np_col
 from nvbridge.dataset.schema import ReportTables
 from nvbridge.errors import ExportError
@@ -41,9 +49,9 @@ def categorized(report: ReportTables) -> Categorized:
             "the report has no memory events to plot; record with nvbridge.emit_nvtx(profile_memory=True) "
             "(or nsys --cuda-memory-usage=true)."
         )
-    memory = report.table("memory")
+    memory = columns_of(report, "memory", [*MEMORY_COLUMNS, "total_allocated"])
     memory = memory.take(pa.array(np.lexsort((np.arange(memory.num_rows), np_col(memory, "ts_ns")))))
-    blocks = categorize(memory, report.table("ops").select(OPS_COLUMNS))
+    blocks = categorize(memory, columns_of(report, "ops", OPS_COLUMNS))
     return Categorized(memory, blocks, row_categories(memory, blocks))
 
 
