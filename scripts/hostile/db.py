@@ -92,7 +92,29 @@ def value_cases(src: Path) -> list[Case]:
         if table.endswith("RUNTIME") and is_nsys(src):
             add(f"{t}.nameId=missing", [f"UPDATE {table} SET nameId = 987654321 WHERE {row}"], "error")
             add(f"{t}.globalTid=NULL", [f"UPDATE {table} SET globalTid = NULL WHERE {row}"], "error")
+    if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in have and "NVTX_PAYLOAD_SCHEMAS" in have:
+        cases += _payload_cases(src)
     return cases
+
+
+def _payload_cases(src: Path) -> list[Case]:
+    """NVTX payload schemas and blobs (NCCL's bytes, nvbridge.readers.nccl_payloads) that cannot be
+    decoded: the bytes come from shapes or the file is refused in one line, never a traceback."""
+    nccl = "domainId IN (SELECT domainId FROM NVTX_PAYLOAD_SCHEMAS)"
+    plans = {
+        "offset=text": ["UPDATE NVTX_PAYLOAD_SCHEMA_ENTRIES SET \"offset\" = 'x'"],
+        "type=NULL": ['UPDATE NVTX_PAYLOAD_SCHEMA_ENTRIES SET "type" = NULL'],
+        "offset=2^62": [f'UPDATE NVTX_PAYLOAD_SCHEMA_ENTRIES SET "offset" = {BIG}'],
+        "payloadSize=-1": ["UPDATE NVTX_PAYLOAD_SCHEMAS SET payloadSize = -1"],
+        "blob=short": [f"UPDATE NVTX_EVENTS SET binaryData = x'0102' WHERE {nccl}"],
+        "blob=zeros": [f"UPDATE NVTX_EVENTS SET binaryData = zeroblob(64) WHERE {nccl}"],
+        "blob=random": [f"UPDATE NVTX_EVENTS SET binaryData = randomblob(48) WHERE {nccl}"],
+        "blob=text": [f"UPDATE NVTX_EVENTS SET binaryData = 'not bytes' WHERE {nccl}"],
+    }
+    return [
+        Case(f"value/{src.stem}/payload.{name}", "hostile values", mutated(src, sql, "any"))
+        for name, sql in plans.items()
+    ]
 
 
 def rowid_gap(src: Path) -> Callable[[Path], Run]:
