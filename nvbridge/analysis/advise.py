@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nvbridge.analysis import below_roofline, context, dominant, findings, memory_advice, spans, waits
+from nvbridge.analysis.advise_columns import advise_tables
 from nvbridge.analysis.context import Context
 from nvbridge.analysis.dominant import Dominant
 from nvbridge.analysis.fixes import BETWEEN_OPS, NO_OP, fix_for
@@ -351,10 +352,10 @@ def advise(
         InputError, ExportError: as :func:`nvbridge.load`.
     """
     if not is_partitioned(path):
-        return [advise_report(load_tables(path), min_share, None, peak_tflops, peak_gbps)]
+        return [advise_report(advise_tables(path), min_share, None, peak_tflops, peak_gbps)]
     dirs = report_dirs(path)
     skew = skew or slowest_reports([step_times(load_tables(d, STEP_COLUMNS).ops) for d in dirs])
-    return [advise_report(load_tables(d), min_share, skew[i], peak_tflops, peak_gbps) for i, d in enumerate(dirs)]
+    return [advise_report(advise_tables(d), min_share, skew[i], peak_tflops, peak_gbps) for i, d in enumerate(dirs)]
 
 
 # What the first pass over a partitioned dataset reads: the step ranges, one column elsewhere.
