@@ -69,7 +69,7 @@ def test_partitioned_same_answer(tmp_path: Path) -> None:
 
 def test_reads_the_columns_in_op_order(tmp_path: Path) -> None:
     """Ops written out of op_id order (as a streamed conversion may) come back sorted, only the
-    named columns, each in one chunk, with the rows a whole read gives."""
+    named columns, each in one chunk, with the values a whole read gives."""
     out = _convert([SAMPLE_DB / "advise_cpu+synthetic_gpu.sqlite"], tmp_path / "ds")
     ops = pq.read_table(out / "ops.parquet")
     shuffled = ops.take(pa.array(np.random.default_rng(0).permutation(ops.num_rows)))
@@ -81,7 +81,14 @@ def test_reads_the_columns_in_op_order(tmp_path: Path) -> None:
         table = read.table(name)
         assert table.column_names == [c for c in columns if c in whole.table(name).column_names]
         assert all(table.column(c).num_chunks == 1 for c in table.column_names)
-        assert table.equals(whole.table(name).select(table.column_names))
+        expected = whole.table(name).select(table.column_names)
+        assert table.cast(expected.schema).equals(expected)
+    # the ops' strings come dictionary-encoded, in the order the rows first use them
+    for column in ("op_name", "module_path"):
+        encoded = read.ops.column(column).chunk(0)
+        assert pa.types.is_dictionary(encoded.type)
+        first_seen = list(dict.fromkeys(v for v in whole.ops.column(column).to_pylist() if v is not None))
+        assert encoded.dictionary.to_pylist() == first_seen
     assert read.ops.column("op_id").to_pylist() == sorted(ops.column("op_id").to_pylist())
     assert "input_values" not in read.ops.column_names and "stack" not in read.ops.column_names
     assert _json(advise(out, 0.0, *PEAKS)) == _json([advise_report(whole, 0.0, None, *PEAKS)])

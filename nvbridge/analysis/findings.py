@@ -70,6 +70,9 @@ def idle_after(ctx: Context, lane: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.where(busy_now | ~has_next | (lane < 0), t, t + (s[nxt] - enc))
 
 
+BLOCK = 1 << 20  # queries of _innermost_at handled at once: its temporaries stay tens of MB
+
+
 def _innermost_at(ctx: Context, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Innermost op row on each thread containing time t (-1 none): the last op starting at
     or before t on the thread, or its nearest ancestor that is still open at t."""
@@ -81,15 +84,20 @@ def _innermost_at(ctx: Context, thread: np.ndarray, t: np.ndarray) -> np.ndarray
         if not len(rows):
             continue
         rows = rows[np.argsort(ctx.op_start[rows], kind="stable")]
+        starts = ctx.op_start[rows]
         asked = np.flatnonzero(thread == q)
-        j = np.searchsorted(ctx.op_start[rows], t[asked], "right") - 1
-        pos[asked] = np.where(j >= 0, rows[np.maximum(j, 0)], -1)
-    todo = np.flatnonzero(pos >= 0)
-    while len(todo):
-        closed = ctx.op_end[pos[todo]] <= t[todo]
-        todo = todo[closed]
-        pos[todo] = ctx.op_parent[pos[todo]]
-        todo = todo[pos[todo] >= 0]
+        for at in range(0, len(asked), BLOCK):
+            some = asked[at : at + BLOCK]
+            j = np.searchsorted(starts, t[some], "right") - 1
+            pos[some] = np.where(j >= 0, rows[np.maximum(j, 0)], -1)
+    for at in range(0, len(t), BLOCK):  # up the parents, a block of queries at a time
+        mine, when = pos[at : at + BLOCK], t[at : at + BLOCK]  # views: pos is updated in place
+        todo = np.flatnonzero(mine >= 0)
+        while len(todo):
+            closed = ctx.op_end[mine[todo]] <= when[todo]
+            todo = todo[closed]
+            mine[todo] = ctx.op_parent[mine[todo]]
+            todo = todo[mine[todo] >= 0]
     return pos
 
 
