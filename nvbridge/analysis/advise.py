@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nvbridge.analysis import below_roofline, context, dominant, findings, memory_advice, spans, waits
+from nvbridge.analysis.advise_columns import advise_tables
 from nvbridge.analysis.context import Context
 from nvbridge.analysis.dominant import Dominant
 from nvbridge.analysis.fixes import BETWEEN_OPS, NO_OP, fix_for
@@ -169,9 +170,12 @@ def _drafts(ctx: Context, ev: findings.Evidence) -> list[_Draft]:
     extra = ev.group if ev.group is not None else np.zeros(len(row), np.int64)
     # group by sorting on the keys (np.unique's hashing is slow on millions of rows)
     order = np.lexsort((extra, lane_key, mod, name))
-    keys = np.stack([name, mod, lane_key, extra])[:, order]
-    new = np.ones(len(order), bool)
-    new[1:] = (keys[:, 1:] != keys[:, :-1]).any(axis=0)
+    new = np.zeros(len(order), bool)
+    new[:1] = True
+    for key in (name, mod, lane_key, extra):  # a key at a time: gpu_idle gives millions of rows
+        sorted_key = key[order]
+        new[1:] |= sorted_key[1:] != sorted_key[:-1]
+    del sorted_key
     bounds = np.append(np.flatnonzero(new), len(order))
     enc_s, enc_e = ctx.enc(ev.lane, ev.start_ns), ctx.enc(ev.lane, ev.end_ns)
     out = []
@@ -230,6 +234,8 @@ def advise_report(
     drafts: list[_Draft] = []
     for ev in evidence:
         drafts += _drafts(ctx, ev)
+    # what the time categories read of the evidence: gpu_idle's millions of rows go now
+    evidence = [ev for ev in evidence if ev.kind in ("startup", *dominant.WAIT_KINDS)]
     lanes = timeline(report.ops, report.api_calls, report.gpu_ops)
     # the GPU timelines (nvbridge.dataset.timeline) on advise's time axis: one interval per lane
     at = ctx.lane_of(*(np.array([getattr(t, k) for t in lanes.lanes], np.int64) for k in ("process_id", "device_id")))
@@ -238,6 +244,7 @@ def advise_report(
         ctx.enc(at, np.array([t.end_ns for t in lanes.lanes], np.int64)),
     )
     out, claimed = _shared(ctx, drafts, on_gpu)
+    del drafts
     span = spans.length(on_gpu)
     # a wait whose GPU stayed busy after it has no time at stake, but the host did wait: kept,
     # so the findings' wait_ns add up to the blocking calls' time
@@ -351,10 +358,10 @@ def advise(
         InputError, ExportError: as :func:`nvbridge.load`.
     """
     if not is_partitioned(path):
-        return [advise_report(load_tables(path), min_share, None, peak_tflops, peak_gbps)]
+        return [advise_report(advise_tables(path), min_share, None, peak_tflops, peak_gbps)]
     dirs = report_dirs(path)
     skew = skew or slowest_reports([step_times(load_tables(d, STEP_COLUMNS).ops) for d in dirs])
-    return [advise_report(load_tables(d), min_share, skew[i], peak_tflops, peak_gbps) for i, d in enumerate(dirs)]
+    return [advise_report(advise_tables(d), min_share, skew[i], peak_tflops, peak_gbps) for i, d in enumerate(dirs)]
 
 
 # What the first pass over a partitioned dataset reads: the step ranges, one column elsewhere.

@@ -129,6 +129,15 @@ class Context:
         return f"{who} GPU {int(self.lane_device[lane])}"
 
 
+def _step_ranges(code: np.ndarray, names: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Per op (by its name's code), whether it is a ``ProfilerStep#N`` range and its N (-1: not
+    one): matched once per distinct name, not on every row's string (10M ops: 0.2 GB of them)."""
+    step_m = pc.extract_regex(pa.array(names, pa.string()), r"^ProfilerStep#(?P<n>\d+)$")
+    is_step = np.asarray(pc.is_valid(step_m).to_numpy(zero_copy_only=False))
+    step_n = np.asarray(pc.struct_field(step_m, "n").cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False))
+    return is_step[code], step_n[code]
+
+
 def build(report: DatasetTables) -> Context:
     """Columns, lanes, GPU busy time and step windows of one report."""
     ops, gpu = report.ops, report.gpu_ops
@@ -151,9 +160,7 @@ def build(report: DatasetTables) -> Context:
             "reads at once; cut it with `nsys export` time ranges or convert a shorter capture."
         )
     enc = gpu_lane * spans.LANE_NS + (np_col(gpu, "start_ns") - t0), gpu_lane * spans.LANE_NS + g_end
-    step_m = pc.extract_regex(ops.column("op_name"), r"^ProfilerStep#(?P<n>\d+)$")
-    is_step = np.asarray(pc.is_valid(step_m).to_numpy(zero_copy_only=False))
-    step_n = np.asarray(pc.struct_field(step_m, "n").cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False))
+    is_step, step_n = _step_ranges(op_name, op_names)
     op_proc, op_start, op_end = np_col(ops, "process_id"), np_col(ops, "start_ns"), np_col(ops, "end_ns")
     rows = np.flatnonzero(is_step)
     w_lane, w_rows = [], []

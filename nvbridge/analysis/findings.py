@@ -70,27 +70,34 @@ def idle_after(ctx: Context, lane: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.where(busy_now | ~has_next | (lane < 0), t, t + (s[nxt] - enc))
 
 
+BLOCK = 1 << 20  # queries of _innermost_at handled at once: its temporaries stay tens of MB
+
+
 def _innermost_at(ctx: Context, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Innermost op row on each thread containing time t (-1 none): the last op starting at
     or before t on the thread, or its nearest ancestor that is still open at t."""
-    if not len(ctx.op_start):
-        return np.full(len(t), -1, np.int64)
-    threads = np.unique(ctx.op_thread)
-    ti = np.searchsorted(threads, ctx.op_thread)
-    key = ti * spans.LANE_NS + (ctx.op_start - ctx.t0)  # (thread, start) as one sortable number
-    order = np.argsort(key, kind="stable")
-    qi = np.clip(np.searchsorted(threads, thread), 0, max(len(threads) - 1, 0))
-    known = (len(threads) > 0) & (threads[qi] == thread) if len(threads) else np.zeros(len(t), bool)
-    j = np.searchsorted(key[order], qi * spans.LANE_NS + (t - ctx.t0), "right") - 1
-    same = (j >= 0) & known
-    same[same] = ti[order[j[same]]] == qi[same]
-    pos = np.where(same, order[np.maximum(j, 0)], -1).astype(np.int64)
-    todo = np.flatnonzero(pos >= 0)
-    while len(todo):
-        closed = ctx.op_end[pos[todo]] <= t[todo]
-        todo = todo[closed]
-        pos[todo] = ctx.op_parent[pos[todo]]
-        todo = todo[pos[todo] >= 0]
+    pos = np.full(len(t), -1, np.int64)
+    # one queried thread at a time (the lanes' launching threads: a few), sorted by start: a
+    # sort of every op by (thread, start) took 0.8 GB at 10M ops
+    for q in np.unique(thread).tolist():
+        rows = np.flatnonzero(ctx.op_thread == q)
+        if not len(rows):
+            continue
+        rows = rows[np.argsort(ctx.op_start[rows], kind="stable")]
+        starts = ctx.op_start[rows]
+        asked = np.flatnonzero(thread == q)
+        for at in range(0, len(asked), BLOCK):
+            some = asked[at : at + BLOCK]
+            j = np.searchsorted(starts, t[some], "right") - 1
+            pos[some] = np.where(j >= 0, rows[np.maximum(j, 0)], -1)
+    for at in range(0, len(t), BLOCK):  # up the parents, a block of queries at a time
+        mine, when = pos[at : at + BLOCK], t[at : at + BLOCK]  # views: pos is updated in place
+        todo = np.flatnonzero(mine >= 0)
+        while len(todo):
+            closed = ctx.op_end[mine[todo]] <= when[todo]
+            todo = todo[closed]
+            mine[todo] = ctx.op_parent[mine[todo]]
+            todo = todo[mine[todo] >= 0]
     return pos
 
 
@@ -114,15 +121,22 @@ def gpu_idle(ctx: Context) -> Evidence:
     for k in range(n):  # op boundaries on each lane's launching thread, on the lane's time axis
         mine = ctx.op_thread == main[k]
         for t in (ctx.op_start[mine], ctx.op_end[mine]):
-            cuts.append(ctx.enc(np.full(len(t), k), t))
-    points = spans.distinct(np.sort(np.concatenate(cuts)))
-    lo, hi = points[:-1], points[1:]
-    keep = spans.inside(gaps, lo)
-    lo, hi = lo[keep], hi[keep]
+            # only those inside a gap can start a piece, and a piece ends at the latest at its
+            # gap's end (a cut point too): the others are dropped before the sort
+            at = ctx.enc(np.full(len(t), k), t)
+            cuts.append(at[spans.inside(gaps, at)])
+    points = np.concatenate(cuts)
+    del cuts  # the arrays no longer needed go as soon as they can: 10M ops give 8M pieces
+    points.sort()
+    points = spans.distinct(points)
+    keep = spans.inside(gaps, points[:-1])
+    lo, hi = points[:-1][keep], points[1:][keep]
+    del points, keep
     lane = lo // spans.LANE_NS
-    start, end = lo - lane * spans.LANE_NS + ctx.t0, hi - lane * spans.LANE_NS + ctx.t0
-    row = _innermost_at(ctx, main[lane], start + (end - start) // 2) if len(lane) else np.zeros(0, np.int64)
     gap = np.searchsorted(gaps[0], lo, "right") - 1
+    start, end = lo - lane * spans.LANE_NS + ctx.t0, hi - lane * spans.LANE_NS + ctx.t0
+    del lo, hi
+    row = _innermost_at(ctx, main[lane], start + (end - start) // 2) if len(lane) else np.zeros(0, np.int64)
     return Evidence("gpu_idle", row, lane, start, end, event=gap)
 
 
