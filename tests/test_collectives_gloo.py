@@ -203,3 +203,22 @@ def test_unmatched_collectives_of_one_report_are_counted_and_explained(tmp_path:
     assert [(r["op"], r["wait_ns"]) for r in unmatched] == [("barrier", None)]
     text = CliRunner().invoke(cli, ["summary", str(tmp_path / "ds")]).stdout
     assert "1 collective rows unmatched across ranks (1 missing on some ranks); kept with matched=false" in text
+
+
+def test_a_clock_placed_by_loose_ends_reports_their_spread_as_its_residual(tmp_path: Path) -> None:
+    """ranks_gloo2's rank 1 with its wall clock 3 s ahead: the collectives place it (their ends
+    45 us apart around the median), 31.5 us from the offset its true session start gives. The
+    residual said 0 (no collective contradicts the offset); it is the ends' spread, which covers
+    that error here (a systematic skew of one rank's ends, as in the straggler run, it cannot)."""
+    files = [SAMPLE_DB / f"ranks_gloo2_cpu.rank{r}.sqlite" for r in range(2)]
+    plain = tmp_path / "plain"
+    nvbridge.convert(files, plain)
+    moved = tmp_path / files[1].name
+    shift(files[1], moved, 3_000_000_000, "wallclock")
+    nvbridge.convert([files[0], moved], tmp_path / "moved")
+    report = files[1].stem
+    before, after = root_meta(plain), root_meta(tmp_path / "moved")
+    assert before[f"clock.{report}.source"] == "session" and after[f"clock.{report}.source"] == "collectives"
+    error = abs(int(after[f"clock.{report}.offset_ns"] or 0) - int(before[f"clock.{report}.offset_ns"] or 0))
+    residual = int(after[f"clock.{report}.residual_ns"] or 0)
+    assert 0 < error <= residual == int(after[f"clock.{report}.end_spread_ns"] or -1)
