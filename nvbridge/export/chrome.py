@@ -45,6 +45,7 @@ from nvbridge.export.chrome_flows import FlowState, ThreadCodes
 from nvbridge.export.chrome_memory import MemoryCounters
 from nvbridge.export.chrome_text import (
     EventSink,
+    Lines,
     api_lines,
     decoded,
     gpu_lines,
@@ -255,7 +256,7 @@ class TraceWriter:
         self.stats.counters = self._memory.rows
         return self.stats
 
-    def extra(self, lines: list[pa.Array], slices: Mapping[str, int], flows: Mapping[str, int]) -> None:
+    def extra(self, lines: list[Lines], slices: Mapping[str, int], flows: Mapping[str, int]) -> None:
         """Events the caller built (a many-rank trace's collectives: nvbridge.export.trace_many),
         counted with the writer's."""
         for part in lines:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from nvbridge.columns import np_col
 from nvbridge.dataset import collectives_read
-from nvbridge.export.chrome_text import escape, join, meta_event, num, us
+from nvbridge.export.chrome_text import Lines, escape, flow_lines, join, meta_event, num, us
 from nvbridge.export.chrome_tracks import lanes
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ MORE = ("wait_ns", "transfer_ns", "busbw_gbps", "matched")
 
 @dataclass
 class Drawn:
-    lines: list[pa.Array] = field(default_factory=list)
+    lines: list[Lines] = field(default_factory=list)
     slices: dict[str, int] = field(default_factory=dict)
     flows: dict[str, int] = field(default_factory=dict)
 
@@ -250,7 +250,7 @@ def _flows(
     e: np.ndarray,
     origin: int,
     first_id: int,
-) -> tuple[pa.Array, int] | None:
+) -> tuple[Lines, int] | None:
     """From the last arrival of each matched collective to each other rank's, at that time."""
     matched = np.asarray(pc.fill_null(rows.column("matched"), False)) if "matched" in rows.column_names else None
     seq = np_col(rows, "seq", fill=-1)
@@ -269,27 +269,5 @@ def _flows(
         return None
     ids = first_id + np.arange(len(dst), dtype=np.int64)
     at = np.minimum(a[src], e[dst])  # the other rank's slice still runs then (aligned clocks)
-    head = '{"cat":"collective","name":"collective","id":'
-    start = join(
-        head,
-        num(ids),
-        ',"ph":"s","pid":',
-        num(pid[src]),
-        ',"tid":',
-        num(tid[src]),
-        ',"ts":',
-        us(a[src] - origin),
-        "},\n",
-    )
-    finish = join(
-        head,
-        num(ids),
-        ',"ph":"f","bp":"e","pid":',
-        num(pid[dst]),
-        ',"tid":',
-        num(tid[dst]),
-        ',"ts":',
-        us(at - origin),
-        "},\n",
-    )
-    return pc.binary_join_element_wise(start, finish, ""), len(dst)
+    lines = flow_lines(CATEGORY, ids, pid[src], tid[src], a[src] - origin, pid[dst], tid[dst], at - origin)
+    return lines, len(dst)
