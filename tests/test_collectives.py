@@ -23,24 +23,13 @@ FSDP = "nsys-2026.2-pytorch2-fsdp-2gpu.sqlite"
 PID = 0xFFFFFF
 
 
-def _nccl_kernels(path: Path) -> dict[int, list[tuple[int, int]]]:
-    """Each process's NCCL kernels (start, end) in start order, from raw SQL."""
+def _kernels(path: Path, nccl: bool = True) -> dict[int, list[tuple[int, int]]]:
+    """Each process's NCCL kernels (``nccl``) or other kernels, (start, end) in start order, from raw SQL."""
     rows = raw(
         path,
         "SELECT (k.globalPid >> 24) & 16777215, k.start, k.end FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-        "JOIN StringIds s ON s.id = k.demangledName WHERE s.value LIKE 'nccl%' ORDER BY k.start",
-    )
-    out: dict[int, list[tuple[int, int]]] = {}
-    for pid, s, e in rows:
-        out.setdefault(pid, []).append((s, e))
-    return out
-
-
-def _compute_kernels(path: Path) -> dict[int, list[tuple[int, int]]]:
-    rows = raw(
-        path,
-        "SELECT (k.globalPid >> 24) & 16777215, k.start, k.end FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-        "JOIN StringIds s ON s.id = k.demangledName WHERE s.value NOT LIKE 'nccl%'",
+        f"JOIN StringIds s ON s.id = k.demangledName WHERE s.value {'' if nccl else 'NOT '}LIKE 'nccl%' "
+        "ORDER BY k.start",
     )
     out: dict[int, list[tuple[int, int]]] = {}
     for pid, s, e in rows:
@@ -56,7 +45,7 @@ def fsdp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_nccl_kernel_is_matched_with_its_partner(fsdp: Path) -> None:
-    kernels = _nccl_kernels(real_db(FSDP))
+    kernels = _kernels(real_db(FSDP))
     assert len(kernels) == 2 and len({len(v) for v in kernels.values()}) == 1
     table = read_collectives(fsdp)
     assert table is not None and pc.all(table.column("matched")).as_py()
@@ -84,7 +73,7 @@ def test_exposed_communication_and_overlap_equal_interval_arithmetic(fsdp: Path)
     table = read_collectives(fsdp)
     assert table is not None
     rank_of = dict(zip(table.column("process_id").to_pylist(), table.column("rank").to_pylist()))
-    nccl, compute = _nccl_kernels(real_db(FSDP)), _compute_kernels(real_db(FSDP))
+    nccl, compute = _kernels(real_db(FSDP)), _kernels(real_db(FSDP), nccl=False)
     for pid, intervals in nccl.items():
         rank = rank_of[pid]
         total = length(intervals)
@@ -98,7 +87,7 @@ def test_exposed_communication_and_overlap_equal_interval_arithmetic(fsdp: Path)
 def split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int]:
     """The FSDP export as two reports (one per process), converted plain and with rank 1's clock shifted."""
     tmp = tmp_path_factory.mktemp("split")
-    pids = sorted(_nccl_kernels(real_db(FSDP)))
+    pids = sorted(_kernels(real_db(FSDP)))
     files = [split_process(real_db(FSDP), pid, tmp / f"rank{i}.sqlite") for i, pid in enumerate(pids)]
     wall = 7_123_456_789  # a host 7.1 s behind
     shifted_dir = tmp / "shifted"
@@ -153,7 +142,7 @@ def test_communication_per_operation_equals_raw_kernel_arithmetic(fsdp: Path) ->
     kernel no compute kernel of its process overlaps, against raw SQL."""
     answer = across_ranks(fsdp)
     assert answer is not None
-    nccl, compute = _nccl_kernels(real_db(FSDP)), _compute_kernels(real_db(FSDP))
+    nccl, compute = _kernels(real_db(FSDP)), _kernels(real_db(FSDP), nccl=False)
     ops = {c.op: c for c in answer.ops}
     # the first kernel of each process is a warm-up outside torch's ranges (SendRecv); the rest
     # are torch's c10d::alltoall_base_
